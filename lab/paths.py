@@ -1,0 +1,83 @@
+"""Where the lab keeps its files: one state directory per lab, so several can coexist."""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STATE_DIR_ENV = "KUBEVIRT_OPS_LAB_DIR"
+
+
+def default_state_dir():
+    """The state dir named by the environment, else ``<repo>/.lab`` (git-ignored)."""
+    configured = os.environ.get(STATE_DIR_ENV)
+    return Path(configured).resolve() if configured else REPO_ROOT / ".lab"
+
+
+@dataclass(frozen=True)
+class LabPaths:
+    """Every file and directory of one lab, derived from its state directory."""
+
+    state_dir: Path
+
+    @property
+    def kubeconfig(self):
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def settings(self):
+        """Ports and node counts chosen at the first ``up``; reused until ``down``."""
+        return self.state_dir / "lab.json"
+
+    @property
+    def lock(self):
+        return self.state_dir / "lab.lock"
+
+    @property
+    def logs(self):
+        return self.state_dir / "logs"
+
+    def log(self, component):
+        return self.logs / f"{component}.log"
+
+    @property
+    def pids(self):
+        return self.state_dir / "pids"
+
+    def pid_file(self, component):
+        return self.pids / f"{component}.json"
+
+    @property
+    def pki(self):
+        return self.state_dir / "pki"
+
+    @property
+    def component_kubeconfigs(self):
+        return self.state_dir / "kubeconfigs"
+
+    def component_kubeconfig(self, component):
+        return self.component_kubeconfigs / f"{component}.kubeconfig"
+
+    @property
+    def etcd_data(self):
+        return self.state_dir / "etcd"
+
+    @property
+    def audit_log(self):
+        return self.state_dir / "audit.log"
+
+    @property
+    def audit_policy(self):
+        return self.state_dir / "audit-policy.yaml"
+
+    @property
+    def kwok_config(self):
+        return self.state_dir / "kwok.yaml"
+
+    @property
+    def sim_dir(self):
+        return self.state_dir / "sim"
+
+    @property
+    def sim_ready(self):
+        return self.sim_dir / "ready"

@@ -1,0 +1,146 @@
+"""Background processes of a lab: start detached, record, recognise, stop.
+
+Each component runs in its own session (so it outlives ``lab up`` and a signal to
+its process group reaches any children) with output appended to
+``<state>/logs/<name>.log``. Its pid file also records the kernel start time of the
+process, so a recycled pid is never mistaken for a lab component.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+
+from lab.wait import wait_for
+
+
+@dataclass(frozen=True)
+class Tracked:
+    name: str
+    pid: int
+    start_ticks: int
+    argv: list
+
+
+def start(paths, name, argv, env=None, cwd=None):
+    """Start ``argv`` in the background as component ``name`` and record it."""
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    paths.pids.mkdir(parents=True, exist_ok=True)
+    log_path = paths.log(name)
+    with open(log_path, "ab") as log:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        log.write(f"==== {stamp} starting {name}: {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            cwd=cwd,
+        )
+    record = Tracked(name, proc.pid, _start_ticks(proc.pid) or 0, list(argv))
+    # The Popen object is dropped on purpose: the component must outlive us.
+    # Whoever checks on it later reaps it if it is our child (see _alive).
+    proc.returncode = 0  # stops Popen.__del__ from warning about a running child
+    paths.pid_file(name).write_text(json.dumps(asdict(record)))
+    return record
+
+
+def tracked(paths, name):
+    """The record of component ``name`` if that very process is still running."""
+    pid_file = paths.pid_file(name)
+    try:
+        record = Tracked(**json.loads(pid_file.read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+    if _alive(record):
+        return record
+    return None
+
+
+def is_running(record):
+    return record is not None and _alive(record)
+
+
+def stop(paths, name, timeout=30):
+    """Stop component ``name`` (TERM, then KILL after ``timeout``); True if it ran."""
+    record = tracked(paths, name)
+    was_running = record is not None
+    if was_running:
+        _signal_group(record, signal.SIGTERM)
+        try:
+            wait_for(lambda: not _alive(record), timeout, f"{name} to exit", interval=0.2)
+        except Exception:
+            _signal_group(record, signal.SIGKILL)
+            wait_for(lambda: not _alive(record), 30, f"{name} to exit after SIGKILL", interval=0.2)
+    paths.pid_file(name).unlink(missing_ok=True)
+    return was_running
+
+
+def recorded_names(paths):
+    """Names of all components with a pid file, running or not."""
+    if not paths.pids.is_dir():
+        return []
+    return sorted(p.stem for p in paths.pids.glob("*.json"))
+
+
+def log_tail(path, lines=25):
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def rss_bytes(record):
+    """Resident memory of a running component (0 if unknown)."""
+    try:
+        with open(f"/proc/{record.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _signal_group(record, sig):
+    try:
+        # Components lead their own session, so the group id is their pid; signal
+        # the group to take helper children down too.
+        if os.getpgid(record.pid) == record.pid:
+            os.killpg(record.pid, sig)
+        else:
+            os.kill(record.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(record):
+    # If the component is our own child (lab started in-process, e.g. by the pytest
+    # plugin), reap it once it exited, otherwise it would linger as a zombie.
+    try:
+        os.waitpid(record.pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    ticks = _start_ticks(record.pid)
+    return ticks is not None and ticks == record.start_ticks
+
+
+def _start_ticks(pid):
+    """Kernel start time of ``pid`` (clock ticks since boot); None if gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces or parentheses: split after it.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    state, start_ticks = fields[0], fields[19]
+    if state in ("Z", "X"):
+        return None
+    return int(start_ticks)

@@ -1,0 +1,54 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment:
+    # Paired with module_utils/args.py DRAIN. Defaults match the documented
+    # `oc adm drain NODE --delete-emptydir-data --ignore-daemonsets=true --force`.
+    DOCUMENTATION = r"""
+options:
+  ignore_daemonsets:
+    description:
+      - Leave DaemonSet-managed pods on the node. When false, such a pod is a blocker.
+    type: bool
+    default: true
+  delete_emptydir_data:
+    description:
+      - Evict pods that use emptyDir volumes (their data is lost). When false, such a pod is a blocker.
+    type: bool
+    default: true
+  force:
+    description:
+      - Delete pods that no controller manages (they are not re-created). When false, such a pod is a blocker.
+    type: bool
+    default: true
+  pod_selector:
+    description:
+      - Label selector; only pods matching it are evicted.
+    type: str
+  grace_period:
+    description:
+      - Seconds each pod is given to terminate. V(-1) uses the pod's own terminationGracePeriodSeconds.
+    type: int
+    default: -1
+  disable_eviction:
+    description:
+      - Delete pods directly instead of using the Eviction API. This bypasses PodDisruptionBudgets; use with care.
+    type: bool
+    default: false
+  non_migratable:
+    description:
+      - What to do about virtual machines that would block the drain (for example a VM with eviction strategy
+        C(LiveMigrate) whose disks are not ReadWriteMany).
+      - V(fail) fails before anything is changed, listing every blocker.
+      - V(shutdown) stops exactly those VMs so that their run strategy re-creates them on another node.
+      - V(wait) keeps retrying, as C(oc adm drain) does, until O(wait_timeout).
+    type: str
+    default: fail
+    choices: [fail, shutdown, wait]
+"""

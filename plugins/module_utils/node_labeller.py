@@ -1,0 +1,34 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The node-labeller skip-node annotation."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+
+SKIP_NODE_ANNOTATION = "node-labeller.kubevirt.io/skip-node"
+
+
+def set_skip_node(module):
+    name, skip = module.params["name"], module.params["skip"]
+    node = module.client.get_or_none("Node", name)
+    if node is None:
+        raise InvalidInputError("Node %s does not exist." % name, node=name)
+    annotations = node["metadata"].get("annotations") or {}
+    before = annotations.get(SKIP_NODE_ANNOTATION) == "true"
+    result = {"node": name, "skip": skip, "changed": before != skip}
+    if module.diff_mode:
+        result["diff"] = {
+            "before": {"annotations": {SKIP_NODE_ANNOTATION: annotations.get(SKIP_NODE_ANNOTATION)}},
+            "after": {"annotations": {SKIP_NODE_ANNOTATION: "true" if skip else None}},
+        }
+    if result["changed"] and not module.check_mode:
+        value = "true" if skip else None
+        module.client.patch("Node", name, {"metadata": {
+            "annotations": {SKIP_NODE_ANNOTATION: value},
+            "resourceVersion": node["metadata"]["resourceVersion"],
+        }})
+    return result

@@ -1,0 +1,64 @@
+"""Integration tests run against the lab cluster (see lab/README.md).
+
+Fixtures from lab.pytest_plugin: ``lab`` (one lab per session), ``k8s`` (a kubernetes
+ApiClient), ``namespace`` (a fresh namespace per test). ``run_module`` runs one module of
+this collection through ``ansible`` exactly as a user would, and returns its result.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest_plugins = ["lab.pytest_plugin"]
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+
+
+def ansible_env(kubeconfig, extra=None):
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO, ".build", "collections"),
+        "ANSIBLE_STDOUT_CALLBACK": "json",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_HOST_KEY_CHECKING": "0",
+        "ANSIBLE_LOCALHOST_WARNING": "0",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        "K8S_AUTH_KUBECONFIG": kubeconfig,
+        "PATH": BIN + os.pathsep + env.get("PATH", ""),
+    })
+    env.update(extra or {})
+    return env
+
+
+def run_ansible_module(kubeconfig, module, args, check=False, diff=False, env=None, verbosity=0):
+    """Run ``kubevirt_ops.maintenance.<module>`` on localhost; return (result dict, completed process)."""
+    cmd = [os.path.join(BIN, "ansible"), "localhost", "-c", "local", "-m", "kubevirt_ops.maintenance." + module,
+           "-a", json.dumps(args)]
+    if check:
+        cmd.append("--check")
+    if diff:
+        cmd.append("--diff")
+    if verbosity:
+        cmd.append("-" + "v" * verbosity)
+    proc = subprocess.run(cmd, env=ansible_env(kubeconfig, env), capture_output=True, text=True, timeout=3600)
+    try:
+        data = json.loads(proc.stdout[proc.stdout.index("{"):])
+        result = data["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    except (ValueError, KeyError, IndexError):
+        raise AssertionError("ansible produced no JSON result (rc=%s)\nstdout:\n%s\nstderr:\n%s"
+                             % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+    return result, proc
+
+
+@pytest.fixture
+def run_module(lab):
+    """run_module('node_labeller', {'name': 'lab-worker-1', 'skip': True}, check=False, diff=False)."""
+    def _run(module, args, check=False, diff=False, env=None):
+        result, _proc = run_ansible_module(lab.kubeconfig, module, args, check=check, diff=diff, env=env)
+        return result
+    return _run
