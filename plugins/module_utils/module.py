@@ -70,10 +70,10 @@ class MaintenanceModule:
         if self._client is None:
             missing = missing_requirements()
             if missing:
+                quoted = " ".join("'%s'" % m for m in missing)
                 raise MaintenanceError(
                     "The Python libraries %s are required on the host that runs this module (%s); install them with: "
-                    "%s -m pip install %s" % (", ".join(missing), sys.executable, sys.executable,
-                                             " ".join("'%s'" % m for m in missing)))
+                    "%s -m pip install %s" % (", ".join(missing), sys.executable, sys.executable, quoted))
             from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import (
                 KubeClient,
                 resolve_settings,

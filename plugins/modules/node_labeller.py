@@ -17,7 +17,7 @@ description:
     next cycle.
   - Useful before maintenance that changes a node's CPU or firmware, or for a node with an obsolete CPU model.
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   name:
     description: Name of the node.
