@@ -1,0 +1,204 @@
+"""The cluster lock against an in-memory API server: acquire, renew, release, races, expiry."""
+
+import datetime
+import threading
+
+import pytest
+
+from fake_apiserver import fake_client
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import BlockedError, InvalidInputError
+
+T0 = datetime.datetime(2024, 5, 4, 22, 0, 0, tzinfo=datetime.timezone.utc)
+
+
+class Clock:
+    def __init__(self, moment=T0):
+        self.moment = moment
+
+    def __call__(self):
+        return self.moment
+
+    def advance(self, seconds):
+        self.moment += datetime.timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def setup():
+    client, server = fake_client()
+    clock = Clock()
+    return lock.ClusterLock(client, clock=clock), server, clock
+
+
+def lease(server):
+    return server.get("Lease", lock.DEFAULT_NAME, lock.DEFAULT_NAMESPACE)
+
+
+def test_acquire_creates_the_lease_with_holder_times_and_ttl(setup):
+    cluster_lock, server, _clock = setup
+    result = cluster_lock.acquire("alice", 600, purpose="rolling maintenance of 4 nodes")
+    assert result["action"] == "acquired" and result["changed"] and result["acquired"]
+    spec = lease(server)["spec"]
+    assert spec["holderIdentity"] == "alice"
+    assert spec["leaseDurationSeconds"] == 600
+    assert spec["acquireTime"] == spec["renewTime"] == "2024-05-04T22:00:00.000000Z"
+    assert result["lock"]["expires_at"] == "2024-05-04T22:10:00.000000Z"
+    assert lease(server)["metadata"]["annotations"][lock.PURPOSE_ANNOTATION] == "rolling maintenance of 4 nodes"
+
+
+def test_second_holder_fails_naming_the_holder_and_since_when(setup):
+    cluster_lock, _server, clock = setup
+    cluster_lock.acquire("alice@laptop pid 1", 3600, purpose="patching workers")
+    clock.advance(125)
+    with pytest.raises(BlockedError) as err:
+        cluster_lock.acquire("bob", 3600)
+    msg = err.value.msg
+    assert "held by 'alice@laptop pid 1' since 2024-05-04T22:00:00Z (2m05s ago" in msg
+    assert "patching workers" in msg
+    assert err.value.details["lock"]["holder"] == "alice@laptop pid 1"
+
+
+def test_renew_by_the_holder_moves_renew_time_only(setup):
+    cluster_lock, server, clock = setup
+    cluster_lock.acquire("alice", 600, purpose="p")
+    clock.advance(300)
+    result = cluster_lock.acquire("alice", 600)
+    assert result["action"] == "renewed" and not result["changed"]
+    spec = lease(server)["spec"]
+    assert spec["acquireTime"] == "2024-05-04T22:00:00.000000Z"
+    assert spec["renewTime"] == "2024-05-04T22:05:00.000000Z"
+    assert lease(server)["metadata"]["annotations"][lock.PURPOSE_ANNOTATION] == "p"
+
+
+def test_expired_lease_is_taken_over_and_says_whose(setup):
+    cluster_lock, server, clock = setup
+    cluster_lock.acquire("alice", 60)
+    clock.advance(61)
+    result = cluster_lock.acquire("bob", 60)
+    assert result["action"] == "taken_over"
+    assert result["previous_holder"] == "alice" and result["previous_expired"]
+    assert "Took over" in result["msg"] and "'alice'" in result["msg"] and "stopped renewing" in result["msg"]
+    assert lease(server)["spec"]["leaseTransitions"] == 1
+
+
+def test_renewal_after_someone_took_over_fails(setup):
+    cluster_lock, _server, clock = setup
+    cluster_lock.acquire("alice", 60)
+    clock.advance(61)
+    cluster_lock.acquire("bob", 60)
+    with pytest.raises(BlockedError, match="held by 'bob'"):
+        cluster_lock.acquire("alice", 60)
+
+
+def test_release_frees_it_for_the_next_holder(setup):
+    cluster_lock, server, _clock = setup
+    cluster_lock.acquire("alice", 600)
+    result = cluster_lock.release("alice")
+    assert result["action"] == "released" and result["changed"]
+    assert "holderIdentity" not in lease(server)["spec"]
+    assert lease(server)["metadata"]["annotations"][lock.LAST_HOLDER_ANNOTATION] == "alice"
+    again = cluster_lock.release("alice")
+    assert again["action"] == "none" and not again["changed"]
+    assert cluster_lock.acquire("bob", 600)["action"] == "acquired"
+
+
+def test_release_of_someone_elses_lock_leaves_it(setup):
+    cluster_lock, server, _clock = setup
+    cluster_lock.acquire("alice", 600)
+    result = cluster_lock.release("bob")
+    assert result["action"] == "none" and not result["changed"]
+    assert lease(server)["spec"]["holderIdentity"] == "alice"
+    forced = cluster_lock.release(force=True)
+    assert forced["action"] == "released"
+
+
+def test_release_needs_a_holder_or_force(setup):
+    cluster_lock, _server, _clock = setup
+    with pytest.raises(InvalidInputError):
+        cluster_lock.release(None)
+
+
+def test_check_mode_writes_nothing(setup):
+    cluster_lock, server, _clock = setup
+    result = cluster_lock.acquire("alice", 600, check_mode=True)
+    assert result["action"] == "acquired" and result["changed"]
+    assert lease(server) is None and not server.writes()
+
+
+def test_lost_race_rereads_and_sees_the_winner(setup):
+    """Between our read and our write another run takes the lock: our write is refused (409)."""
+    cluster_lock, server, _clock = setup
+    cluster_lock.acquire("alice", 600)
+    cluster_lock.release("alice")
+
+    def sneak_in(method, kind, _name):
+        if method == "PUT" and kind == "Lease" and server.before_write:
+            server.before_write = None
+            current = lease(server)
+            current["spec"].update(holderIdentity="carol", renewTime=lock.format_time(T0),
+                                   acquireTime=lock.format_time(T0), leaseDurationSeconds=600)
+            server.add("Lease", current)
+
+    server.before_write = sneak_in
+    with pytest.raises(BlockedError, match="held by 'carol'"):
+        cluster_lock.acquire("bob", 600)
+    assert lease(server)["spec"]["holderIdentity"] == "carol"
+
+
+def test_two_concurrent_acquirers_exactly_one_wins():
+    client_a, server = fake_client()
+    client_b, _same = fake_client(server)
+    barrier = threading.Barrier(2)
+    outcomes = {}
+
+    def run(name, client):
+        barrier.wait()
+        try:
+            outcomes[name] = lock.ClusterLock(client).acquire(name, 600)["action"]
+        except BlockedError:
+            outcomes[name] = "blocked"
+
+    threads = [threading.Thread(target=run, args=(n, c)) for n, c in (("a", client_a), ("b", client_b))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes.values()) == ["acquired", "blocked"]
+
+
+def test_waiting_acquirer_gets_it_when_released():
+    client_a, server = fake_client()
+    client_b, _same = fake_client(server)
+    lock.ClusterLock(client_a).acquire("alice", 600)
+    timer = threading.Timer(0.3, lambda: lock.ClusterLock(client_a).release("alice"))
+    timer.start()
+    result = lock.ClusterLock(client_b).acquire("bob", 600, wait=True, wait_timeout=20)
+    timer.join()
+    assert result["action"] == "acquired" and result["holder"] == "bob"
+
+
+def test_waiting_gives_up_at_the_timeout_naming_the_holder():
+    client, _server = fake_client()
+    lock.ClusterLock(client).acquire("alice", 600)
+    with pytest.raises(BlockedError, match="still held by 'alice'"):
+        lock.ClusterLock(client).acquire("bob", 600, wait=True, wait_timeout=1)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2024-05-04T22:00:00.123456Z", "2024-05-04T22:00:00.123456+00:00"),
+    ("2024-05-04T22:00:00Z", "2024-05-04T22:00:00+00:00"),
+    ("2024-05-04T22:00:00.1Z", "2024-05-04T22:00:00.100000+00:00"),
+    ("2024-05-04T22:00:00.123456789Z", "2024-05-04T22:00:00.123456+00:00"),
+    ("", None),
+    ("nonsense", None),
+])
+def test_parse_time(text, expected):
+    parsed = lock.parse_time(text)
+    assert (parsed.isoformat() if parsed else None) == expected
+
+
+def test_default_holder_is_unique_and_names_the_machine():
+    first, second = lock.default_holder(), lock.default_holder()
+    assert "@" in first and " pid " in first
+    assert first != second or first.split("#")[0] == second.split("#")[0]
