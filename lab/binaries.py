@@ -50,7 +50,9 @@ def ensure():
         raise LabError(f"lab/build.sh failed with exit code {result.returncode}")
     absent = missing(directory)
     if absent:
-        raise LabError(f"lab/build.sh finished but {', '.join(absent)} is still missing in {directory}")
+        raise LabError(
+            f"lab/build.sh finished but {', '.join(absent)} is still missing in {directory}"
+        )
     return directory
 
 

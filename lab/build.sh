@@ -14,14 +14,24 @@ LDFLAGS_BASE="-s -w"
 
 if [ "${1:-}" = "--print-bin" ]; then echo "$BIN"; exit 0; fi
 
-need=()
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
-  [ -x "$BIN/$b" ] || need+=("$b")
-done
+# Sets need=(...) to what is missing from the cache.
+find_missing() {
+  need=()
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
+    [ -x "$BIN/$b" ] || need+=("$b")
+  done
+  [ -d "$BIN/../stages" ] || need+=(kwok-stages)
+}
+find_missing
 if [ ${#need[@]} -eq 0 ]; then echo "$BIN"; exit 0; fi
 
 command -v go >/dev/null || { echo "lab build: Go is required (go1.26 or newer) to build the lab binaries" >&2; exit 1; }
 mkdir -p "$BIN"
+# Several labs may start at once on a fresh machine: one build, the others wait for it.
+exec 9>"$BIN/../.build.lock"
+flock 9
+find_missing  # a build that held the lock may have produced everything meanwhile
+if [ ${#need[@]} -eq 0 ]; then echo "$BIN"; exit 0; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
@@ -65,7 +75,7 @@ GO
   for b in kube-apiserver kube-controller-manager kube-scheduler; do mv "out/$b" "$BIN/$b"; done
 fi
 
-if [ ! -x "$BIN/kwok" ]; then
+if [ ! -x "$BIN/kwok" ] || [ ! -d "$BIN/../stages" ]; then
   echo "lab build: kwok $KWOK_VERSION" >&2
   GOBIN="$work/gobin" go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   mv "$work/gobin/kwok" "$BIN/kwok"

@@ -81,3 +81,21 @@ class LabPaths:
     @property
     def sim_ready(self):
         return self.sim_dir / "ready"
+
+    def cluster_files(self):
+        """What ``down`` deletes: the cluster and its credentials, not the logs.
+
+        An explicit list, so a state directory pointed at by mistake loses nothing else.
+        """
+        return [
+            self.kubeconfig,
+            self.settings,
+            self.pids,
+            self.pki,
+            self.component_kubeconfigs,
+            self.etcd_data,
+            self.audit_log,
+            self.audit_policy,
+            self.kwok_config,
+            self.sim_dir,
+        ]

@@ -13,7 +13,11 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 
+from lab.errors import LabError
 from lab.wait import wait_for
+
+# Written to the log before each start, so a failure shows only its own run.
+START_MARKER = "===="
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ def start(paths, name, argv, env=None, cwd=None):
     log_path = paths.log(name)
     with open(log_path, "ab") as log:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        log.write(f"==== {stamp} starting {name}: {' '.join(argv)}\n".encode())
+        log.write(f"{START_MARKER} {stamp} starting {name}: {' '.join(argv)}\n".encode())
         log.flush()
         proc = subprocess.Popen(
             argv,
@@ -66,15 +70,18 @@ def is_running(record):
     return record is not None and _alive(record)
 
 
-def stop(paths, name, timeout=30):
-    """Stop component ``name`` (TERM, then KILL after ``timeout``); True if it ran."""
+DEFAULT_STOP_GRACE = 10
+
+
+def stop(paths, name, grace=DEFAULT_STOP_GRACE):
+    """Stop component ``name`` (TERM, then KILL after ``grace`` s); True if it ran."""
     record = tracked(paths, name)
     was_running = record is not None
     if was_running:
         _signal_group(record, signal.SIGTERM)
         try:
-            wait_for(lambda: not _alive(record), timeout, f"{name} to exit", interval=0.2)
-        except Exception:
+            wait_for(lambda: not _alive(record), grace, f"{name} to exit", interval=0.2)
+        except LabError:
             _signal_group(record, signal.SIGKILL)
             wait_for(lambda: not _alive(record), 30, f"{name} to exit after SIGKILL", interval=0.2)
     paths.pid_file(name).unlink(missing_ok=True)
@@ -89,11 +96,37 @@ def recorded_names(paths):
 
 
 def log_tail(path, lines=25):
+    """The last ``lines`` lines written by the latest start of a component."""
+    return "\n".join(_latest_run(path)[-lines:]) or f"(nothing logged in {path})"
+
+
+def last_error(path):
+    """The line of the latest run that best says why it failed, if one stands out.
+
+    A Python traceback ends with the exception; otherwise the last klog error or
+    fatal line (``E1122 ...``, ``F1122 ...``) or zap/JSON error line counts.
+    """
+    run = [line.strip() for line in _latest_run(path) if line.strip()]
+    if any(line.startswith("Traceback") for line in run):
+        return run[-1]
+    for line in reversed(run):
+        klog_error = line[:1] in ("E", "F") and line[1:5].isdigit()
+        json_error = any(f'"level":"{level}"' in line for level in ("error", "fatal", "panic"))
+        if klog_error or json_error:
+            return line
+    return None
+
+
+def _latest_run(path):
     try:
         text = path.read_text(errors="replace")
     except FileNotFoundError:
-        return f"(no log at {path})"
-    return "\n".join(text.splitlines()[-lines:])
+        return []
+    run = text.splitlines()
+    for index in range(len(run) - 1, -1, -1):
+        if run[index].startswith(START_MARKER):
+            return run[index + 1 :]
+    return run
 
 
 def rss_bytes(record):

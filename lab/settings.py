@@ -22,6 +22,7 @@ class Settings:
     workers: int
     control_plane_nodes: int
     hco: bool = True
+    kubevirt: bool = True
     ports: dict = field(default_factory=dict)
 
     def choose_ports(self):

@@ -23,6 +23,8 @@ import subprocess
 import tempfile
 import time
 
+from urllib.parse import urlencode
+
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     ConfigurationError,
     ConnectionFailedError,
@@ -51,6 +53,8 @@ RESOURCES = {
     "VirtualMachineInstanceMigration": ("/apis/kubevirt.io/v1", "virtualmachineinstancemigrations", True),
     "KubeVirt": ("/apis/kubevirt.io/v1", "kubevirts", True),
     "HyperConverged": ("/apis/hco.kubevirt.io/v1beta1", "hyperconvergeds", True),
+    "HyperConvergedV1": ("/apis/hco.kubevirt.io/v1", "hyperconvergeds", True),
+    "APIService": ("/apis/apiregistration.k8s.io/v1", "apiservices", False),
     "NodeMaintenance": ("/apis/nodemaintenance.medik8s.io/v1beta1", "nodemaintenances", False),
     "LegacyNodeMaintenance": ("/apis/nodemaintenance.kubevirt.io/v1beta1", "nodemaintenances", False),
 }
@@ -337,7 +341,7 @@ class KubeClient:
         url = self.settings.host + path
         fields = {k: v for k, v in (params or {}).items() if v is not None}
         if fields:
-            url += "?" + self._urllib3.request.urlencode(fields)
+            url += "?" + urlencode(fields)
         # One header line per impersonated group, as the API server expects.
         headers = self._urllib3.HTTPHeaderDict(self.headers)
         for group in self.impersonate_groups:

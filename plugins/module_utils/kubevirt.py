@@ -75,3 +75,172 @@ def eviction_outcome(strategy, migratable, run_strategy):
     if run_strategy in ("Always", "RerunOnFailure"):
         return RESTART_ELSEWHERE
     return STAY_STOPPED
+
+
+FINAL_VMI_PHASES = ("Succeeded", "Failed")
+RWX = "ReadWriteMany"
+
+
+def vmi_is_final(vmi):
+    """True when the VMI has ended (Succeeded or Failed)."""
+    return ((vmi or {}).get("status") or {}).get("phase") in FINAL_VMI_PHASES
+
+
+def vm_claim_names(vm):
+    """Names of the PVCs behind a VM's volumes (a DataVolume is backed by a PVC of its name)."""
+    spec = ((vm.get("spec") or {}).get("template") or {}).get("spec") or {}
+    names = []
+    for volume in spec.get("volumes") or []:
+        if "persistentVolumeClaim" in volume:
+            names.append((volume.get("persistentVolumeClaim") or {}).get("claimName"))
+        elif "dataVolume" in volume:
+            names.append((volume.get("dataVolume") or {}).get("name"))
+    return [n for n in names if n]
+
+
+def pvc_access_modes(pvc):
+    """The access modes of a PVC: what it was bound with, else what it asks for."""
+    return list((pvc.get("status") or {}).get("accessModes") or (pvc.get("spec") or {}).get("accessModes") or [])
+
+
+def data_volume_template_access_modes(vm, name):
+    """Access modes a VM's dataVolumeTemplate asks for (None when it does not say)."""
+    for template in (vm.get("spec") or {}).get("dataVolumeTemplates") or []:
+        if ((template.get("metadata") or {}).get("name")) == name:
+            spec = template.get("spec") or {}
+            modes = (spec.get("pvc") or {}).get("accessModes") or (spec.get("storage") or {}).get("accessModes")
+            return list(modes) if modes else None
+    return None
+
+
+def vm_not_migratable_reason(vm, vmi, find_pvc):
+    """Why a VM cannot live-migrate, or None when it can; ``"Unknown"`` when it cannot be told.
+
+    A VMI that runs answers with its LiveMigratable condition. A stopped VM (or a VMI
+    without the condition yet) is judged by its disks: every PVC must be ReadWriteMany.
+    ``find_pvc(namespace, name)`` returns the PVC or None.
+    """
+    if vmi and not vmi_is_final(vmi):
+        migratable, reason, _message = live_migratable(vmi)
+        if migratable is True:
+            return None
+        if migratable is False:
+            return reason or "NotLiveMigratable"
+    namespace = (vm.get("metadata") or {}).get("namespace")
+    for claim in vm_claim_names(vm):
+        pvc = find_pvc(namespace, claim)
+        modes = pvc_access_modes(pvc) if pvc else data_volume_template_access_modes(vm, claim)
+        if modes is None:
+            return "Unknown"
+        if RWX not in modes:
+            return "DisksNotLiveMigratable"
+    return None
+
+
+def kubevirt_cr(client):
+    """The KubeVirt custom resource (None when KubeVirt's CRD or CR is missing)."""
+    if not client.kind_served("KubeVirt"):
+        return None
+    items, _rv = client.list("KubeVirt")
+    return items[0] if items else None
+
+
+# -- VMIs, launcher pods and migrations as the drain sees them ---------------------------
+
+VM_NAME_LABEL = "vm.kubevirt.io/name"
+MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
+FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
+VMI_PDB_PREFIX = "kubevirt-disruption-budget-"
+
+# What each LiveMigratable=False reason means for an operator.
+NOT_MIGRATABLE_HINTS = {
+    "DisksNotLiveMigratable": "a disk's PVC is not ReadWriteMany",
+    "InterfaceNotLiveMigratable": "an interface (such as a bridge on the pod network) cannot migrate",
+    "HostDeviceNotLiveMigratable": "it uses a host device",
+    "HotplugNotLiveMigratable": "it has hot-plugged volumes",
+    "CPUModeLiveMigratable": "its CPU mode is host-passthrough",
+    "VirtIOFSNotLiveMigratable": "it shares a filesystem through virtiofs",
+    "SEVNotLiveMigratable": "it uses SEV memory encryption",
+}
+
+
+def _meta(obj):
+    return obj.get("metadata") or {}
+
+
+def vmi_node(vmi):
+    return (vmi.get("status") or {}).get("nodeName")
+
+
+def vmi_is_active(vmi):
+    """The VMI has not ended (a finished VMI holds no launcher pod worth draining)."""
+    return (vmi.get("status") or {}).get("phase") not in FINAL_VMI_PHASES and not _meta(vmi).get("deletionTimestamp")
+
+
+def vm_name_of(vmi):
+    """Name of the VirtualMachine owning the VMI, or None for a stand-alone VMI."""
+    for ref in _meta(vmi).get("ownerReferences") or []:
+        if ref.get("kind") == "VirtualMachine":
+            return ref.get("name")
+    return None
+
+
+def is_launcher_pod(pod):
+    return (_meta(pod).get("labels") or {}).get("kubevirt.io") == "virt-launcher"
+
+
+def launcher_vmi_uid(pod):
+    """UID of the VMI a virt-launcher pod runs (label, else controller owner reference)."""
+    uid = (_meta(pod).get("labels") or {}).get(CREATED_BY_LABEL)
+    if uid:
+        return uid
+    for ref in _meta(pod).get("ownerReferences") or []:
+        if ref.get("kind") == "VirtualMachineInstance":
+            return ref.get("uid")
+    return None
+
+
+def is_vmi_pdb(pdb):
+    """A PodDisruptionBudget virt-controller keeps over one VMI's launcher pod."""
+    meta = _meta(pdb)
+    if (meta.get("name") or "").startswith(VMI_PDB_PREFIX):
+        return True
+    if any(ref.get("kind") in ("VirtualMachineInstance", "VirtualMachine") for ref in meta.get("ownerReferences") or []):
+        return True
+    match_labels = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return CREATED_BY_LABEL in match_labels
+
+
+def describe_not_migratable(reason, message=None):
+    """'DisksNotLiveMigratable: a disk's PVC is not ReadWriteMany' (plus KubeVirt's own words)."""
+    if not reason and not message:
+        return "its LiveMigratable condition is not reported yet"
+    text = reason or "not live-migratable"
+    hint = NOT_MIGRATABLE_HINTS.get(reason)
+    if hint:
+        text += ": " + hint
+    if message:
+        text += " (%s)" % message.rstrip(".")
+    return text
+
+
+def migration_state(vmi):
+    return (vmi.get("status") or {}).get("migrationState") or {}
+
+
+def migration_target(vmi):
+    """The node a completed migration moved the VMI to, else its current node."""
+    state = migration_state(vmi)
+    if state.get("completed") and not state.get("failed") and state.get("targetNode"):
+        return state["targetNode"]
+    return vmi_node(vmi)
+
+
+def describe_migration(migration, source=None, target=None):
+    """'migration ns/name is in phase Scheduling (from node-a to no node yet)'."""
+    meta = _meta(migration)
+    phase = (migration.get("status") or {}).get("phase") or "Pending"
+    text = "migration %s/%s is in phase %s" % (meta.get("namespace"), meta.get("name"), phase)
+    if source or target:
+        text += " (from %s to %s)" % (source or "an unknown node", target or "no node yet")
+    return text

@@ -79,6 +79,7 @@ class FakeApiServer:
         self.served = set(served if served is not None else RESOURCES)
         self.fail_next = {}  # (method, kind) -> status, for one request
         self.before_write = None  # hook(method, kind, name) run before a write is applied
+        self.handlers = {}  # path prefix -> handler(method, path, body) returning a FakeResponse
 
     # -- test helpers ------------------------------------------------------------------
 
@@ -103,7 +104,8 @@ class FakeApiServer:
     # -- routing -------------------------------------------------------------------------
 
     def _route(self, path):
-        for kind, (base, plural, namespaced) in RESOURCES.items():
+        # Namespaced kinds first: /api/v1/namespaces/NS/persistentvolumeclaims is not Namespace NS.
+        for kind, (base, plural, namespaced) in sorted(RESOURCES.items(), key=lambda item: not item[1][2]):
             if not path.startswith(base + "/"):
                 continue
             rest = path[len(base) + 1:].split("/")
@@ -128,6 +130,10 @@ class FakeApiServer:
                 if not resources:
                     return FakeResponse(404, {"kind": "Status", "message": "the server could not find the requested resource"})
                 return FakeResponse(200, {"resources": resources})
+        for prefix, handler in self.handlers.items():
+            if path.startswith(prefix):
+                self.requests.append((method, prefix, path))
+                return handler(method, path, json.loads(body) if body else None)
         route = self._route(path)
         if route is None:
             return FakeResponse(404, {"kind": "Status", "message": "no route for %s" % path})
@@ -166,6 +172,12 @@ class FakeApiServer:
                 if data["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
                     return FakeResponse(409, {"kind": "Status", "message": "the object has been modified"})
                 return FakeResponse(200, self._store(kind, namespace, name, data, "MODIFIED"))
+            if method == "PATCH" and "json-patch" in str((headers or {}).get("Content-Type", "")):
+                try:
+                    patched = apply_json_patch(current, data)
+                except JsonPatchError as exc:
+                    return FakeResponse(422, {"kind": "Status", "message": str(exc)})
+                return FakeResponse(200, self._store(kind, namespace, name, patched, "MODIFIED"))
             if method == "PATCH":
                 wanted = ((data or {}).get("metadata") or {}).get("resourceVersion")
                 if wanted and wanted != current["metadata"]["resourceVersion"]:
@@ -173,6 +185,10 @@ class FakeApiServer:
                 merged = _merge(copy.deepcopy(current), data)
                 return FakeResponse(200, self._store(kind, namespace, name, merged, "MODIFIED"))
             if method == "DELETE":
+                uid = ((data or {}).get("preconditions") or {}).get("uid")
+                if uid and uid != current["metadata"].get("uid"):
+                    return FakeResponse(409, {"kind": "Status", "message": "Precondition failed: UID in precondition: "
+                                              "%s, UID in object meta: %s" % (uid, current["metadata"].get("uid"))})
                 del self.objects[key]
                 self.rv += 1
                 self.events.append((self.rv, kind, "DELETED", copy.deepcopy(current)))
@@ -238,6 +254,63 @@ def _merge(target, patch):
         else:
             target[key] = copy.deepcopy(value)
     return target
+
+
+class JsonPatchError(Exception):
+    pass
+
+
+def _pointer(path):
+    return [part.replace("~1", "/").replace("~0", "~") for part in path.split("/")[1:]]
+
+
+def apply_json_patch(obj, operations):
+    """RFC 6902 as the API server applies it (add/remove/replace/test on objects and lists)."""
+    doc = copy.deepcopy(obj)
+    for op in operations:
+        parts = _pointer(op["path"])
+        parent = doc
+        for part in parts[:-1]:
+            try:
+                parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+            except (KeyError, IndexError, ValueError, TypeError):
+                if op["op"] == "test" and op.get("value") is None:
+                    parent = None
+                    break
+                raise JsonPatchError("doc is missing path: %s" % op["path"])
+        last = parts[-1]
+        if op["op"] == "test":
+            if parent is None:
+                current = None
+            elif isinstance(parent, list):
+                current = parent[int(last)] if int(last) < len(parent) else None
+            else:
+                current = parent.get(last)
+            if current != op.get("value"):
+                raise JsonPatchError("testing value %s failed: test failed" % op["path"])
+        elif op["op"] in ("add", "replace"):
+            if op["op"] == "replace" and (not isinstance(parent, dict) or last not in parent) \
+                    and not isinstance(parent, list):
+                raise JsonPatchError("replace operation does not apply: doc is missing key: %s" % op["path"])
+            if isinstance(parent, list):
+                index = len(parent) if last == "-" else int(last)
+                if op["op"] == "add":
+                    parent.insert(index, copy.deepcopy(op["value"]))
+                else:
+                    parent[index] = copy.deepcopy(op["value"])
+            else:
+                parent[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            try:
+                if isinstance(parent, list):
+                    del parent[int(last)]
+                else:
+                    del parent[last]
+            except (KeyError, IndexError, ValueError):
+                raise JsonPatchError("remove operation does not apply: doc is missing path: %s" % op["path"])
+        else:
+            raise JsonPatchError("unsupported operation %s" % op["op"])
+    return doc
 
 
 def fake_client(server=None):

@@ -202,3 +202,7 @@ def test_default_holder_is_unique_and_names_the_machine():
     first, second = lock.default_holder(), lock.default_holder()
     assert "@" in first and " pid " in first
     assert first != second or first.split("#")[0] == second.split("#")[0]
+
+
+def test_parse_time_keeps_the_offset_after_nanoseconds():
+    assert lock.parse_time("2024-05-04T22:00:00.123456789+02:00").isoformat() == "2024-05-04T22:00:00.123456+02:00"

@@ -1,0 +1,426 @@
+"""The scenarios, and one measured run of a peer on one of them.
+
+1. plain drain: 100 ReplicaSet pods (10 ReplicaSets of 10) on one node;
+2. PDB-gated drain: the same pods, a PDB with ``maxUnavailable: 1`` per ReplicaSet;
+3. VM drain: 20 VMs (LiveMigrate, ReadWriteMany PVC, 2Gi guest memory) plus 40 pods,
+   the lab's migration limits (5 per cluster, 2 outbound per node) on;
+4. rolling maintenance of 4 workers running 40 VMs (10 each, 4Gi guest memory),
+   compared with the lower bound the migration limits and migration time imply;
+5. scale (see scale.py).
+"""
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+from bench import measure, peers as peers_mod, workloads as w
+from bench.audit import requests_of
+from bench.watcher import Budget, Watcher
+
+
+@dataclass
+class DrainScenario:
+    key: str
+    title: str
+    replica_sets: int = 10
+    per_set: int = 10
+    with_pdbs: bool = False
+    vms: int = 0
+    vm_memory: str = "2Gi"
+    peers: tuple = ("kubectl", "k8s_drain", "ours_drain", "ours_cr", "nmo")
+
+    @property
+    def pods(self):
+        return self.replica_sets * self.per_set
+
+
+@dataclass
+class RollingScenario:
+    key: str
+    title: str
+    nodes: int = 4
+    vms_per_node: int = 10
+    vm_memory: str = "4Gi"
+    peers: tuple = ("ours_role", "kubectl")
+
+
+SCENARIOS = {
+    "1": DrainScenario("1", "plain drain: 100 ReplicaSet pods"),
+    "2": DrainScenario("2", "PDB-gated drain: 100 pods, PDB maxUnavailable 1 per 10 pods", with_pdbs=True),
+    "3": DrainScenario("3", "VM drain: 20 VMs (LiveMigrate, RWX) + 40 pods", replica_sets=4, per_set=10, vms=20),
+    "4": RollingScenario("4", "rolling maintenance: 4 workers, 40 VMs"),
+}
+
+SMOKE_SCENARIO = DrainScenario("smoke", "smoke: 4 pods under a PDB, 1 VM", replica_sets=2, per_set=2,
+                               with_pdbs=True, vms=1, vm_memory="256Mi")
+
+
+# -- preparation ---------------------------------------------------------------------------
+
+@dataclass
+class Prepared:
+    namespace: str
+    budgets: list = field(default_factory=list)
+    vms: list = field(default_factory=list)
+    vmi_uids: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def reset(kube, lab_nodes):
+    """The previous run's namespaces gone, every worker out of maintenance, nothing pending."""
+    w.delete_namespaces(kube)
+    for node in lab_nodes:
+        w.reset_node(kube, node)
+    w.settle(kube)
+
+
+def prepare_drain(kube, scenario, node):
+    started = time.monotonic()
+    namespace = w.new_namespace(kube, f"bench-s{scenario.key}")
+    with w.Placement(kube, [node]):
+        expected = w.create_pods(kube, namespace, scenario.replica_sets, scenario.per_set, scenario.with_pdbs)
+        names = w.create_vms(kube, namespace, scenario.vms, scenario.vm_memory) if scenario.vms else []
+        total = scenario.pods + len(names)
+        w.wait_for(lambda: w.pods_ready_on(kube, namespace, {node}, total), w.PREPARE_TIMEOUT,
+                   f"{total} pods Ready on {node}", interval=0.5)
+        if names:
+            w.wait_for(lambda: w.vms_running_on(kube, namespace, names, {node}), w.PREPARE_TIMEOUT,
+                       f"{len(names)} VMs running on {node}", interval=0.5)
+    budgets = []
+    if scenario.with_pdbs:
+        healthy = {f"{rs}-pdb": n for rs, n in expected.items()}
+        w.wait_for(lambda: w.pdbs_settled(kube, namespace, healthy), w.PREPARE_TIMEOUT,
+                   "PDBs observed by the disruption controller", interval=0.5)
+        budgets = [Budget(f"{rs}-pdb", {"app": rs}, n, 1) for rs, n in expected.items()]
+    return Prepared(namespace, budgets, names, w.vmi_uids(kube, namespace) if names else {},
+                    round(time.monotonic() - started, 1))
+
+
+def check_drain(kube, prepared, watcher, node):
+    """Correctness after the run: pods gone, budgets kept, VMs running elsewhere as before."""
+    remaining = w.remaining_pods(kube, node)
+    violated = watcher.violated_budgets()
+    vm_problems = dict(watcher.vm_disruptions)
+    if prepared.vms:
+        vmis = {v["metadata"]["name"]: v for v in kube.list("VirtualMachineInstance", prepared.namespace)[0]}
+        for name in prepared.vms:
+            vmi = vmis.get(name)
+            status = (vmi or {}).get("status") or {}
+            if vmi is None:
+                vm_problems.setdefault(name, "no VMI at the end")
+            elif vmi["metadata"]["uid"] != prepared.vmi_uids.get(name):
+                vm_problems.setdefault(name, "VMI re-created (restarted, not migrated)")
+            elif status.get("phase") != "Running":
+                vm_problems.setdefault(name, f"VMI phase {status.get('phase')} at the end")
+            elif status.get("nodeName") == node:
+                vm_problems.setdefault(name, "VMI still on the drained node")
+    return {
+        "all_pods_gone": not remaining,
+        "remaining_pods": remaining[:20],
+        "remaining_count": len(remaining),
+        "pdb_violations": violated,
+        "vms_running": not vm_problems if prepared.vms else None,
+        "vm_problems": vm_problems,
+        "watch_errors": watcher.errors,
+        "correct": not remaining and not violated and not vm_problems,
+    }
+
+
+def run_drain(ctx, scenario, peer, iteration, node):
+    """One measured run of ``peer`` on ``scenario``; returns the record."""
+    kube = ctx.kube
+    record = {"scenario": scenario.key, "peer": peer.key, "iteration": iteration, "node": node}
+    reset(kube, ctx.workers)
+    if peer.needs_nm_controller is not None:
+        peers_mod.set_nm_controller(ctx.lab_dir, peer.needs_nm_controller)
+    peer.before_run(ctx.env, node)
+    prepared = prepare_drain(kube, scenario, node)
+    record["prepare_seconds"] = prepared.seconds
+    watcher = Watcher(kube, prepared.namespace, prepared.budgets, watch_vmis=bool(prepared.vms)).start()
+    offset = ctx.audit.mark()
+    outcome = peer.run(ctx.env, node)
+    watcher.stop()
+    m = outcome.measured
+    counts = ctx.audit.count(offset, m.started, m.ended)
+    record.update({
+        "ok": outcome.ok,
+        "error": outcome.error,
+        "wall_seconds": m.wall_seconds,
+        "max_rss_mib": m.max_rss_mib,
+        "peak_tree_rss_mib": m.peak_tree_rss_mib,
+        "cpu_seconds": round(m.user_seconds + m.system_seconds, 3),
+        "requests": requests_of(counts, peer.clients),
+        "requests_by_client": counts["by_client"],
+        "requests_detail": {c: counts["verbs"].get(c) for c in counts["verbs"] if any(c.startswith(p) for p in peer.clients)},
+        "response_codes": {c: counts["codes"].get(c) for c in counts["codes"] if any(c.startswith(p) for p in peer.clients)},
+        "details": outcome.details,
+    })
+    record["correctness"] = check_drain(kube, prepared, watcher, node)
+    try:
+        peer.after_run(ctx.env, node)
+    except Exception as e:  # noqa: BLE001 - the next run resets the node anyway
+        record["after_run_error"] = str(e)
+    return record
+
+
+# -- scenario 4 ------------------------------------------------------------------------------
+
+class RollingWatcher:
+    """Watches nodes, VMIs and migrations during a rolling run.
+
+    Records, for each node, when it was cordoned and how many VMIs it had then (what
+    its drain had to move), and the phase timestamps of every migration.
+    """
+
+    def __init__(self, kube, namespace, nodes):
+        self.kube = kube
+        self.namespace = namespace
+        self.nodes = set(nodes)
+        self.vmis = {}
+        self.cordoned = {}  # node -> {"at": t, "vms": n}
+        self.uncordoned = {}
+        self.migrations = {}
+        self.unschedulable = {}
+        self._watches = []
+        self._threads = []
+        self._lock = threading.Lock()
+        self.errors = []
+        self.vm_disruptions = {}
+        self.initial_vmis = {}
+
+    def start(self):
+        vmis, vrv = self.kube.list("VirtualMachineInstance", self.namespace)
+        self.vmis = {v["metadata"]["name"]: v for v in vmis}
+        self.initial_vmis = {n: v["metadata"]["uid"] for n, v in self.vmis.items()}
+        nodes, nrv = self.kube.list("Node")
+        self.unschedulable = {n["metadata"]["name"]: bool(n["spec"].get("unschedulable")) for n in nodes}
+        _, mrv = self.kube.list("VirtualMachineInstanceMigration", self.namespace)
+        self._watch("VirtualMachineInstance", self.namespace, vrv, self._on_vmi)
+        self._watch("Node", None, nrv, self._on_node)
+        self._watch("VirtualMachineInstanceMigration", self.namespace, mrv, self._on_migration)
+        return self
+
+    def stop(self):
+        time.sleep(0.3)
+        for watch in self._watches:
+            watch.close()
+        for thread in self._threads:
+            thread.join(5)
+
+    def _watch(self, kind, namespace, rv, handler):
+        watch = self.kube.watch(kind, namespace, resource_version=rv)
+        self._watches.append(watch)
+
+        def loop():
+            try:
+                for event_type, obj in watch.events():
+                    if event_type == "BOOKMARK":
+                        continue
+                    with self._lock:
+                        handler(event_type, obj)
+            except Exception as e:  # noqa: BLE001
+                if not watch.closed:
+                    self.errors.append(f"{kind} watch failed: {e}")
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _on_vmi(self, event_type, vmi):
+        name = vmi["metadata"]["name"]
+        if event_type == "DELETED":
+            self.vmis.pop(name, None)
+            self.vm_disruptions.setdefault(name, "VMI deleted")
+            return
+        self.vmis[name] = vmi
+        if name in self.initial_vmis and vmi["metadata"]["uid"] != self.initial_vmis[name]:
+            self.vm_disruptions.setdefault(name, "VMI re-created")
+
+    def _on_node(self, event_type, node):
+        name = node["metadata"]["name"]
+        now = bool(node["spec"].get("unschedulable"))
+        before = self.unschedulable.get(name, False)
+        self.unschedulable[name] = now
+        if name not in self.nodes:
+            return
+        if now and not before and name not in self.cordoned:
+            on_node = sum(1 for v in self.vmis.values() if (v.get("status") or {}).get("nodeName") == name)
+            self.cordoned[name] = {"at": time.time(), "vms": on_node}
+        elif before and not now and name in self.cordoned:
+            self.uncordoned[name] = time.time()
+
+    def _on_migration(self, event_type, migration):
+        if event_type != "DELETED":
+            self.migrations[migration["metadata"]["uid"]] = migration
+
+
+def migration_settings(kube, lab_dir):
+    """Migration limits and bandwidth as the simulator applies them."""
+    import json
+    from pathlib import Path
+
+    config = {}
+    crs, _ = kube.list("KubeVirt")
+    if crs:
+        config = ((crs[0].get("spec") or {}).get("configuration") or {}).get("migrations") or {}
+    bandwidth = config.get("bandwidthPerMigration")
+    if not bandwidth:
+        try:
+            bandwidth = json.loads((Path(lab_dir) / "sim" / "ready").read_text()).get("migration_bandwidth")
+        except (OSError, ValueError):
+            bandwidth = None
+    from kubernetes.utils import parse_quantity
+
+    return {
+        "parallel_migrations_per_cluster": int(config.get("parallelMigrationsPerCluster") or 5),
+        "parallel_outbound_migrations_per_node": int(config.get("parallelOutboundMigrationsPerNode") or 2),
+        "bandwidth": str(bandwidth or "1Gi"),
+        "bandwidth_bytes_per_second": float(parse_quantity(str(bandwidth or "1Gi"))),
+    }
+
+
+def lower_bounds(settings, vm_memory, counts, nodes, vms_per_node):
+    """Seconds: the bound for the VM counts each drain met, and the placement-free ideal."""
+    from kubernetes.utils import parse_quantity
+
+    per_vm = float(parse_quantity(vm_memory)) / settings["bandwidth_bytes_per_second"]
+    lanes = min(settings["parallel_outbound_migrations_per_node"], settings["parallel_migrations_per_cluster"])
+    observed = sum(math.ceil(n / lanes) for n in counts) * per_vm if counts else None
+    # Every VM leaves its node once; the first node's VMs can only go to nodes still to be
+    # maintained, so they leave a second time: at least nodes*v + v migrations, one node at a time.
+    ideal = math.ceil((nodes * vms_per_node + vms_per_node) / lanes) * per_vm
+    return {"migration_seconds_per_vm": per_vm, "lanes": lanes,
+            "observed_placement_seconds": observed, "ideal_seconds": ideal}
+
+
+def migration_phase_stats(migrations):
+    """Mean seconds per migration phase (from phaseTransitionTimestamps) and overall."""
+    from bench.audit import _timestamp
+
+    phases = {}
+    totals = []
+    for m in migrations:
+        status = m.get("status") or {}
+        stamps = [(t.get("phase"), _timestamp(t.get("phaseTransitionTimestamp")))
+                  for t in status.get("phaseTransitionTimestamps") or [] if t.get("phaseTransitionTimestamp")]
+        if not stamps or status.get("phase") != "Succeeded":
+            continue
+        created = _timestamp(m["metadata"]["creationTimestamp"])
+        previous = ("created", created)
+        for phase, at in stamps:
+            phases.setdefault(f"{previous[0]}->{phase}", []).append(at - previous[1])
+            previous = (phase, at)
+        totals.append(stamps[-1][1] - created)
+    mean = {k: round(sum(v) / len(v), 2) for k, v in phases.items()}
+    return {"succeeded": len(totals), "mean_total_seconds": round(sum(totals) / len(totals), 2) if totals else None,
+            "mean_phase_seconds": mean}
+
+
+def prepare_rolling(kube, scenario, nodes):
+    started = time.monotonic()
+    namespace = w.new_namespace(kube, f"bench-s{scenario.key}")
+    names = []
+    for index, node in enumerate(nodes):
+        with w.Placement(kube, [node]):
+            batch = w.create_vms(kube, namespace, scenario.vms_per_node, scenario.vm_memory, prefix=f"vm-n{index}")
+            w.wait_for(lambda b=batch, n=node: w.vms_running_on(kube, namespace, names + b, set(nodes[:index + 1]))
+                       and sum(1 for v in kube.list("VirtualMachineInstance", namespace)[0]
+                               if v["status"].get("nodeName") == n) == len(b),
+                       w.PREPARE_TIMEOUT, f"{len(batch)} VMs running on {node}", interval=0.5)
+        names += batch
+    return Prepared(namespace, [], names, w.vmi_uids(kube, namespace), round(time.monotonic() - started, 1))
+
+
+def run_rolling(ctx, scenario, peer, iteration):
+    kube = ctx.kube
+    nodes = ctx.workers[:scenario.nodes]
+    record = {"scenario": scenario.key, "peer": peer.key, "iteration": iteration, "nodes": nodes}
+    reset(kube, ctx.workers)
+    if peer.needs_nm_controller is not None:
+        peers_mod.set_nm_controller(ctx.lab_dir, peer.needs_nm_controller)
+    prepared = prepare_rolling(kube, scenario, nodes)
+    record["prepare_seconds"] = prepared.seconds
+    watcher = RollingWatcher(kube, prepared.namespace, nodes).start()
+    offset = ctx.audit.mark()
+    outcome = peer.run_rolling(ctx.env, nodes)
+    watcher.stop()
+    m = outcome.measured
+    counts = ctx.audit.count(offset, m.started, m.ended)
+    settings = migration_settings(kube, ctx.lab_dir)
+    vm_counts = [watcher.cordoned[n]["vms"] for n in nodes if n in watcher.cordoned]
+    bounds = lower_bounds(settings, scenario.vm_memory, vm_counts, len(nodes), scenario.vms_per_node)
+    node_windows = {
+        n: {"vms_at_cordon": watcher.cordoned[n]["vms"],
+            "cordoned_at": round(watcher.cordoned[n]["at"] - m.started, 2),
+            "uncordoned_at": round(watcher.uncordoned[n] - m.started, 2) if n in watcher.uncordoned else None}
+        for n in nodes if n in watcher.cordoned
+    }
+    # Correctness: every VM running, never restarted, no node left cordoned.
+    vmis = {v["metadata"]["name"]: v for v in kube.list("VirtualMachineInstance", prepared.namespace)[0]}
+    problems = dict(watcher.vm_disruptions)
+    for name in prepared.vms:
+        vmi = vmis.get(name)
+        if vmi is None or (vmi.get("status") or {}).get("phase") != "Running":
+            problems.setdefault(name, "not Running at the end")
+    still_cordoned = [n for n in nodes if kube.get("Node", n)["spec"].get("unschedulable")]
+    record.update({
+        "ok": outcome.ok,
+        "error": outcome.error,
+        "wall_seconds": m.wall_seconds,
+        "max_rss_mib": m.max_rss_mib,
+        "peak_tree_rss_mib": m.peak_tree_rss_mib,
+        "cpu_seconds": round(m.user_seconds + m.system_seconds, 3),
+        "requests": requests_of(counts, peer.clients),
+        "requests_by_client": counts["by_client"],
+        "details": outcome.details,
+        "migration_settings": settings,
+        "lower_bound": bounds,
+        "nodes_timeline": node_windows,
+        "migrations": migration_phase_stats(watcher.migrations.values()),
+        "correctness": {
+            "vms_running": not problems,
+            "vm_problems": problems,
+            "nodes_left_cordoned": still_cordoned,
+            "all_nodes_visited": len(watcher.cordoned) == len(nodes),
+            "watch_errors": watcher.errors,
+            "correct": not problems and not still_cordoned and len(watcher.cordoned) == len(nodes),
+        },
+    })
+    if bounds["observed_placement_seconds"]:
+        overhead = m.wall_seconds - bounds["observed_placement_seconds"]
+        record["overhead_seconds"] = round(overhead, 2)
+        record["overhead_per_node_seconds"] = round(overhead / len(nodes), 2)
+        record["ratio_to_lower_bound"] = round(m.wall_seconds / bounds["observed_placement_seconds"], 3)
+    record["ratio_to_ideal_bound"] = round(m.wall_seconds / bounds["ideal_seconds"], 3)
+    return record
+
+
+def measure_noop(ctx, iterations):
+    """A module run that changes nothing vs ``ansible localhost -m ansible.builtin.ping``, interleaved."""
+    env = ctx.env
+    node = ctx.workers[-1]
+    w.reset_node(ctx.kube, node)
+    commands = {
+        "ping": ["ansible.builtin.ping", {}],
+        "node_labeller_noop": ["kubevirt_ops.maintenance.node_labeller", {"name": node, "skip": False}],
+        "node_maintenance_absent_noop": ["kubevirt_ops.maintenance.node_maintenance",
+                                         {"name": node, "state": "absent"}],
+    }
+    samples = {k: [] for k in commands}
+    errors = {}
+    for _ in range(iterations):
+        for key, (module, args) in commands.items():
+            argv = [str(env.our_bin / "ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m", module]
+            if args:
+                import json
+                argv += ["-a", json.dumps(args)]
+            m = measure.run(argv, env=env.our_ansible_env(), timeout=300, sample_memory=False)
+            result = peers_mod.ansible_result(m.stdout)
+            error = peers_mod.ansible_error(m, result)
+            if error is None and result and result.get("changed"):
+                error = "reported changed: true (not a no-op)"
+            if error:
+                errors[key] = error
+            samples[key].append(m.wall_seconds)
+    return {"node": node, "samples": samples, "errors": errors}

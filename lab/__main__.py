@@ -1,0 +1,82 @@
+"""Command line of the lab: ``python -m lab up|down|status|env|node-fail|node-recover|restart``."""
+
+import argparse
+import sys
+
+from lab import cluster
+from lab.errors import LabError
+from lab.paths import STATE_DIR_ENV, LabPaths, default_state_dir
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m lab",
+        description="A local Kubernetes control plane with KWOK-simulated nodes. "
+        f"State directory: ${STATE_DIR_ENV}, else <repo>/.lab.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = commands.add_parser("up", help="start the lab (idempotent); builds binaries if missing")
+    up.add_argument("--nodes", type=int, default=4, metavar="N", help="worker nodes (default 4)")
+    up.add_argument(
+        "--control-plane-nodes",
+        type=int,
+        default=1,
+        metavar="M",
+        help="control-plane nodes (default 1)",
+    )
+    up.add_argument(
+        "--no-hco", action="store_true", help="tell the KubeVirt simulator to leave out HCO"
+    )
+    up.add_argument(
+        "--no-kubevirt",
+        action="store_true",
+        help="do not start the KubeVirt simulator (plain Kubernetes lab)",
+    )
+    commands.add_parser("down", help="stop everything and delete the cluster; keeps logs/")
+    commands.add_parser("status", help="show components and nodes; exit 1 unless fully up")
+    commands.add_parser("env", help="print `export KUBECONFIG=...` for eval")
+    for name, what in (("node-fail", "stop the heartbeat of"), ("node-recover", "restore")):
+        command = commands.add_parser(name, help=f"{what} a node")
+        command.add_argument("node", metavar="NAME")
+        command.add_argument(
+            "--no-wait", action="store_true", help="return without waiting for the node condition"
+        )
+    restart = commands.add_parser("restart", help="restart a component on the same port")
+    restart.add_argument("component", metavar="COMPONENT", help="apiserver (or any core component)")
+
+    args = parser.parse_args(argv)
+    paths = LabPaths(default_state_dir())
+    try:
+        if args.command == "up":
+            cluster.up(
+                paths,
+                workers=args.nodes,
+                control_plane_nodes=args.control_plane_nodes,
+                hco=not args.no_hco,
+                kubevirt=not args.no_kubevirt,
+            )
+        elif args.command == "down":
+            cluster.down(paths)
+        elif args.command == "status":
+            return 0 if cluster.status(paths) else 1
+        elif args.command == "env":
+            print(f"export KUBECONFIG={paths.kubeconfig}")
+        elif args.command == "node-fail":
+            cluster.node_fail(paths, args.node, wait=not args.no_wait)
+        elif args.command == "node-recover":
+            cluster.node_recover(paths, args.node, wait=not args.no_wait)
+        elif args.command == "restart":
+            cluster.restart(paths, args.component)
+    except LabError as e:
+        print(f"lab: error: {e}", file=sys.stderr)
+        if e.detail:
+            print(e.detail, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

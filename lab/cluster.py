@@ -1,0 +1,321 @@
+"""Lab operations: up, down, status, restart, node failure and recovery.
+
+A lab is the set of processes recorded in one state directory. Every operation is
+idempotent and re-reads that directory, so the CLI, the pytest plugin and a user at
+a shell can act on the same lab one after the other.
+"""
+
+import fcntl
+import shutil
+import sys
+import time
+from contextlib import contextmanager
+
+from lab import binaries, components, kwok, network, nodes, processes
+from lab import settings as lab_settings
+from lab.certs import CLIENTS, ensure_pki
+from lab.components import CORE, Context
+from lab.errors import LabError
+from lab.kubeconfig import write_kubeconfig
+from lab.paths import REPO_ROOT
+from lab.wait import wait_for
+
+SIM = "kubevirt-sim"
+SIM_MAIN = REPO_ROOT / "lab" / "kubevirt_sim" / "__main__.py"
+SIM_READY_TIMEOUT = 60
+PORT_RELEASE_TIMEOUT = 30
+
+
+def say(message):
+    print(f"lab: {message}", file=sys.stderr, flush=True)
+
+
+def up(paths, workers=4, control_plane_nodes=1, hco=True, kubevirt=True):
+    """Bring the lab to the requested shape, starting only what is not running."""
+    if workers < 0 or control_plane_nodes < 1:
+        raise LabError("need at least one control-plane node and zero or more workers")
+    started = time.monotonic()
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(paths):
+        ctx = _prepare(paths, workers, control_plane_nodes, hco, kubevirt)
+        for component in CORE:
+            _ensure_running(ctx, component)
+        api = nodes.api_client(paths.kubeconfig)
+        planned = nodes.plan(control_plane_nodes, workers)
+        created = nodes.ensure(api, planned, binaries.kubernetes_version(ctx.settings.bin_dir))
+        if created:
+            say(f"created nodes {', '.join(created)}")
+        failed = set(nodes.failed_names(api))
+        nodes.wait_ready(api, [n.name for n in planned if n.name not in failed])
+        if kubevirt:
+            _ensure_kubevirt_sim(paths, hco)
+    say(
+        f"up in {time.monotonic() - started:.0f}s: {len(planned)} nodes, API at {ctx.settings.apiserver_url}"
+    )
+    say(f"export KUBECONFIG={paths.kubeconfig}")
+
+
+def down(paths):
+    """Stop every process of the lab and forget its cluster; keep the logs."""
+    if not paths.state_dir.is_dir():
+        return
+    with _locked(paths):
+        settings = lab_settings.load(paths)
+        recorded = processes.recorded_names(paths)
+        core = [c.name for c in reversed(CORE)]
+        # Clients first (the simulator, anything else recorded), the control plane last.
+        order = [SIM] + [n for n in recorded if n not in core and n != SIM] + core
+        for name in order:
+            component = components.BY_NAME.get(name)
+            grace = component.stop_grace if component else processes.DEFAULT_STOP_GRACE
+            if processes.stop(paths, name, grace):
+                say(f"stopped {name}")
+        if settings:
+            for name, port in settings.ports.items():
+                wait_for(
+                    lambda: not network.port_in_use(port),
+                    PORT_RELEASE_TIMEOUT,
+                    f"127.0.0.1:{port} ({name}) to be released",
+                )
+        for entry in paths.cluster_files():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink(missing_ok=True)
+    say(f"down; logs kept in {paths.logs}")
+
+
+def is_running(paths):
+    """True if the lab in ``paths`` has all its control plane up and serving."""
+    settings = lab_settings.load(paths)
+    if settings is None or not paths.kubeconfig.exists():
+        return False
+    if not all(processes.tracked(paths, c.name) for c in CORE):
+        return False
+    return components.BY_NAME["kube-apiserver"].healthy(_context(paths, settings))
+
+
+def status(paths):
+    """Print what runs and how the nodes are; True if the lab is fully up."""
+    settings = lab_settings.load(paths)
+    if settings is None:
+        print(f"lab at {paths.state_dir}: not up")
+        return False
+    ctx = _context(paths, settings)
+    healthy = True
+    total_rss = 0
+    lines = []
+    for component in CORE:
+        record = processes.tracked(paths, component.name)
+        port = settings.ports[component.name]
+        if record is None:
+            state = "not running"
+            healthy = False
+        elif component.healthy(ctx):
+            state = f"pid {record.pid}, healthy"
+        else:
+            state = f"pid {record.pid}, NOT healthy"
+            healthy = False
+        rss = processes.rss_bytes(record) if record else 0
+        total_rss += rss
+        lines.append(f"  {component.name:<24} 127.0.0.1:{port:<6} {state}{_mib(rss)}")
+    sim = processes.tracked(paths, SIM)
+    if sim:
+        rss = processes.rss_bytes(sim)
+        total_rss += rss
+        ready = "ready" if paths.sim_ready.exists() else "not ready"
+        lines.append(f"  {SIM:<24} {'':<16} pid {sim.pid}, {ready}{_mib(rss)}")
+    else:
+        lines.append(f"  {SIM:<24} {'':<16} not running")
+    print(f"lab at {paths.state_dir}: {'up' if healthy else 'DEGRADED'}")
+    print("\n".join(lines))
+    print(f"  total memory (RSS)       {total_rss / 2**20:.0f} MiB")
+    if healthy:
+        api = nodes.api_client(paths.kubeconfig)
+        failed = set(nodes.failed_names(api))
+        for node in nodes.list_nodes(api):
+            name = node.metadata.name
+            ready = "Ready" if nodes.is_ready(node) else "NotReady"
+            extra = []
+            if node.spec.unschedulable:
+                extra.append("SchedulingDisabled")
+            if name in failed:
+                extra.append("failed with node-fail")
+            print(f"  node {name:<20} {ready:<9} {', '.join(extra)}".rstrip())
+    print(f"kubeconfig: {paths.kubeconfig}")
+    return healthy
+
+
+def restart(paths, name):
+    """Stop and start one control-plane component on its port; wait until it serves."""
+    component = components.BY_NAME.get(name) or components.BY_NAME.get(f"kube-{name}")
+    if component is None:
+        raise LabError(f"unknown component {name!r}; one of: {', '.join(components.BY_NAME)}")
+    with _locked(paths):
+        settings = _require_settings(paths)
+        ctx = _context(paths, settings)
+        processes.stop(paths, component.name, component.stop_grace)
+        port = settings.ports[component.name]
+        wait_for(
+            lambda: not network.port_in_use(port),
+            PORT_RELEASE_TIMEOUT,
+            f"127.0.0.1:{port} to be released by {component.name}",
+        )
+        _ensure_running(ctx, component)
+    say(f"restarted {component.name} on 127.0.0.1:{settings.ports[component.name]}")
+
+
+def node_fail(paths, name, wait=True):
+    _require_settings(paths)
+    nodes.fail(nodes.api_client(paths.kubeconfig), name, wait=wait)
+    say(f"node {name} failed" + ("" if wait else " (heartbeat stopped, not waiting for NotReady)"))
+
+
+def node_recover(paths, name, wait=True):
+    _require_settings(paths)
+    nodes.recover(nodes.api_client(paths.kubeconfig), name, wait=wait)
+    say(f"node {name} recovered" + ("" if wait else " (not waiting for Ready)"))
+
+
+def _prepare(paths, workers, control_plane_nodes, hco, kubevirt):
+    """Settings, certificates and config files for ``up``; returns the start context."""
+    bin_dir = binaries.ensure()
+    settings = lab_settings.load(paths)
+    anything_running = any(processes.tracked(paths, c.name) for c in CORE)
+    if settings is None:
+        settings = lab_settings.Settings(str(bin_dir), workers, control_plane_nodes, hco)
+        settings.choose_ports()
+    elif not anything_running:
+        # A stopped lab (e.g. after a reboot) keeps its data but not its ports:
+        # others may have taken them meanwhile.
+        settings.choose_ports()
+        settings.bin_dir = str(bin_dir)
+    settings.workers, settings.control_plane_nodes = workers, control_plane_nodes
+    settings.hco, settings.kubevirt = hco, kubevirt
+    lab_settings.save(paths, settings)
+
+    pki = ensure_pki(paths.pki)
+    write_kubeconfig(
+        paths.kubeconfig,
+        settings.apiserver_url,
+        pki.ca_cert,
+        pki.cert("admin"),
+        pki.key("admin"),
+        CLIENTS["admin"][0],
+    )
+    for component in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        write_kubeconfig(
+            paths.component_kubeconfig(component),
+            settings.apiserver_url,
+            pki.ca_cert,
+            pki.cert(component),
+            pki.key(component),
+            CLIENTS[component][0],
+        )
+    paths.audit_policy.write_text(components.AUDIT_POLICY)
+    kwok.write_config(paths.kwok_config, settings.bin_dir)
+    return Context(paths, settings, pki)
+
+
+def _ensure_running(ctx, component):
+    paths = ctx.paths
+    record = processes.tracked(paths, component.name)
+    if record is None:
+        port = ctx.port(component.name)
+        if network.port_in_use(port):
+            raise LabError(
+                f"{component.name} cannot start: 127.0.0.1:{port} is taken by another process"
+                " (run `python -m lab down`, then `up` again)"
+            )
+        say(f"starting {component.name} on 127.0.0.1:{port}")
+        record = processes.start(
+            paths, component.name, component.command(ctx), env=components.environment()
+        )
+
+    def serving():
+        if not processes.is_running(record):
+            raise _start_failure(paths, component.name, "exited while starting")
+        return component.healthy(ctx)
+
+    try:
+        wait_for(serving, components.START_TIMEOUT, f"{component.name} to serve")
+    except LabError as e:
+        if e.detail is None:
+            raise _start_failure(paths, component.name, str(e)) from e
+        raise
+
+
+def _ensure_kubevirt_sim(paths, hco):
+    if not SIM_MAIN.exists():
+        say("lab/kubevirt_sim is not there yet: skipping the KubeVirt simulator")
+        return
+    record = processes.tracked(paths, SIM)
+    if record is None:
+        paths.sim_dir.mkdir(parents=True, exist_ok=True)
+        paths.sim_ready.unlink(missing_ok=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "lab.kubevirt_sim",
+            "--kubeconfig",
+            str(paths.kubeconfig),
+            "--state-dir",
+            str(paths.sim_dir),
+        ]
+        if not hco:
+            argv.append("--no-hco")
+        say("starting the KubeVirt simulator")
+        env = components.environment()
+        env["PYTHONUNBUFFERED"] = "1"
+        record = processes.start(paths, SIM, argv, env=env, cwd=str(REPO_ROOT))
+
+    def ready():
+        if not processes.is_running(record):
+            raise _start_failure(paths, SIM, "exited while starting")
+        return paths.sim_ready.exists()
+
+    try:
+        wait_for(ready, SIM_READY_TIMEOUT, f"{paths.sim_ready} to appear")
+    except LabError as e:
+        if e.detail is None:
+            raise _start_failure(paths, SIM, str(e)) from e
+        raise
+
+
+def _start_failure(paths, name, reason):
+    log = paths.log(name)
+    error = processes.last_error(log)
+    summary = f"{name} failed to start ({reason})"
+    if error:
+        summary += f": {error[:300]}"
+    return LabError(
+        f"{summary} [log: {log}]",
+        detail=f"last lines of {log}:\n{processes.log_tail(log)}",
+    )
+
+
+def _context(paths, settings):
+    return Context(paths, settings, ensure_pki(paths.pki))
+
+
+def _require_settings(paths):
+    settings = lab_settings.load(paths)
+    if settings is None:
+        raise LabError(f"no lab is up in {paths.state_dir} (run `python -m lab up`)")
+    return settings
+
+
+def _mib(rss):
+    return f", {rss / 2**20:.0f} MiB" if rss else ""
+
+
+@contextmanager
+def _locked(paths):
+    """One operation at a time per lab, across processes."""
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    with open(paths.lock, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

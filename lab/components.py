@@ -1,0 +1,232 @@
+"""The control-plane components: how each is started and how we know it is up.
+
+Flags follow what envtest and kubeadm use, narrowed to one machine: everything
+listens on 127.0.0.1 only, with ports chosen at ``up`` so several labs can run side
+by side.
+"""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab import health, network
+
+# Timeouts are generous: the lab often shares two cores with builds and other labs.
+START_TIMEOUT = 180
+
+NODE_MONITOR_GRACE_PERIOD = "20s"
+# kwok renews each node Lease every quarter of this. A restarted kwok (new identity)
+# can only take over the Leases once they expire, so this must stay well below the
+# grace period above or every node would go NotReady whenever kwok restarts.
+KWOK_NODE_LEASE_SECONDS = 12
+KWOK_NODE_SELECTOR = "kwok.x-k8s.io/node=fake"
+
+AUDIT_POLICY = """\
+# Metadata for every request: who (user, user agent), what (verb, resource) and the
+# response code, without bodies. One event per request once the response is sent.
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages:
+  - RequestReceived
+rules:
+  - level: Metadata
+"""
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a component's command line is made of."""
+
+    paths: object
+    settings: object
+    pki: object
+
+    def binary(self, name):
+        return str(Path(self.settings.bin_dir) / name)
+
+    def port(self, name):
+        return self.settings.ports[name]
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    argv: object  # Context -> list[str]
+    probe: object  # Context -> bool
+    # Seconds between SIGTERM and SIGKILL. kube-apiserver drains open watches for up
+    # to a minute on SIGTERM; the lab's clients simply reconnect, so it is cut short.
+    stop_grace: float = 10
+
+    def command(self, ctx):
+        return self.argv(ctx)
+
+    def healthy(self, ctx):
+        return self.probe(ctx)
+
+
+def environment():
+    """Environment for the components: never send lab traffic through a proxy."""
+    env = dict(os.environ)
+    no_proxy = ",".join(
+        filter(
+            None,
+            [
+                env.get("NO_PROXY") or env.get("no_proxy"),
+                "127.0.0.1,localhost",
+                network.SERVICE_CLUSTER_IP_RANGE,
+                network.POD_CIDR,
+            ],
+        )
+    )
+    env["NO_PROXY"] = env["no_proxy"] = no_proxy
+    return env
+
+
+def _etcd_argv(ctx):
+    client = f"http://127.0.0.1:{ctx.port('etcd')}"
+    peer = f"http://127.0.0.1:{ctx.port('etcd-peer')}"
+    return [
+        ctx.binary("etcd"),
+        "--name=lab",
+        f"--data-dir={ctx.paths.etcd_data}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=lab={peer}",
+        "--initial-cluster-state=new",
+        # The lab is disposable; skipping fsync makes every API write much cheaper.
+        "--unsafe-no-fsync",
+        "--log-level=warn",
+    ]
+
+
+def _etcd_probe(ctx):
+    return health.http_ok("127.0.0.1", ctx.port("etcd"), "/health")
+
+
+def _apiserver_argv(ctx):
+    pki = ctx.pki
+    return [
+        ctx.binary("kube-apiserver"),
+        f"--etcd-servers=http://127.0.0.1:{ctx.port('etcd')}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ctx.port('kube-apiserver')}",
+        f"--advertise-address={network.APISERVER_ADVERTISE_IP}",
+        f"--tls-cert-file={pki.cert('apiserver')}",
+        f"--tls-private-key-file={pki.key('apiserver')}",
+        f"--client-ca-file={pki.ca_cert}",
+        "--authorization-mode=Node,RBAC",
+        # Default admission plugins stay on: webhooks, ServiceAccount, PodSecurity, ...
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki.service_account_pub}",
+        f"--service-account-signing-key-file={pki.service_account_key}",
+        f"--service-cluster-ip-range={network.SERVICE_CLUSTER_IP_RANGE}",
+        "--allow-privileged=true",
+        f"--audit-policy-file={ctx.paths.audit_policy}",
+        f"--audit-log-path={ctx.paths.audit_log}",
+        "--audit-log-format=json",
+        # Aggregated APIs: route to endpoint IPs, and authenticate proxied requests
+        # with the front-proxy client certificate.
+        "--enable-aggregator-routing=true",
+        f"--requestheader-client-ca-file={pki.cert('front-proxy-ca')}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki.cert('front-proxy-client')}",
+        f"--proxy-client-key-file={pki.key('front-proxy-client')}",
+    ]
+
+
+def _apiserver_probe(ctx):
+    tls = health.client_tls(ctx.pki.ca_cert, ctx.pki.cert("admin"), ctx.pki.key("admin"))
+    return health.http_ok("127.0.0.1", ctx.port("kube-apiserver"), "/readyz", tls=tls)
+
+
+def _controller_manager_argv(ctx):
+    kubeconfig = ctx.paths.component_kubeconfig("kube-controller-manager")
+    pki = ctx.pki
+    return [
+        ctx.binary("kube-controller-manager"),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ctx.port('kube-controller-manager')}",
+        "--leader-elect=false",
+        f"--root-ca-file={pki.ca_cert}",
+        f"--service-account-private-key-file={pki.service_account_key}",
+        # Each controller acts under its own service account, as in real clusters
+        # (and as the audit log should show).
+        "--use-service-account-credentials=true",
+        f"--cluster-signing-cert-file={pki.ca_cert}",
+        f"--cluster-signing-key-file={pki.key('ca')}",
+        f"--service-cluster-ip-range={network.SERVICE_CLUSTER_IP_RANGE}",
+        f"--cluster-cidr={network.POD_CIDR}",
+        # Short, so fault tests see a silent node go NotReady within half a minute.
+        f"--node-monitor-grace-period={NODE_MONITOR_GRACE_PERIOD}",
+        "--node-monitor-period=2s",
+        "--kube-api-qps=100",
+        "--kube-api-burst=200",
+    ]
+
+
+def _scheduler_argv(ctx):
+    kubeconfig = ctx.paths.component_kubeconfig("kube-scheduler")
+    return [
+        ctx.binary("kube-scheduler"),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ctx.port('kube-scheduler')}",
+        "--leader-elect=false",
+    ]
+
+
+def _secure_healthz(port_name):
+    def probe(ctx):
+        return health.http_ok(
+            "127.0.0.1", ctx.port(port_name), "/healthz", tls=health.unverified_tls()
+        )
+
+    return probe
+
+
+def _kwok_argv(ctx):
+    return [
+        ctx.binary("kwok"),
+        f"--kubeconfig={ctx.paths.component_kubeconfig('kwok')}",
+        f"--config={ctx.paths.kwok_config}",
+        # Only nodes carrying the annotation are simulated, so other tools may add
+        # nodes of their own that stay untouched.
+        "--manage-all-nodes=false",
+        f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
+        # Heartbeats through node Leases, like kubelets; see lab/nodes.py for how
+        # a node is failed through its Lease.
+        f"--node-lease-duration-seconds={KWOK_NODE_LEASE_SECONDS}",
+        f"--server-address=127.0.0.1:{ctx.port('kwok')}",
+        f"--cidr={network.POD_CIDR}",
+    ]
+
+
+def _kwok_probe(ctx):
+    return health.http_ok("127.0.0.1", ctx.port("kwok"), "/healthz")
+
+
+# In start order; stopped in reverse.
+CORE = (
+    Component("etcd", _etcd_argv, _etcd_probe),
+    Component("kube-apiserver", _apiserver_argv, _apiserver_probe, stop_grace=3),
+    Component(
+        "kube-controller-manager",
+        _controller_manager_argv,
+        _secure_healthz("kube-controller-manager"),
+    ),
+    Component("kube-scheduler", _scheduler_argv, _secure_healthz("kube-scheduler")),
+    Component("kwok", _kwok_argv, _kwok_probe),
+)
+BY_NAME = {c.name: c for c in CORE}

@@ -1,0 +1,1 @@
+"""A KubeVirt, HyperConverged and node-maintenance simulator for the lab cluster."""

@@ -1,0 +1,5 @@
+import sys
+
+from lab.kubevirt_sim.main import main
+
+sys.exit(main())

@@ -1,0 +1,91 @@
+"""The cluster-wide KubeVirt settings the simulator honours, read from the KubeVirt CR.
+
+Like virt-controller, every decision reads the current CR from the cache, so a change
+(for example by the HCO controller) applies to the next eviction or migration
+without a restart.
+"""
+
+from kubernetes.utils import parse_quantity
+
+KUBEVIRT_NAMESPACE = "kubevirt"
+KUBEVIRT_NAME = "kubevirt"
+
+DEFAULT_PARALLEL_MIGRATIONS_PER_CLUSTER = 5
+DEFAULT_PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE = 2
+# Upstream fails a migration whose target pod stays unschedulable this long.
+DEFAULT_UNSCHEDULABLE_PENDING_TIMEOUT = 300
+
+
+class ClusterConfig:
+    def __init__(self, kubevirt_informer, default_bandwidth="1Gi"):
+        self._informer = kubevirt_informer
+        self._default_bandwidth = default_bandwidth
+
+    def kubevirt(self):
+        cr = self._informer.get_by(KUBEVIRT_NAMESPACE, KUBEVIRT_NAME)
+        if cr is None:
+            items = self._informer.list()
+            cr = items[0] if items else None
+        return cr or {}
+
+    def _configuration(self):
+        return (self.kubevirt().get("spec") or {}).get("configuration") or {}
+
+    def _migrations(self):
+        return self._configuration().get("migrations") or {}
+
+    def eviction_strategy(self):
+        """The cluster default eviction strategy, or None when none is configured."""
+        return self._configuration().get("evictionStrategy") or None
+
+    def parallel_migrations_per_cluster(self):
+        value = self._migrations().get("parallelMigrationsPerCluster")
+        return DEFAULT_PARALLEL_MIGRATIONS_PER_CLUSTER if value is None else int(value)
+
+    def parallel_outbound_migrations_per_node(self):
+        value = self._migrations().get("parallelOutboundMigrationsPerNode")
+        return DEFAULT_PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE if value is None else int(value)
+
+    def bandwidth_bytes_per_second(self):
+        """Migration bandwidth; 0 means unlimited (as upstream's bandwidthPerMigration)."""
+        value = self._migrations().get("bandwidthPerMigration")
+        if value in (None, ""):
+            value = self._default_bandwidth
+        return float(parse_quantity(str(value)))
+
+    def unschedulable_pending_timeout(self):
+        value = self._migrations().get("unschedulablePendingTimeoutSeconds")
+        return DEFAULT_UNSCHEDULABLE_PENDING_TIMEOUT if value is None else int(value)
+
+    def obsolete_cpu_models(self):
+        models = self._configuration().get("obsoleteCPUModels") or {}
+        return {name for name, obsolete in models.items() if obsolete}
+
+
+def effective_eviction_strategy(vmi, config):
+    """The VMI's own strategy, else the cluster default, else None (shut down)."""
+    own = (vmi.get("spec") or {}).get("evictionStrategy")
+    return own or config.eviction_strategy()
+
+
+# The obsolete CPU models HCO always adds (not shown in its CR), each also as "-v1".
+_BUILTIN_OBSOLETE = [
+    "486",
+    "pentium",
+    "pentium2",
+    "pentium3",
+    "pentiumpro",
+    "coreduo",
+    "n270",
+    "core2duo",
+    "Conroe",
+    "athlon",
+    "phenom",
+    "qemu64",
+    "qemu32",
+    "kvm64",
+    "kvm32",
+    "Opteron_G1",
+    "Opteron_G2",
+]
+BUILTIN_OBSOLETE_CPU_MODELS = _BUILTIN_OBSOLETE + [f"{m}-v1" for m in _BUILTIN_OBSOLETE]

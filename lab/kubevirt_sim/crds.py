@@ -1,0 +1,389 @@
+"""CustomResourceDefinitions for KubeVirt, HCO and node-maintenance, applied at start.
+
+The schemas are our own and structural. They name the fields the simulator (and the
+collection) read or write, with types and enums, and keep everything else open with
+``x-kubernetes-preserve-unknown-fields`` where upstream's API is wider than we model.
+Names, short names, categories and printer columns follow upstream, so
+``kubectl get vm,vmi,vmim -A`` prints what a real cluster prints.
+"""
+
+import logging
+import time
+
+from lab.kubevirt_sim import kube as k
+
+log = logging.getLogger(__name__)
+
+RUN_STRATEGIES = ["Always", "RerunOnFailure", "Manual", "Halted", "Once", "WaitAsReceiver"]
+EVICTION_STRATEGIES = ["LiveMigrate", "LiveMigrateIfPossible", "None", "External"]
+VMI_PHASES = ["", "Pending", "Scheduling", "Scheduled", "Running", "Succeeded", "Failed", "Unknown"]
+MIGRATION_PHASES = [
+    "",
+    "Pending",
+    "Scheduling",
+    "Scheduled",
+    "PreparingTarget",
+    "TargetReady",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "WaitingForSync",
+    "Synchronizing",
+]
+
+
+def _open(properties=None, **extra):
+    """An object schema that validates ``properties`` and keeps unknown fields."""
+    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    if properties:
+        schema["properties"] = properties
+    schema.update(extra)
+    return schema
+
+
+def _string(enum=None, **extra):
+    schema = {"type": "string"}
+    if enum:
+        schema["enum"] = enum
+    schema.update(extra)
+    return schema
+
+
+def _int(**extra):
+    return dict({"type": "integer"}, **extra)
+
+
+def _bool():
+    return {"type": "boolean"}
+
+
+def _strings():
+    return {"type": "array", "items": {"type": "string"}}
+
+
+def _objects(properties=None):
+    return {"type": "array", "items": _open(properties)}
+
+
+def _int_or_string():
+    return {"x-kubernetes-int-or-string": True}
+
+
+_CONDITION = {
+    "type": _string(),
+    "status": _string(),
+    "reason": _string(),
+    "message": _string(),
+    "lastProbeTime": {"type": "string", "nullable": True},
+    "lastTransitionTime": {"type": "string", "nullable": True},
+}
+
+_MIGRATION_STATE = _open(
+    {
+        "migrationUid": _string(),
+        "sourceNode": _string(),
+        "targetNode": _string(),
+        "sourcePod": _string(),
+        "targetPod": _string(),
+        "startTimestamp": _string(),
+        "endTimestamp": _string(),
+        "completed": _bool(),
+        "failed": _bool(),
+        "abortRequested": _bool(),
+        "mode": _string(),
+    }
+)
+
+_VMI_SPEC = _open(
+    {
+        "evictionStrategy": _string(EVICTION_STRATEGIES),
+        "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+        "affinity": _open(),
+        "tolerations": _objects(),
+        "terminationGracePeriodSeconds": _int(),
+        "domain": _open(
+            {
+                "memory": _open({"guest": _int_or_string()}),
+                "resources": _open({"requests": _open(), "limits": _open()}),
+                "cpu": _open({"cores": _int(), "sockets": _int(), "threads": _int(), "model": _string()}),
+                "devices": _open(),
+            }
+        ),
+        "volumes": _objects(),
+        "networks": _objects(),
+    }
+)
+
+_VMI_STATUS = _open(
+    {
+        "phase": _string(VMI_PHASES),
+        "nodeName": _string(),
+        "reason": _string(),
+        "conditions": _objects(_CONDITION),
+        "evacuationNodeName": _string(),
+        "migrationState": _MIGRATION_STATE,
+        "interfaces": _objects(),
+        "activePods": _open(),
+    }
+)
+
+
+def _crd(group, kind, plural, singular, *, scope="Namespaced", short_names=(), categories=(), versions):
+    names = {"kind": kind, "plural": plural, "singular": singular, "listKind": f"{kind}List"}
+    if short_names:
+        names["shortNames"] = list(short_names)
+    if categories:
+        names["categories"] = list(categories)
+    return {
+        "metadata": {"name": f"{plural}.{group}", "labels": {"app.kubernetes.io/managed-by": "kubevirt-sim"}},
+        "spec": {"group": group, "names": names, "scope": scope, "versions": versions},
+    }
+
+
+def _version(name, spec, status, columns=(), served=True, storage=True, required=None):
+    schema = {
+        "type": "object",
+        "properties": {
+            "apiVersion": _string(),
+            "kind": _string(),
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+    }
+    if required:
+        schema["required"] = required
+    version = {
+        "name": name,
+        "served": served,
+        "storage": storage,
+        "schema": {"openAPIV3Schema": schema},
+        "subresources": {"status": {}},
+    }
+    if columns:
+        version["additionalPrinterColumns"] = [dict(c) for c in columns]
+    return version
+
+
+def _column(name, json_path, type_="string", priority=0, description=None):
+    col = {"name": name, "type": type_, "jsonPath": json_path}
+    if priority:
+        col["priority"] = priority
+    if description:
+        col["description"] = description
+    return col
+
+
+AGE = _column("Age", ".metadata.creationTimestamp", "date")
+
+
+def definitions():
+    """Every CRD the lab serves, as dicts ready for server-side apply."""
+    vm = _crd(
+        "kubevirt.io",
+        "VirtualMachine",
+        "virtualmachines",
+        "virtualmachine",
+        short_names=["vm", "vms"],
+        categories=["all"],
+        versions=[
+            _version(
+                "v1",
+                _open(
+                    {
+                        "runStrategy": _string(RUN_STRATEGIES),
+                        "running": _bool(),
+                        "template": _open({"metadata": _open(), "spec": _VMI_SPEC}),
+                        "dataVolumeTemplates": _objects(),
+                    }
+                ),
+                _open(
+                    {
+                        "printableStatus": _string(),
+                        "ready": _bool(),
+                        "created": _bool(),
+                        "runStrategy": _string(),
+                        "conditions": _objects(_CONDITION),
+                        "stateChangeRequests": _objects(
+                            {"action": _string(["Start", "Stop"]), "uid": _string(), "data": _open()}
+                        ),
+                        "observedGeneration": _int(),
+                        "desiredGeneration": _int(),
+                    }
+                ),
+                columns=[
+                    AGE,
+                    _column("Status", ".status.printableStatus", description="Human Readable Status"),
+                    _column("Ready", ".status.conditions[?(@.type=='Ready')].status"),
+                ],
+            )
+        ],
+    )
+    vmi = _crd(
+        "kubevirt.io",
+        "VirtualMachineInstance",
+        "virtualmachineinstances",
+        "virtualmachineinstance",
+        short_names=["vmi", "vmis"],
+        categories=["all"],
+        versions=[
+            _version(
+                "v1",
+                _VMI_SPEC,
+                _VMI_STATUS,
+                columns=[
+                    AGE,
+                    _column("Phase", ".status.phase"),
+                    _column("IP", ".status.interfaces[0].ipAddress"),
+                    _column("NodeName", ".status.nodeName"),
+                    _column("Ready", ".status.conditions[?(@.type=='Ready')].status"),
+                    _column("Live-Migratable", ".status.conditions[?(@.type=='LiveMigratable')].status", priority=1),
+                ],
+            )
+        ],
+    )
+    vmim = _crd(
+        "kubevirt.io",
+        "VirtualMachineInstanceMigration",
+        "virtualmachineinstancemigrations",
+        "virtualmachineinstancemigration",
+        short_names=["vmim", "vmims"],
+        categories=["all"],
+        versions=[
+            _version(
+                "v1",
+                _open({"vmiName": _string(), "addedNodeSelector": _open()}, required=["vmiName"]),
+                _open(
+                    {
+                        "phase": _string(MIGRATION_PHASES),
+                        "phaseTransitionTimestamps": _objects(
+                            {"phase": _string(), "phaseTransitionTimestamp": _string()}
+                        ),
+                        "migrationState": _MIGRATION_STATE,
+                        "conditions": _objects(_CONDITION),
+                    }
+                ),
+                columns=[_column("Phase", ".status.phase"), _column("VMI", ".spec.vmiName")],
+            )
+        ],
+    )
+    kubevirt = _crd(
+        "kubevirt.io",
+        "KubeVirt",
+        "kubevirts",
+        "kubevirt",
+        short_names=["kv", "kvs"],
+        categories=["all"],
+        versions=[
+            _version(
+                "v1",
+                _open(
+                    {
+                        "configuration": _open(
+                            {
+                                "evictionStrategy": _string(EVICTION_STRATEGIES),
+                                "migrations": _open(
+                                    {
+                                        "parallelMigrationsPerCluster": _int(minimum=0),
+                                        "parallelOutboundMigrationsPerNode": _int(minimum=0),
+                                        "bandwidthPerMigration": _int_or_string(),
+                                        "completionTimeoutPerGiB": _int(),
+                                        "progressTimeout": _int(),
+                                        "unschedulablePendingTimeoutSeconds": _int(),
+                                    }
+                                ),
+                                "obsoleteCPUModels": {"type": "object", "additionalProperties": {"type": "boolean"}},
+                            }
+                        )
+                    }
+                ),
+                _open({"phase": _string(), "conditions": _objects(_CONDITION)}),
+                columns=[AGE, _column("Phase", ".status.phase")],
+            )
+        ],
+    )
+    hco = _crd(
+        "hco.kubevirt.io",
+        "HyperConverged",
+        "hyperconvergeds",
+        "hyperconverged",
+        short_names=["hco", "hcos"],
+        versions=[
+            _version(
+                "v1beta1",
+                _open(
+                    {
+                        "evictionStrategy": _string(EVICTION_STRATEGIES),
+                        "obsoleteCPUs": _open({"cpuModels": _strings(), "minCPUModel": _string()}),
+                        "liveMigrationConfig": _open(
+                            {
+                                "parallelMigrationsPerCluster": _int(minimum=0),
+                                "parallelOutboundMigrationsPerNode": _int(minimum=0),
+                                "bandwidthPerMigration": _string(),
+                                "completionTimeoutPerGiB": _int(),
+                                "progressTimeout": _int(),
+                            }
+                        ),
+                    }
+                ),
+                _open({"conditions": _objects(_CONDITION), "observedGeneration": _int()}),
+                columns=[AGE],
+            )
+        ],
+    )
+    nm_columns = [
+        _column("Node", ".spec.nodeName"),
+        _column("Phase", ".status.phase"),
+        _column("Progress", ".status.drainProgress", "integer"),
+        AGE,
+    ]
+    nm_spec = _open({"nodeName": _string(), "reason": _string()}, required=["nodeName"])
+    nm_status = _open(
+        {
+            "phase": _string(["Running", "Succeeded", "Failed"]),
+            "drainProgress": _int(),
+            "lastUpdate": _string(),
+            "lastError": _string(),
+            "pendingPods": _strings(),
+            "totalpods": _int(),
+            "evictionPods": _int(),
+            "errorOnLeaseCount": _int(),
+        }
+    )
+    nodemaintenance = _crd(
+        "nodemaintenance.medik8s.io",
+        "NodeMaintenance",
+        "nodemaintenances",
+        "nodemaintenance",
+        scope="Cluster",
+        short_names=["nm"],
+        versions=[_version("v1beta1", nm_spec, nm_status, columns=nm_columns, required=["spec"])],
+    )
+    legacy_nodemaintenance = _crd(
+        "nodemaintenance.kubevirt.io",
+        "NodeMaintenance",
+        "nodemaintenances",
+        "nodemaintenance",
+        scope="Cluster",
+        versions=[_version("v1beta1", nm_spec, nm_status, columns=nm_columns, required=["spec"])],
+    )
+    return [vm, vmi, vmim, kubevirt, hco, nodemaintenance, legacy_nodemaintenance]
+
+
+def apply_all(kube, timeout=120):
+    """Create or update every CRD and wait until the apiserver serves them."""
+    names = []
+    for crd in definitions():
+        kube.apply(k.CRDS, crd)
+        names.append(crd["metadata"]["name"])
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while True:
+            crd = kube.get(k.CRDS, name)
+            conditions = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+            if conditions.get("Established") == "True":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CustomResourceDefinition {name} was not established within {timeout}s")
+            time.sleep(0.3)
+    log.info("CRDs established: %s", ", ".join(names))

@@ -1,0 +1,131 @@
+"""The admission webhooks: an HTTPS server on 127.0.0.1 and its registrations.
+
+Two ValidatingWebhookConfigurations, named as upstream names them: ``virt-api-validator``
+(KubeVirt: pod evictions, VMs, migrations) and NMO's configuration for
+NodeMaintenance. The eviction hook has failurePolicy Ignore like upstream's, so a
+stopped simulator never blocks drains of ordinary pods; the others fail closed.
+"""
+
+import base64
+import logging
+
+from lab.kubevirt_sim import https_server
+from lab.kubevirt_sim import kube as k
+from lab.kubevirt_sim.admission import Admission
+
+log = logging.getLogger(__name__)
+
+KUBEVIRT_CONFIGURATION = "virt-api-validator"
+NMO_CONFIGURATION = "nodemaintenance-validation.medik8s.io"
+
+
+def _route(path, handler):
+    def route(request):
+        if request.method != "POST" or request.path != path:
+            return None
+
+        def run():
+            review = request.json()
+            response = handler(review.get("request") or {})
+            return 200, {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+        return run
+
+    return route
+
+
+def start(sim, serving):
+    """Serve the webhooks on 127.0.0.1 and register them; returns the port."""
+    admission = Admission(sim)
+    routes = [
+        _route("/pod-eviction", admission.eviction),
+        _route("/virtualmachines-validate", admission.virtual_machine),
+        _route("/migration-validate-create", admission.migration),
+        _route("/nodemaintenance-validate", admission.node_maintenance),
+    ]
+    _, port = https_server.serve("127.0.0.1", serving.cert_file, serving.key_file, routes)
+    register(sim.kube, port, serving.ca_pem)
+    log.info("admission webhooks served on https://127.0.0.1:%d", port)
+    return port
+
+
+def _hook(name, port, path, ca_pem, rules, failure_policy, side_effects="None", timeout=10):
+    return {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {
+            "url": f"https://127.0.0.1:{port}{path}",
+            "caBundle": base64.b64encode(ca_pem).decode(),
+        },
+        "rules": rules,
+        "failurePolicy": failure_policy,
+        "sideEffects": side_effects,
+        "timeoutSeconds": timeout,
+        "matchPolicy": "Equivalent",
+    }
+
+
+def _rule(group, version, resources, operations):
+    return {
+        "apiGroups": [group],
+        "apiVersions": [version],
+        "resources": resources,
+        "operations": operations,
+        "scope": "*",
+    }
+
+
+def register(kube, port, ca_pem):
+    kubevirt = {
+        "metadata": {"name": KUBEVIRT_CONFIGURATION, "labels": {"kubevirt.io": "virt-api-validator"}},
+        "webhooks": [
+            _hook(
+                "virt-launcher-eviction-interceptor.kubevirt.io",
+                port,
+                "/pod-eviction",
+                ca_pem,
+                [_rule("", "v1", ["pods/eviction"], ["CREATE"])],
+                "Ignore",
+                side_effects="NoneOnDryRun",
+            ),
+            _hook(
+                "virtualmachine-validator.kubevirt.io",
+                port,
+                "/virtualmachines-validate",
+                ca_pem,
+                [_rule("kubevirt.io", "v1", ["virtualmachines"], ["CREATE", "UPDATE"])],
+                "Fail",
+            ),
+            _hook(
+                "migration-create-validator.kubevirt.io",
+                port,
+                "/migration-validate-create",
+                ca_pem,
+                [_rule("kubevirt.io", "v1", ["virtualmachineinstancemigrations"], ["CREATE"])],
+                "Fail",
+            ),
+        ],
+    }
+    nmo = {
+        "metadata": {"name": NMO_CONFIGURATION},
+        "webhooks": [
+            _hook(
+                "vnodemaintenance.kb.io",
+                port,
+                "/nodemaintenance-validate",
+                ca_pem,
+                [_rule("nodemaintenance.medik8s.io", "v1beta1", ["nodemaintenances"], ["CREATE", "UPDATE"])],
+                "Fail",
+            ),
+            _hook(
+                "vnodemaintenance.kubevirt.io",
+                port,
+                "/nodemaintenance-validate",
+                ca_pem,
+                [_rule("nodemaintenance.kubevirt.io", "v1beta1", ["nodemaintenances"], ["CREATE", "UPDATE"])],
+                "Fail",
+            ),
+        ],
+    }
+    for configuration in (kubevirt, nmo):
+        kube.apply(k.VALIDATING_WEBHOOKS, configuration)

@@ -1,0 +1,240 @@
+"""The lab's nodes: Node objects that kwok keeps alive like kubelets would.
+
+Control-plane nodes ``lab-cp-1..M`` carry the control-plane role label and taint;
+workers ``lab-worker-1..N`` the worker role label. Capacity and addresses look like
+bare-metal KubeVirt hosts; the addresses are only data.
+"""
+
+from dataclasses import dataclass
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from lab import network
+from lab.errors import LabError
+from lab.wait import wait_for
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_ANNOTATION_VALUE = "fake"
+CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
+WORKER_ROLE = "node-role.kubernetes.io/worker"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+# Holder of the Lease of a failed node; nobody renews it.
+FAILED_HOLDER = "lab-node-fail"
+FAILED_LEASE_SECONDS = 10 * 365 * 24 * 3600
+
+CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "250", "ephemeral-storage": "900Gi"}
+# What a kubelet would leave for pods after system and kube reservations.
+ALLOCATABLE = {"cpu": "31500m", "memory": "250Gi", "pods": "250", "ephemeral-storage": "850Gi"}
+
+READY_TIMEOUT = 180
+# node-monitor-grace-period (20s) plus the controller's sync period and slack.
+FAIL_TIMEOUT = 180
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    name: str
+    control_plane: bool
+    ip: str
+    pod_cidr: str
+
+
+def plan(control_plane_nodes, workers):
+    nodes = [
+        NodePlan(f"lab-cp-{i}", True, network.control_plane_node_ip(i), "")
+        for i in range(1, control_plane_nodes + 1)
+    ]
+    nodes += [
+        NodePlan(f"lab-worker-{i}", False, network.worker_node_ip(i), "")
+        for i in range(1, workers + 1)
+    ]
+    return [
+        NodePlan(n.name, n.control_plane, n.ip, network.node_pod_cidr(ordinal))
+        for ordinal, n in enumerate(nodes, start=1)
+    ]
+
+
+def manifest(node, kubelet_version):
+    role = CONTROL_PLANE_ROLE if node.control_plane else WORKER_ROLE
+    spec = {
+        "podCIDR": node.pod_cidr,
+        "podCIDRs": [node.pod_cidr],
+        "providerID": f"kwok://{node.name}",
+    }
+    if node.control_plane:
+        spec["taints"] = [{"key": CONTROL_PLANE_ROLE, "effect": "NoSchedule"}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node.name,
+            # No kwok NoSchedule taint: ordinary pods must land on these nodes.
+            "annotations": {KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE},
+            "labels": {
+                role: "",
+                "kubernetes.io/hostname": node.name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/os": "linux",
+                "beta.kubernetes.io/arch": "amd64",
+            },
+        },
+        "spec": spec,
+        "status": _status(node, kubelet_version),
+    }
+
+
+def _status(node, kubelet_version):
+    return {
+        "capacity": dict(CAPACITY),
+        "allocatable": dict(ALLOCATABLE),
+        "addresses": [
+            {"type": "InternalIP", "address": node.ip},
+            {"type": "Hostname", "address": node.name},
+        ],
+        "nodeInfo": {
+            "architecture": "amd64",
+            "operatingSystem": "linux",
+            "osImage": "kwok simulated node",
+            "kubeletVersion": kubelet_version,
+            # Deprecated and ignored, but the python client model still requires it.
+            "kubeProxyVersion": "",
+            "containerRuntimeVersion": "kwok",
+            "kernelVersion": "kwok",
+            "machineID": node.name,
+            "systemUUID": node.name,
+            "bootID": node.name,
+        },
+    }
+
+
+def api_client(kubeconfig):
+    """A kubernetes ApiClient for the lab's admin kubeconfig."""
+    return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+def ensure(api, nodes, kubelet_version):
+    """Create the planned nodes that do not exist yet; return the names created."""
+    core = client.CoreV1Api(api)
+    existing = {n.metadata.name for n in core.list_node().items}
+    created = []
+    for node in nodes:
+        if node.name in existing:
+            continue
+        body = manifest(node, kubelet_version)
+        result = core.create_node(body)
+        # Status sent with a create is kept today; should it ever be dropped, set it
+        # explicitly, since kwok keeps whatever capacity the node already reports.
+        if not (result.status and result.status.capacity):
+            core.patch_node_status(node.name, {"status": body["status"]})
+        created.append(node.name)
+    return created
+
+
+def wait_ready(api, names, timeout=READY_TIMEOUT):
+    wait_for(
+        lambda: _all(api, names, is_ready),
+        timeout,
+        f"nodes {', '.join(names)} to become Ready",
+    )
+
+
+def list_nodes(api):
+    return sorted(client.CoreV1Api(api).list_node().items, key=lambda n: n.metadata.name)
+
+
+def failed_names(api):
+    """Nodes whose heartbeat was stopped with ``fail``."""
+    leases = client.CoordinationV1Api(api).list_namespaced_lease(NODE_LEASE_NAMESPACE).items
+    return sorted(
+        lease.metadata.name for lease in leases if lease.spec.holder_identity == FAILED_HOLDER
+    )
+
+
+def fail(api, name, wait=True, timeout=FAIL_TIMEOUT):
+    """Stop the node's heartbeat, as if its kubelet died.
+
+    kwok renews a node's Lease and plays its node and pod stages only while it holds
+    that Lease (this is how several kwok instances share nodes). Handing the Lease to
+    a holder that never renews it, with a duration that keeps kwok from taking it
+    back, freezes the node: no more renewals, no status updates, pods on it are no
+    longer confirmed or deleted. The node-lifecycle controller then does what it
+    does for a dead kubelet: after the grace period the node turns NotReady
+    (Unknown) and gets the ``node.kubernetes.io/unreachable`` taints.
+    """
+    _get_node(api, name)
+    lease_api = client.CoordinationV1Api(api)
+    # renewTime is left alone: the failure counts from the last real heartbeat.
+    patch = {
+        "spec": {"holderIdentity": FAILED_HOLDER, "leaseDurationSeconds": FAILED_LEASE_SECONDS}
+    }
+    wait_for(lambda: _patch_lease(lease_api, name, patch), 60, f"the Lease of node {name}")
+    if wait:
+        wait_for(lambda: _all(api, [name], is_failed), timeout, f"node {name} to become NotReady")
+
+
+def recover(api, name, wait=True, timeout=READY_TIMEOUT):
+    """Give the node back to kwok: it re-creates the Lease, marks the node Ready and renews."""
+    _get_node(api, name)
+    if name in failed_names(api):
+        try:
+            client.CoordinationV1Api(api).delete_namespaced_lease(name, NODE_LEASE_NAMESPACE)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+    if wait:
+        wait_for(lambda: _all(api, [name], is_recovered), timeout, f"node {name} to become Ready")
+
+
+def ready_condition(node):
+    for condition in (node.status and node.status.conditions) or []:
+        if condition.type == "Ready":
+            return condition.status
+    return None
+
+
+def taint_keys(node):
+    return {t.key for t in (node.spec.taints or [])}
+
+
+def is_ready(node):
+    return ready_condition(node) == "True" and NOT_READY_TAINT not in taint_keys(node)
+
+
+def is_failed(node):
+    return ready_condition(node) != "True" and UNREACHABLE_TAINT in taint_keys(node)
+
+
+def is_recovered(node):
+    return is_ready(node) and UNREACHABLE_TAINT not in taint_keys(node)
+
+
+def _get_node(api, name):
+    try:
+        return client.CoreV1Api(api).read_node(name)
+    except ApiException as e:
+        if e.status == 404:
+            raise LabError(f"no node named {name}") from e
+        raise
+
+
+def _patch_lease(lease_api, name, patch):
+    try:
+        lease_api.patch_namespaced_lease(name, NODE_LEASE_NAMESPACE, patch)
+        return True
+    except ApiException as e:
+        if e.status == 404:  # kwok has not created it yet
+            return False
+        raise
+
+
+def _all(api, names, predicate):
+    try:
+        by_name = {n.metadata.name: n for n in client.CoreV1Api(api).list_node().items}
+    except (ApiException, urllib3.exceptions.HTTPError):
+        return False  # e.g. the apiserver is restarting
+    return all(name in by_name and predicate(by_name[name]) for name in names)

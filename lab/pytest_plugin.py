@@ -1,0 +1,179 @@
+"""pytest fixtures for tests that run against the lab.
+
+Enable with ``pytest_plugins = ["lab.pytest_plugin"]`` (run pytest from the
+repository root, e.g. ``.venv/bin/python -m pytest``, so ``lab`` is importable).
+
+* ``lab`` (session): the lab under test. If ``$KUBEVIRT_OPS_LAB_DIR`` names a lab
+  that is up, it is reused and left running; otherwise a lab with the default shape
+  (1 control-plane node, 4 workers) is brought up in a fresh temporary state
+  directory for the session and taken down at its end.
+* ``k8s`` (session): a ``kubernetes.client.ApiClient`` for the lab.
+* ``namespace``: a fresh namespace per test, with its ``default`` ServiceAccount
+  in place; always deleted afterwards.
+* ``restore_nodes``: after the test, uncordons every node and recovers failed ones,
+  so a test that breaks nodes leaves them as it found them even when it fails.
+"""
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from lab import cluster, nodes
+from lab import settings as lab_settings
+from lab.errors import LabError
+from lab.paths import REPO_ROOT, STATE_DIR_ENV, LabPaths
+from lab.wait import wait_for
+
+KUBECTL_TIMEOUT = 600
+SERVICE_ACCOUNT_TIMEOUT = 120
+
+
+class Lab:
+    """Handle on a running lab, for tests."""
+
+    def __init__(self, state_dir):
+        self.paths = LabPaths(Path(state_dir))
+
+    @property
+    def state_dir(self):
+        return self.paths.state_dir
+
+    @property
+    def kubeconfig(self):
+        """Path (str) of the admin kubeconfig."""
+        return str(self.paths.kubeconfig)
+
+    @property
+    def settings(self):
+        """Ports and node counts the lab was brought up with."""
+        return lab_settings.load(self.paths)
+
+    def kubectl(self, *args, check=True, input=None, timeout=KUBECTL_TIMEOUT):
+        """Run ``kubectl --kubeconfig <lab> ARGS``; returns the CompletedProcess (text).
+
+        With ``check`` (the default) a non-zero exit raises AssertionError carrying
+        kubectl's stderr, so a failing command explains itself in the test report.
+        """
+        argv = ["kubectl", f"--kubeconfig={self.kubeconfig}", *args]
+        result = subprocess.run(
+            argv, input=input, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(argv)} exited {result.returncode}:\n{result.stderr}{result.stdout}"
+            )
+        return result
+
+    def cli(self, *args, check=True, state_dir=None, timeout=KUBECTL_TIMEOUT):
+        """Run ``python -m lab ARGS`` for this lab (or ``state_dir``), as a user would."""
+        env = dict(os.environ, **{STATE_DIR_ENV: str(state_dir or self.state_dir)})
+        result = subprocess.run(
+            [sys.executable, "-m", "lab", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"python -m lab {' '.join(args)} exited {result.returncode}:\n"
+                f"{result.stderr}{result.stdout}"
+            )
+        return result
+
+    def api_client(self):
+        return config.new_client_from_config(config_file=self.kubeconfig)
+
+    def node_fail(self, name, wait=True):
+        """Stop the node's heartbeat; with ``wait``, until it is NotReady and tainted."""
+        nodes.fail(self._api(), name, wait=wait)
+
+    def node_recover(self, name, wait=True):
+        """Restore the node's heartbeat; with ``wait``, until it is Ready again."""
+        nodes.recover(self._api(), name, wait=wait)
+
+    def restart_apiserver(self):
+        """Stop kube-apiserver and start it again on the same port; waits for /readyz."""
+        cluster.restart(self.paths, "kube-apiserver")
+
+    def restore_nodes(self):
+        """Uncordon every node and recover the failed ones."""
+        api = self._api()
+        for name in nodes.failed_names(api):
+            nodes.recover(api, name)
+        core = client.CoreV1Api(api)
+        for node in nodes.list_nodes(api):
+            if node.spec.unschedulable:
+                core.patch_node(node.metadata.name, {"spec": {"unschedulable": None}})
+
+    def _api(self):
+        return nodes.api_client(self.paths.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    configured = os.environ.get(STATE_DIR_ENV)
+    if configured and cluster.is_running(LabPaths(Path(configured).resolve())):
+        yield Lab(Path(configured).resolve())
+        return
+    paths = LabPaths(tmp_path_factory.mktemp("lab"))
+    try:
+        try:
+            cluster.up(paths)
+        except LabError as e:
+            pytest.fail(f"the lab did not come up: {e}\n{e.detail or ''}", pytrace=False)
+        yield Lab(paths.state_dir)
+    finally:
+        cluster.down(paths)
+
+
+@pytest.fixture(scope="session")
+def k8s(lab):
+    api = lab.api_client()
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def namespace(k8s):
+    core = client.CoreV1Api(k8s)
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        # Pods are refused until the controller-manager created this account.
+        wait_for(
+            lambda: _service_account_exists(core, name),
+            SERVICE_ACCOUNT_TIMEOUT,
+            f"the default ServiceAccount in {name}",
+        )
+        yield name
+    finally:
+        try:
+            core.delete_namespace(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+@pytest.fixture
+def restore_nodes(lab):
+    yield
+    lab.restore_nodes()
+
+
+def _service_account_exists(core, namespace):
+    try:
+        core.read_namespaced_service_account("default", namespace)
+        return True
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise

@@ -1,0 +1,570 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The drain engine: classify a node's pods as kubectl does, evict them concurrently,
+and follow them until they are gone - driven by watches, not by polling.
+
+One watch on the node's pods tells when a pod is gone; one watch on
+PodDisruptionBudgets tells when a budget allows a disruption again, and exactly that
+many blocked pods are retried at once. A 429 without such news is retried with
+exponential backoff (there is no per-pod polling and no fixed sleep). Progress is kept
+as the NodeMaintenance operator keeps it (total, eviction, pending, percent).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+    ApiError,
+    MaintenanceError,
+    NotFoundError,
+    TooManyRequestsError,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
+    parse_label_selector,
+    requirements_match,
+    selector_matches,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+EVICT = "evict"
+SKIP = "skip"
+REFUSE = "refuse"
+
+WORKERS = 8
+# 429 retry backoff: first retry after BACKOFF_START s, doubling up to the cap. A PDB
+# change wakes a blocked pod earlier; a virt-launcher pod waits for its migration, which
+# its first eviction already asked for, so it is re-asked less often.
+BACKOFF_START = 1.0
+BACKOFF_CAP = 8.0
+LAUNCHER_BACKOFF_CAP = 30.0
+
+
+class DrainOptions:
+    """The drain options of the DRAIN argument fragment."""
+
+    def __init__(self, ignore_daemonsets=True, delete_emptydir_data=True, force=True, pod_selector=None,
+                 grace_period=-1, disable_eviction=False):
+        self.ignore_daemonsets = ignore_daemonsets
+        self.delete_emptydir_data = delete_emptydir_data
+        self.force = force
+        self.pod_selector = pod_selector
+        self.selector = parse_label_selector(pod_selector, "pod_selector")
+        self.grace_period = grace_period if grace_period is not None else -1
+        self.disable_eviction = disable_eviction
+
+    @classmethod
+    def from_params(cls, params):
+        return cls(
+            ignore_daemonsets=params.get("ignore_daemonsets", True),
+            delete_emptydir_data=params.get("delete_emptydir_data", True),
+            force=params.get("force", True),
+            pod_selector=params.get("pod_selector"),
+            grace_period=params.get("grace_period", -1),
+            disable_eviction=params.get("disable_eviction", False),
+        )
+
+
+def pod_key(pod):
+    meta = pod.get("metadata") or {}
+    return "%s/%s" % (meta.get("namespace"), meta.get("name"))
+
+
+def controller_of(pod):
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+def is_finished(pod):
+    return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
+
+
+def has_emptydir(pod):
+    return any("emptyDir" in v for v in (pod.get("spec") or {}).get("volumes") or [])
+
+
+def classify_pod(pod, options):
+    """(EVICT|SKIP|REFUSE, reason) for one pod of the node, with kubectl drain's rules.
+
+    REFUSE means the drain cannot proceed while the pod is there, unless the named option
+    is changed (kubectl fails the same way).
+    """
+    meta = pod.get("metadata") or {}
+    if options.selector and not requirements_match(options.selector, meta.get("labels")):
+        return SKIP, "not selected by pod_selector"
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return SKIP, "mirror pod of a static pod (the kubelet manages it)"
+    controller = controller_of(pod)
+    if controller and controller.get("kind") == "DaemonSet":
+        if options.ignore_daemonsets:
+            return SKIP, "managed by DaemonSet %s" % controller.get("name")
+        return REFUSE, "is managed by DaemonSet %s (set ignore_daemonsets=true to leave it)" % controller.get("name")
+    if meta.get("deletionTimestamp"):
+        return EVICT, "already terminating"
+    if is_finished(pod):
+        return EVICT, "finished (%s)" % pod["status"]["phase"]
+    if has_emptydir(pod) and not options.delete_emptydir_data:
+        return REFUSE, "uses emptyDir volumes (set delete_emptydir_data=true to delete their data)"
+    if controller is None:
+        if options.force:
+            return EVICT, "not managed by a controller: it will not be re-created"
+        return REFUSE, "is not managed by a controller (set force=true to delete it for good)"
+    return EVICT, "managed by %s %s" % (controller.get("kind"), controller.get("name"))
+
+
+def matching_pdbs(pod, pdbs):
+    """The PodDisruptionBudgets of the pod's namespace whose selector matches it."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    found = []
+    for pdb in pdbs:
+        pmeta = pdb.get("metadata") or {}
+        if pmeta.get("namespace") != meta.get("namespace"):
+            continue
+        if selector_matches((pdb.get("spec") or {}).get("selector"), labels):
+            found.append(pdb)
+    return found
+
+
+def describe_pdb(pdb):
+    status = pdb.get("status") or {}
+    meta = pdb.get("metadata") or {}
+    text = "PodDisruptionBudget %s/%s allows %s disruption%s" % (
+        meta.get("namespace"), meta.get("name"), status.get("disruptionsAllowed", 0),
+        "" if status.get("disruptionsAllowed") == 1 else "s")
+    if "currentHealthy" in status and "desiredHealthy" in status:
+        text += " (%s of %s pods healthy, %s required)" % (
+            status.get("currentHealthy"), status.get("expectedPods"), status.get("desiredHealthy"))
+    return text
+
+
+class Progress:
+    """NMO-style progress, reported as one line per change to the log and a file.
+
+    Modules cannot stream output, so the lines go to the module's syslog/journal entry
+    (``log``) and, when given, are appended to ``path`` for a role or AWX to tail.
+    """
+
+    def __init__(self, node, log=None, path=None):
+        self.node = node
+        self.log = log
+        self.path = path
+        self.last = None
+        self.lines = 0
+
+    def line(self, text):
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        full = "%s node=%s %s" % (stamp, self.node, text)
+        if self.log:
+            try:
+                self.log(full)
+            except Exception:  # pylint: disable=broad-except
+                pass  # progress is best effort; it must never fail a drain
+        if self.path:
+            try:
+                with open(self.path, "a") as handle:
+                    handle.write(full + "\n")
+            except (IOError, OSError):
+                pass
+        self.lines += 1
+
+    def update(self, total, eviction, pending, vms_left, phase="Running"):
+        state = (total, eviction, pending, vms_left, phase)
+        if state == self.last:
+            return
+        self.last = state
+        self.line("phase=%s pods_left=%d/%d vms_left=%d progress=%d%%" % (
+            phase, pending, eviction, vms_left, percent(eviction, pending)))
+
+
+def percent(eviction, pending):
+    if not eviction:
+        return 100
+    return int(100 * (eviction - pending) / eviction)
+
+
+class _Target:
+    """One pod the drain must see gone."""
+
+    def __init__(self, pod, wait_only=False):
+        meta = pod["metadata"]
+        self.key = pod_key(pod)
+        self.namespace = meta.get("namespace")
+        self.name = meta.get("name")
+        self.uid = meta.get("uid")
+        self.pod = pod
+        self.launcher = kubevirt.is_launcher_pod(pod)
+        self.wait_only = wait_only or bool(meta.get("deletionTimestamp"))
+        self.state = "waiting" if self.wait_only else "todo"  # todo|inflight|blocked|granted|waiting|gone
+        self.attempts = 0
+        self.next_try = 0.0
+        self.reason = None
+        self.pdb_versions = {}  # PDB key -> resourceVersion seen when the last attempt was refused
+
+
+class DrainResult:
+    def __init__(self):
+        self.total = 0
+        self.eviction = 0
+        self.targets = []
+        self.refused = []  # (pod key, reason) the drain cannot evict with these options
+        self.timed_out = False
+        self.fatal = None
+        self.evicted = 0
+        self.pdbs = []
+
+    @property
+    def pending(self):
+        return [t for t in self.targets if t.state != "gone"]
+
+    @property
+    def pending_keys(self):
+        return [t.key for t in self.pending]
+
+    @property
+    def progress(self):
+        return percent(self.eviction, len(self.pending))
+
+    @property
+    def done(self):
+        return not self.pending and not self.refused and self.fatal is None
+
+
+class Drainer:
+    """Evict every evictable pod of a node and wait until they are gone.
+
+    ``wait_only``: pod keys not to evict but to wait for (their VMI is being shut down).
+    ``deadline``: a waiter.Deadline shared with the caller.
+    """
+
+    def __init__(self, client, node, options, deadline, progress=None, wait_only=(), workers=WORKERS):
+        self.client = client
+        self.node = node
+        self.options = options
+        self.deadline = deadline
+        self.progress = progress
+        self.wait_only = set(wait_only)
+        self.workers = workers
+        self.changed = threading.Condition()
+        self.events = 0
+        self.pods = Informer(client, "Pod", field_selector="spec.nodeName=%s" % node, changed=self.changed)
+        self.pdbs = None
+        self.result = DrainResult()
+
+    # -- informers ---------------------------------------------------------------------------
+
+    def _generation(self):
+        gen = self.pods.generation + self.events
+        if self.pdbs is not None:
+            gen += self.pdbs.generation
+        return gen
+
+    def _await_sync(self, informer):
+        with self.changed:
+            while not informer.synced.is_set():
+                if informer.error is not None:
+                    raise informer.error
+                if self.deadline.expired():
+                    raise MaintenanceError("Timed out listing %ss for the drain of node %s." % (informer.kind, self.node))
+                self.changed.wait(min(1.0, max(0.01, self.deadline.remaining())))
+
+    def _stop(self):
+        self.pods.stop()
+        if self.pdbs is not None:
+            self.pdbs.stop()
+
+    # -- one eviction -------------------------------------------------------------------------
+
+    def _evict(self, target):
+        grace = self.options.grace_period
+        try:
+            if self.options.disable_eviction:
+                body = {"apiVersion": "v1", "kind": "DeleteOptions"}
+                if grace >= 0:
+                    body["gracePeriodSeconds"] = grace
+                self.client.delete("Pod", target.name, target.namespace, body=body, missing_ok=False)
+            else:
+                body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                        "metadata": {"name": target.name, "namespace": target.namespace}}
+                if grace >= 0:
+                    body["deleteOptions"] = {"gracePeriodSeconds": grace}
+                self.client.create("Pod", body, namespace=target.namespace, subresource="eviction", name=target.name,
+                                   retry_429=False, verb="evict")
+            outcome, reason = "granted", None
+        except NotFoundError:
+            outcome, reason = "gone", None
+        except TooManyRequestsError as exc:
+            outcome, reason = "blocked", exc.details.get("server_message") or exc.msg
+        except ApiError as exc:
+            message = exc.details.get("server_message") or exc.msg
+            if exc.status in (403, 400, 422) and "admission webhook" in (message or ""):
+                outcome, reason = "blocked", message  # KubeVirt's webhook said no: a retry may succeed
+            elif exc.status == 500 and "PodDisruptionBudget" in (message or ""):
+                outcome, reason = "blocked", message  # more than one PDB: retried until fixed or the deadline
+            else:
+                outcome, reason = "fatal", exc
+        except MaintenanceError as exc:
+            outcome, reason = "fatal", exc
+        with self.changed:
+            self._settle(target, outcome, reason)
+            self.events += 1
+            self.changed.notify_all()
+
+    def _settle(self, target, outcome, reason):
+        if target.state == "gone":
+            return
+        if outcome == "granted":
+            target.state = "granted"
+            self.result.evicted += 1
+        elif outcome == "gone":
+            target.state = "gone"
+        elif outcome == "blocked":
+            target.state = "blocked"
+            target.reason = reason
+            cap = LAUNCHER_BACKOFF_CAP if target.launcher else BACKOFF_CAP
+            delay = min(cap, BACKOFF_START * (2 ** max(0, target.attempts - 1)))
+            target.next_try = time.monotonic() + delay * (0.9 + 0.2 * random.random())
+            if self.pdbs is not None:
+                target.pdb_versions = dict(
+                    (pdb_key, (pdb.get("metadata") or {}).get("resourceVersion"))
+                    for pdb_key, pdb in self._pdbs_of(target))
+        else:
+            target.state = "blocked"
+            target.reason = str(reason)
+            self.result.fatal = reason
+
+    def _pdbs_of(self, target):
+        items = self.pdbs.items() if self.pdbs is not None else []
+        return [("%s/%s" % (p["metadata"].get("namespace"), p["metadata"].get("name")), p)
+                for p in matching_pdbs(target.pod, items)]
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _refresh(self):
+        """Mark targets gone that left the node's pod list (or were replaced by a new pod)."""
+        for target in self.result.targets:
+            if target.state == "gone":
+                continue
+            current = self.pods.get(target.name, target.namespace)
+            if current is None or current["metadata"].get("uid") != target.uid:
+                target.state = "gone"
+            else:
+                target.pod = current
+                if current["metadata"].get("deletionTimestamp") and target.state in ("todo", "blocked"):
+                    target.state = "waiting"  # someone (KubeVirt, a controller) is deleting it already
+
+    def _woken_by_pdbs(self):
+        """Blocked pods whose budget now allows disruptions: as many as it allows."""
+        if self.pdbs is None:
+            return []
+        woken = []
+        for pdb in self.pdbs.items():
+            allowed = (pdb.get("status") or {}).get("disruptionsAllowed") or 0
+            if allowed < 1:
+                continue
+            meta = pdb["metadata"]
+            key = "%s/%s" % (meta.get("namespace"), meta.get("name"))
+            waiting = [t for t in self.result.targets
+                       if t.state == "blocked" and key in t.pdb_versions
+                       and t.pdb_versions[key] != meta.get("resourceVersion")]
+            waiting.sort(key=lambda t: t.next_try)
+            woken.extend(waiting[:allowed])
+        return woken
+
+    def _due(self, now):
+        due = [t for t in self.result.targets if t.state == "todo"]
+        due.extend(t for t in self.result.targets if t.state == "blocked" and t.next_try <= now)
+        for target in self._woken_by_pdbs():
+            if target not in due:
+                due.append(target)
+        return due
+
+    def _report(self):
+        if self.progress is None:
+            return
+        pending = self.result.pending
+        self.progress.update(self.result.total, self.result.eviction, len(pending),
+                             sum(1 for t in pending if t.launcher))
+
+    def run(self, wait=True):
+        """Drain; returns a DrainResult (``timed_out`` / ``fatal`` tell how it ended)."""
+        result = self.result
+        self.pods.start()
+        try:
+            self._await_sync(self.pods)
+            for pod in sorted(self.pods.items(), key=pod_key):
+                verdict, reason = classify_pod(pod, self.options)
+                result.total += 1
+                if verdict == EVICT:
+                    result.targets.append(_Target(pod, wait_only=pod_key(pod) in self.wait_only))
+                elif verdict == REFUSE:
+                    result.refused.append((pod_key(pod), reason))
+            result.eviction = len(result.targets)
+            if result.refused:
+                return result
+            if any(not t.wait_only for t in result.targets) and not self.options.disable_eviction:
+                self.pdbs = Informer(self.client, "PodDisruptionBudget", changed=self.changed)
+                self.pdbs.start()
+                self._await_sync(self.pdbs)
+            return self._loop(wait)
+        finally:
+            self._stop()
+
+    def _loop(self, wait):
+        result = self.result
+        inflight = set()
+        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(result.targets) or 1))) as pool:
+            while True:
+                with self.changed:
+                    seen = self._generation()
+                    self._refresh()
+                    for target in [t for t in result.targets if t.key in inflight and t.state != "inflight"]:
+                        inflight.discard(target.key)
+                    now = time.monotonic()
+                    due = [t for t in self._due(now) if t.key not in inflight]
+                    room = self.workers - len(inflight)
+                    for target in due[:max(0, room)]:
+                        target.state = "inflight"
+                        target.attempts += 1
+                        inflight.add(target.key)
+                        pool.submit(self._evict, target)
+                    self._report()
+                    pending = result.pending
+                    if not pending or result.fatal is not None:
+                        break
+                    if not wait and not inflight and all(t.attempts or t.wait_only for t in pending):
+                        break
+                    if self.deadline.expired():
+                        result.timed_out = True
+                        break
+                    wake = self.deadline.remaining()
+                    retries = [t.next_try - now for t in pending if t.state == "blocked"]
+                    if retries:
+                        wake = min(wake, max(0.0, min(retries)))
+                    if self.pods.error is not None and self.pods.synced.is_set():
+                        wake = min(wake, 5.0)  # the informer is re-listing; look again soon
+                    if self._generation() == seen:
+                        self.changed.wait(max(0.01, min(wake, 30.0)))
+            # Leave no eviction running behind the caller's back.
+            for target in result.targets:
+                if target.state == "inflight":
+                    target.state = "blocked"
+        self._report()
+        return result
+
+    def pdb_items(self):
+        return self.pdbs.items() if self.pdbs is not None else []
+
+
+def explain_pending(client, node, pods, pdbs, reasons=None, vmis=None):
+    """One sentence per pending pod saying why it is still on the node.
+
+    ``pods``: the pending pod objects; ``pdbs``: PodDisruptionBudgets (any namespace);
+    ``reasons``: last eviction answers by pod key; ``vmis``: VMIs by UID when known.
+    Reads VMIs, migrations and migration target pods of the pods' namespaces (only here,
+    after a timeout).
+    """
+    reasons = reasons or {}
+    launcher_namespaces = sorted(set(p["metadata"]["namespace"] for p in pods if kubevirt.is_launcher_pod(p)))
+    vmis_by_uid = dict(vmis or {})
+    migrations = {}
+    cluster_default = None
+    if launcher_namespaces:
+        try:
+            for namespace in launcher_namespaces:
+                items, _rv = client.list("VirtualMachineInstance", namespace=namespace)
+                for vmi in items:
+                    vmis_by_uid[vmi["metadata"].get("uid")] = vmi
+                items, _rv = client.list("VirtualMachineInstanceMigration", namespace=namespace)
+                for migration in items:
+                    vmi_name = (migration.get("spec") or {}).get("vmiName")
+                    migrations.setdefault((namespace, vmi_name), []).append(migration)
+            cr = kubevirt.kubevirt_cr(client)
+            cluster_default = (((cr or {}).get("spec") or {}).get("configuration") or {}).get("evictionStrategy")
+        except MaintenanceError:
+            pass  # an explanation must not fail the report of the real problem
+    sentences = []
+    for pod in pods:
+        key = pod_key(pod)
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            sentences.append("pod %s is terminating since %s (the node must confirm it stopped)"
+                             % (key, meta["deletionTimestamp"]))
+            continue
+        if kubevirt.is_launcher_pod(pod):
+            sentences.append(_explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_default,
+                                               reasons.get(key)))
+            continue
+        zero = [p for p in matching_pdbs(pod, pdbs) if ((p.get("status") or {}).get("disruptionsAllowed") or 0) < 1]
+        if zero:
+            sentences.append("pod %s: %s" % (key, "; ".join(describe_pdb(p) for p in zero)))
+        elif reasons.get(key):
+            sentences.append("pod %s: %s" % (key, reasons[key].rstrip(".")))
+        else:
+            sentences.append("pod %s is still on the node" % key)
+    return sentences
+
+
+def _explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_default, last_reason):
+    key = pod_key(pod)
+    vmi = vmis_by_uid.get(kubevirt.launcher_vmi_uid(pod))
+    if vmi is None:
+        return "pod %s runs a VMI that no longer exists" % key
+    meta = vmi["metadata"]
+    name = "%s/%s" % (meta.get("namespace"), kubevirt.vm_name_of(vmi) or meta.get("name"))
+    strategy = kubevirt.effective_eviction_strategy(vmi.get("spec"), cluster_default)
+    migratable, reason, message = kubevirt.live_migratable(vmi)
+    if strategy == "LiveMigrate" and not migratable:
+        return ("VM %s is not live-migratable (%s) and its eviction strategy LiveMigrate keeps it on node %s"
+                % (name, kubevirt.describe_not_migratable(reason, message), node))
+    own = migrations.get((meta.get("namespace"), meta.get("name")), [])
+    active = [m for m in own if (m.get("status") or {}).get("phase") not in kubevirt.FINAL_MIGRATION_PHASES]
+    failed = [m for m in own if (m.get("status") or {}).get("phase") == "Failed"]
+    if active:
+        migration = sorted(active, key=lambda m: m["metadata"].get("creationTimestamp") or "")[-1]
+        state = kubevirt.migration_state(vmi)
+        text = "VM %s: %s" % (name, kubevirt.describe_migration(
+            migration, state.get("sourceNode") or node, state.get("targetNode")))
+        pending_target = _pending_target_pod(client, migration)
+        if pending_target:
+            text += "; its target pod %s" % pending_target
+        return text
+    text = "VM %s has no migration running" % name
+    if failed:
+        text += " (%d failed" % len(failed)
+        last = (failed[-1].get("status") or {}).get("migrationState") or {}
+        if last.get("failureReason"):
+            text += ", last: %s" % last["failureReason"]
+        text += ")"
+    if last_reason:
+        text += "; the last eviction answer was: %s" % last_reason.rstrip(".")
+    return text
+
+
+def _pending_target_pod(client, migration):
+    uid = migration["metadata"].get("uid")
+    try:
+        items, _rv = client.list("Pod", namespace=migration["metadata"].get("namespace"),
+                                 label_selector="%s=%s" % (kubevirt.MIGRATION_JOB_LABEL, uid))
+    except MaintenanceError:
+        return None
+    for pod in items:
+        if (pod.get("status") or {}).get("phase") == "Pending":
+            for cond in (pod.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                    return "%s is Pending: %s" % (pod_key(pod), (cond.get("message") or cond.get("reason") or "").rstrip("."))
+            return "%s is Pending" % pod_key(pod)
+    return None

@@ -1,0 +1,223 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Eviction strategies: per VM (``spec.template.spec.evictionStrategy``) and cluster-wide
+(HyperConverged, else the KubeVirt CR's ``spec.configuration.evictionStrategy``).
+
+A VM's value reaches its running VMI only when the VMI is re-created, hence the
+``restart`` option; the cluster default applies to every VMI without its own value at
+its next eviction, without a restart.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import hco as hco_utils
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import patches, run_strategy, vms, waiter
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import (
+    cluster_eviction_strategy,
+    kubevirt_cr,
+    vm_claim_names,
+    vm_not_migratable_reason,
+    vm_run_strategy,
+)
+
+VM_PATH = ("spec", "template", "spec", "evictionStrategy")
+KUBEVIRT_PATH = ("spec", "configuration", "evictionStrategy")
+RESTARTABLE = ("Always", "RerunOnFailure", "Manual")
+
+
+class VmChange:
+    """The eviction-strategy change of one VirtualMachine."""
+
+    def __init__(self, vm, vmi, desired, cluster_default):
+        self.vm = vm
+        self.vmi = vmi
+        self.desired = desired
+        self.cluster_default = cluster_default
+        self.before = patches.value_at(vm, VM_PATH)
+        self.after = desired
+        self.restart = False
+        self.restarted = False
+        self.skipped_restart = None
+
+    @property
+    def key(self):
+        return vms.key(self.vm)
+
+    @property
+    def changed(self):
+        return self.before != self.after or self.restarted
+
+    def plan(self, vm):
+        """JSON patch for the current ``vm`` (re-planned when someone changed it meanwhile)."""
+        self.vm = vm
+        self.before = patches.value_at(vm, VM_PATH)
+        return patches.set_field(vm, VM_PATH, self.desired), None
+
+    def effective_after(self):
+        return self.after or self.cluster_default
+
+    def decide_restart(self):
+        """Restart a running VMI whose effective strategy differs from what the VM now says."""
+        if not run_strategy.vmi_active(self.vmi):
+            return
+        running = (self.vmi.get("spec") or {}).get("evictionStrategy") or self.cluster_default
+        if running == self.effective_after():
+            return
+        strategy = vm_run_strategy(self.vm)
+        if strategy not in RESTARTABLE:
+            self.skipped_restart = strategy
+            return
+        self.restart = True
+
+    def result(self):
+        namespace, name = self.key
+        return dict(namespace=namespace, name=name, before=self.before, after=self.after,
+                    effective=self.effective_after(), changed=self.changed, restarted=self.restarted)
+
+
+def _select_non_migratable(client, selection, selected, vmis, warn):
+    """Only the VMs that cannot live-migrate (those a LiveMigrate drain would block on)."""
+    pvcs = {}
+    needs_pvcs = any(vm_claim_names(vm) and not run_strategy.vmi_active(vmis.get(vms.key(vm))) for vm in selected)
+    if needs_pvcs:
+        items, _rv = client.list("PersistentVolumeClaim", namespace=selection.list_namespace)
+        pvcs = vms.index_by_key(items)
+    chosen, unknown = [], []
+    for vm in selected:
+        reason = vm_not_migratable_reason(vm, vmis.get(vms.key(vm)), lambda ns, name: pvcs.get((ns, name)))
+        if reason == "Unknown":
+            unknown.append(vms.ref(vm))
+        elif reason:
+            chosen.append(vm)
+    if unknown:
+        warn("Left out %d VirtualMachines whose migratability cannot be told (a PVC they use does not exist): %s."
+             % (len(unknown), ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else "")))
+    return chosen
+
+
+def _vm_scope(module):
+    params = module.params
+    client = module.client
+    selection = vms.Selection(params).validate()
+    desired = params["strategy"] if params["state"] == "present" else None
+    cluster_default = cluster_eviction_strategy(client)
+    selected = vms.select(client, selection, module.warn)
+    need_vmis = params["only_non_migratable"] or params["restart"]
+    vmis = vms.list_vmis(client, selection, selected) if need_vmis else {}
+    if params["only_non_migratable"]:
+        selected = _select_non_migratable(client, selection, selected, vmis, module.warn)
+    changes = [VmChange(vm, vmis.get(vms.key(vm)), desired, cluster_default) for vm in selected]
+    if params["restart"]:
+        for change in changes:
+            change.decide_restart()
+        skipped = [c for c in changes if c.skipped_restart]
+        if skipped:
+            module.warn("Not restarted, as their run strategy would not start them again: %s. Their new eviction "
+                        "strategy applies from their next start." % ", ".join(
+                            "%s/%s (%s)" % (c.key + (c.skipped_restart,)) for c in skipped[:10]))
+    write = not module.check_mode
+    served = False
+    if write and any(c.restart for c in changes):
+        served = run_strategy.subresources_served(client)
+
+    def apply(change):
+        if change.before != change.desired:
+            _outcome, change.vm = patches.update_guarded(client, "VirtualMachine", change.vm, change.plan,
+                                                         write=write)
+        if change.restart:
+            if write:
+                run_strategy.request_vmi_action(client, change.vm, change.vmi, "restart", served)
+            change.restarted = True
+        return change
+
+    work = [c for c in changes if c.before != c.after or c.restart]
+    outcomes = vms.run_parallel(apply, work)
+    results = [c.result() for c in changes]
+    vms.raise_failures(outcomes, "Setting the eviction strategy", key_of=lambda c: c.key,
+                       changed=any(o.error is None for o in outcomes), vms=results)
+    restarted = [c for c in changes if c.restarted]
+    if write and restarted and params["wait"]:
+        plans = []
+        for change in restarted:
+            plan = run_strategy.Plan(change.vm, change.vmi)
+            plan.vmi_request, plan.target = "restart", run_strategy.RUNNING
+            plans.append(plan)
+        run_strategy.wait_for_targets(client, selection, plans, params["wait_timeout"])
+    result = dict(
+        changed=any(c.changed for c in changes),
+        vms=[c.result() for c in changes],
+        cluster=dict(before=cluster_default, after=cluster_default),
+    )
+    if module.diff_mode:
+        changed = [c for c in changes if c.changed]
+        result["diff"] = {
+            "before": dict(("%s/%s" % c.key, {"evictionStrategy": c.before}) for c in changed),
+            "after": dict(("%s/%s" % c.key, dict({"evictionStrategy": c.after},
+                                                 **({"restarted": True} if c.restarted else {}))) for c in changed),
+        }
+    return result
+
+
+def _cluster_target(client):
+    """(kind, object, field path, description, HyperConverged or None) of what holds the cluster default."""
+    hco = hco_utils.find(client)
+    if hco is not None:
+        return hco.kind, hco.obj, hco.eviction_strategy_path, hco.describe(), hco
+    kubevirt = kubevirt_cr(client)
+    if kubevirt is not None:
+        meta = kubevirt["metadata"]
+        return "KubeVirt", kubevirt, KUBEVIRT_PATH, "KubeVirt %s/%s" % (meta.get("namespace"), meta["name"]), None
+    raise InvalidInputError(
+        "Cannot set the cluster eviction strategy: neither a HyperConverged nor a KubeVirt resource exists "
+        "(is KubeVirt or OpenShift Virtualization installed?).")
+
+
+def _wait_propagated(client, value, timeout):
+    """Wait until HCO has copied ``value`` into the KubeVirt CR, which is what KubeVirt reads."""
+    kubevirt = kubevirt_cr(client)
+    if kubevirt is None:
+        return
+    meta = kubevirt["metadata"]
+    waiter.wait_for_object(
+        client, "KubeVirt", meta["name"],
+        lambda obj: obj is not None and patches.value_at(obj, KUBEVIRT_PATH) == value,
+        timeout, "the HyperConverged operator to set evictionStrategy %s in KubeVirt %s/%s"
+        % (value, meta.get("namespace"), meta["name"]), namespace=meta.get("namespace"))
+
+
+def _cluster_scope(module):
+    params = module.params
+    selection = vms.Selection(params)
+    if selection.given or params["only_non_migratable"] or params["restart"]:
+        raise InvalidInputError(
+            "Options name, namespace, label_selector, all_namespaces, only_non_migratable and restart select and "
+            "restart VirtualMachines; they do not apply to scope=cluster.")
+    client = module.client
+    desired = params["strategy"] if params["state"] == "present" else None
+    kind, obj, path, described, hco = _cluster_target(client)
+
+    def plan(current):
+        return patches.set_field(current, path, desired), patches.value_at(current, path)
+
+    before, _obj = patches.update_guarded(client, kind, obj, plan, write=not module.check_mode)
+    changed = before != desired
+    if changed and hco is not None and desired and params["wait"] and not module.check_mode:
+        _wait_propagated(client, desired, params["wait_timeout"])
+    result = dict(changed=changed, vms=[], cluster=dict(before=before, after=desired, resource=described))
+    if module.diff_mode:
+        result["diff"] = {"before": {described: {"evictionStrategy": before}},
+                          "after": {described: {"evictionStrategy": desired}}}
+    return result
+
+
+def run(module):
+    """vm_eviction_strategy."""
+    if module.params["state"] == "present" and not module.params.get("strategy"):
+        raise InvalidInputError("Option strategy is required with state=present.")
+    if module.params["scope"] == "cluster":
+        return _cluster_scope(module)
+    return _vm_scope(module)

@@ -1,0 +1,475 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""node_maintenance and node_maintenance_info: put a node into maintenance and back.
+
+Entering: read the cluster once and compute the plan; refuse (nothing changed) when the
+plan has blockers the non_migratable policy does not handle; then either drain directly
+(cordon, taint and label as the node-maintenance operator does, shut down exactly the
+blocking VMs when asked, run the drain engine) or create a NodeMaintenance CR and follow
+its status. Both report in the same shape. Leaving: undo what this collection added.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nm_cr
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
+    Drainer,
+    Progress,
+    explain_pending,
+    percent,
+    pod_key,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+    BlockedError,
+    InvalidInputError,
+    MaintenanceError,
+    WaitTimeoutError,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan import (
+    NODE_MAINTENANCE_KINDS,
+    PlanOptions,
+    Snapshot,
+    compute_plan,
+    node_summary,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
+    parse_label_selector,
+    requirements_match,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import (
+    Deadline,
+    Informer,
+    wait_for_object,
+    wait_until,
+)
+
+MOVE_BACK_NOTE = "VMs that left the node during maintenance do not move back by themselves."
+
+
+def empty_vms():
+    return {"migrated": [], "shut_down": [], "blocked": [], "pending": []}
+
+
+def base_result(name, method):
+    return {
+        "changed": False,
+        "node": name,
+        "method": method,
+        "phase": None,
+        "total_pods": 0,
+        "eviction_pods": 0,
+        "pending_pods": [],
+        "drain_progress": 100,
+        "vms": empty_vms(),
+        "duration_seconds": 0.0,
+        "last_error": None,
+    }
+
+
+def blocked_message(name, blockers, policy, task="enter maintenance"):
+    texts = [b.text.rstrip(".") for b in blockers]
+    if len(texts) == 1:
+        return "Node %s cannot %s (non_migratable=%s): %s." % (name, task, policy, texts[0])
+    return "Node %s cannot %s (non_migratable=%s), %d blockers: %s." % (
+        name, task, policy, len(texts), "; ".join("(%d) %s" % (i + 1, t) for i, t in enumerate(texts)))
+
+
+def choose_method(requested, name, cr_kind, ours_cr, node):
+    record = nodes_mod.maintenance_record(node)
+    if requested == "cr":
+        if cr_kind is None:
+            raise InvalidInputError("method=cr needs the NodeMaintenance CRD (nodemaintenance.medik8s.io or "
+                                    "nodemaintenance.kubevirt.io), which this cluster does not serve.", node=name)
+        if record is not None:
+            raise InvalidInputError("Node %s is in maintenance through a drain by this collection; end it with "
+                                    "state=absent before using method=cr." % name, node=name)
+        return "cr"
+    if requested == "drain":
+        if ours_cr is not None:
+            raise InvalidInputError("Node %s is in maintenance through NodeMaintenance %s; end it with state=absent "
+                                    "before using method=drain." % (name, ours_cr[1]["metadata"]["name"]), node=name)
+        return "drain"
+    if ours_cr is not None:
+        return "cr"
+    if record is not None or cr_kind is None:
+        return "drain"
+    return "cr"
+
+
+def run(module):
+    if module.params.get("state") == "absent":
+        return leave(module)
+    return enter(module)
+
+
+# -- entering maintenance ----------------------------------------------------------------------
+
+def enter(module):
+    params = module.params
+    deadline = Deadline(params["wait_timeout"])
+    name = params["name"]
+    policy = params["non_migratable"]
+    options = PlanOptions.from_params(params)
+    client = module.client
+    snapshot = Snapshot.load(client, [name])
+    node = snapshot.node(name)
+    cr_kind = nm_cr.served_kind(snapshot)
+    ours_cr, _foreign = nm_cr.ours_and_foreign(snapshot, name)
+    method = choose_method(params["method"], name, cr_kind, ours_cr, node)
+    plan = compute_plan(snapshot, name, options)
+    result = base_result(name, method)
+    result["total_pods"] = plan.total_pods
+    result["eviction_pods"] = len(plan.evict)
+    result["pending_pods"] = [pod_key(p) for p in plan.evict]
+    result["drain_progress"] = percent(len(plan.evict), len(plan.evict))
+    fatal = plan.fatal_blockers(policy)
+    if fatal:
+        raise BlockedError(blocked_message(name, fatal, policy), blockers=[b.text for b in fatal],
+                           plan=plan.as_dict(), node=name, method=method)
+    shutdown = [vm for vm in plan.vms if policy == "shutdown" and vm["outcome"] == kubevirt.BLOCK]
+    if module.check_mode:
+        return predict(module, result, plan, node, method, ours_cr, shutdown)
+    progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
+    if method == "drain":
+        timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress)
+    else:
+        timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress)
+    result["duration_seconds"] = round(deadline.elapsed(), 1)
+    if result["phase"] == "Failed":
+        error = WaitTimeoutError if timed_out else MaintenanceError
+        raise error(result["last_error"], **result)
+    return result
+
+
+def predict(module, result, plan, node, method, ours_cr, shutdown):
+    """Check mode: the same shape, computed from the plan, with nothing written."""
+    params = module.params
+    result["plan"] = plan.as_dict()
+    result["phase"] = "Succeeded" if params["wait"] else "Running"
+    if params["wait"]:
+        result["pending_pods"] = []
+        result["drain_progress"] = 100
+    shut_uids = set(vm["_vmi"]["metadata"].get("uid") for vm in shutdown)
+    vms = result["vms"]
+    for vm in plan.vms:
+        outcome = vm["outcome"]
+        uid = vm["_vmi"]["metadata"].get("uid")
+        if outcome == kubevirt.MIGRATE:
+            target = plan.targets.get(pod_key(vm["_pod"])) if vm["_pod"] is not None else None
+            vms["migrated"].append({"namespace": vm["namespace"], "name": vm["name"], "source": plan.node,
+                                    "target": target})
+        elif outcome in (kubevirt.RESTART_ELSEWHERE, kubevirt.STAY_STOPPED) or uid in shut_uids:
+            vms["shut_down"].append(_shut_down_entry(vm, plan.node))
+        else:
+            vms["blocked"].append({"namespace": vm["namespace"], "name": vm["name"],
+                                   "reason": _blocker_text(plan, uid)})
+    if method == "drain":
+        patch, after, _record = nodes_mod.enter_changes(node, params.get("reason"))
+        result["changed"] = bool(patch or plan.evict or shutdown)
+        diff_after = after
+    else:
+        cr_phase = ((ours_cr[1].get("status") or {}).get("phase")) if ours_cr else None
+        result["changed"] = ours_cr is None or bool(shutdown)
+        if cr_phase == "Succeeded" and not plan.evict:
+            result["changed"] = bool(shutdown)
+        diff_after = _nmo_after_view(node)
+    if module.diff_mode:
+        result["diff"] = {"before": nodes_mod.maintenance_view(node), "after": diff_after}
+    return result
+
+
+def _nmo_after_view(node):
+    """The node as the node-maintenance operator leaves it while in maintenance."""
+    _patch, after, _record = nodes_mod.enter_changes(node)
+    return after
+
+
+def _blocker_text(plan, uid):
+    for blocker in plan.blockers:
+        if blocker.vmi_uid == uid:
+            return blocker.text
+    return None
+
+
+def _shut_down_entry(vm, source):
+    restarts = vm["run_strategy"] in ("Always", "RerunOnFailure")
+    return {"namespace": vm["namespace"], "name": vm["name"], "source": source, "run_strategy": vm["run_strategy"],
+            "outcome": kubevirt.RESTART_ELSEWHERE if restarts else kubevirt.STAY_STOPPED}
+
+
+def _permissions_for_drain(plan, options, shutdown):
+    namespaces = sorted(set(p["metadata"]["namespace"] for p in plan.evict))
+    perms = [Permission("patch", "nodes")]
+    if namespaces:
+        if options.drain.disable_eviction:
+            perms.append(Permission("delete", "pods", namespaces=namespaces))
+        else:
+            perms.append(Permission("create", "pods", subresource="eviction", namespaces=namespaces))
+    if shutdown:
+        perms.append(Permission("delete", "virtualmachineinstances", group="kubevirt.io",
+                                namespaces=[vm["namespace"] for vm in shutdown]))
+    return perms
+
+
+def shut_down_vmis(client, shutdown):
+    """Delete the VMIs of VMs that block the drain; their run strategy decides what follows."""
+    for vm in shutdown:
+        vmi = vm["_vmi"]["metadata"]
+        client.delete("VirtualMachineInstance", vmi["name"], vmi["namespace"])
+    return [pod_key(vm["_pod"]) for vm in shutdown if vm["_pod"] is not None]
+
+
+def enter_drain(module, result, plan, node, shutdown, options, deadline, progress):
+    params = module.params
+    client = module.client
+    name = plan.node
+    require(client, _permissions_for_drain(plan, options, shutdown), "drain node %s" % name)
+    before = nodes_mod.maintenance_view(node)
+    node_after, (patch, after, _record) = nodes_mod.update_node(
+        client, name, lambda current: nodes_mod.enter_changes(current, params.get("reason")), node=node)
+    result["changed"] = patch is not None
+    if patch is not None:
+        progress.line("phase=Running cordoned, tainted %s:NoSchedule" % nodes_mod.DRAIN_TAINT["key"])
+    wait_only = shut_down_vmis(client, shutdown)
+    if shutdown:
+        result["changed"] = True
+        progress.line("shut down %d VM%s that cannot migrate: %s" % (
+            len(shutdown), "" if len(shutdown) == 1 else "s",
+            ", ".join("%s/%s" % (vm["namespace"], vm["name"]) for vm in shutdown)))
+    drainer = Drainer(client, name, options.drain, deadline, progress=progress, wait_only=wait_only)
+    outcome = drainer.run(wait=params["wait"])
+    if outcome.evicted:
+        result["changed"] = True
+    result["total_pods"] = outcome.total
+    result["eviction_pods"] = outcome.eviction
+    result["pending_pods"] = outcome.pending_keys
+    result["drain_progress"] = outcome.progress
+    explanations = {}
+    if outcome.refused:
+        result["phase"] = "Failed"
+        result["last_error"] = "Node %s has pods the drain options do not allow to evict: %s." % (
+            name, "; ".join("%s %s" % item for item in outcome.refused))
+    elif outcome.fatal is not None:
+        result["phase"] = "Failed"
+        result["last_error"] = getattr(outcome.fatal, "msg", str(outcome.fatal))
+    elif outcome.timed_out:
+        result["phase"] = "Failed"
+        pending = outcome.pending
+        explanations = dict(zip([t.key for t in pending], explain_pending(
+            client, name, [t.pod for t in pending], drainer.pdb_items(),
+            reasons=dict((t.key, t.reason) for t in pending if t.reason))))
+        result["last_error"] = "Timed out after %ds draining node %s: %d pod%s left: %s." % (
+            round(deadline.seconds), name, len(pending), "" if len(pending) == 1 else "s",
+            "; ".join(explanations[t.key] for t in pending))
+    else:
+        result["phase"] = "Succeeded" if not outcome.pending else "Running"
+    result["vms"] = vm_report(client, plan, explanations, final=params["wait"])
+    nodes_mod.set_record_phase(client, node_after, result["phase"], result["last_error"])
+    progress.update(outcome.total, outcome.eviction, len(outcome.pending),
+                    sum(1 for t in outcome.pending if t.launcher), phase=result["phase"])
+    if module.diff_mode:
+        result["diff"] = {"before": before, "after": after}
+    return outcome.timed_out
+
+
+def vm_report(client, plan, explanations, final=True):
+    """Where each VM that ran on the node is now: migrated, shut down, blocked or pending."""
+    vms = empty_vms()
+    if not plan.vms:
+        return vms
+    current = {}
+    for namespace in sorted(set(vm["namespace"] for vm in plan.vms)):
+        for vmi in client.list("VirtualMachineInstance", namespace=namespace)[0]:
+            current[vmi["metadata"].get("uid")] = vmi
+    for vm in plan.vms:
+        uid = vm["_vmi"]["metadata"].get("uid")
+        now = current.get(uid)
+        if now is not None and kubevirt.vmi_is_active(now) and kubevirt.migration_target(now) == plan.node:
+            pod = vm["_pod"]
+            reason = explanations.get(pod_key(pod)) if pod is not None else None
+            if final or vm["outcome"] == kubevirt.BLOCK:
+                vms["blocked"].append({"namespace": vm["namespace"], "name": vm["name"],
+                                       "reason": reason or _blocker_text(plan, uid) or
+                                       "still on node %s" % plan.node})
+            else:
+                vms["pending"].append({"namespace": vm["namespace"], "name": vm["name"], "source": plan.node,
+                                       "outcome": vm["outcome"]})
+        elif now is not None and kubevirt.vmi_is_active(now):
+            vms["migrated"].append({"namespace": vm["namespace"], "name": vm["name"], "source": plan.node,
+                                    "target": kubevirt.migration_target(now)})
+        else:
+            vms["shut_down"].append(_shut_down_entry(vm, plan.node))
+    return vms
+
+
+def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress):
+    params = module.params
+    client = module.client
+    name = plan.node
+    perms = [] if ours_cr else [Permission("create", "nodemaintenances", group=nm_cr.API_VERSIONS[cr_kind].split("/")[0])]
+    if shutdown:
+        perms.append(Permission("delete", "virtualmachineinstances", group="kubevirt.io",
+                                namespaces=[vm["namespace"] for vm in shutdown]))
+    if perms:
+        require(client, perms, "put node %s into maintenance" % name)
+    node = nodes_mod.get_node(client, name)
+    before = nodes_mod.maintenance_view(node)
+    if ours_cr is None:
+        kind = cr_kind
+        cr = client.create(kind, nm_cr.body(kind, name, params.get("reason")))
+        result["changed"] = True
+        progress.line("phase=Running created %s %s" % ("NodeMaintenance", cr["metadata"]["name"]))
+    else:
+        kind, cr = ours_cr
+    cr_name = cr["metadata"]["name"]
+    if shutdown:
+        wait_for_object(client, "Node", name, lambda n: n is not None and nodes_mod.is_cordoned(n),
+                        deadline.remaining(), "NodeMaintenance %s to cordon node %s" % (cr_name, name))
+        shut_down_vmis(client, shutdown)
+        result["changed"] = True
+    namespaces = dict((p["metadata"]["name"], p["metadata"]["namespace"]) for p in plan.evict)
+    timed_out = False
+    if params["wait"]:
+        informer = Informer(client, kind, field_selector="metadata.name=%s" % cr_name)
+
+        def settled():
+            current = informer.get(cr_name)
+            if current is None:
+                return False
+            view = nm_cr.status_view(current, namespaces)
+            progress.update(view["total_pods"], view["eviction_pods"], len(view["pending_pods"]),
+                            sum(1 for p in view["pending_pods"] if "virt-launcher-" in p))
+            return current if view["phase"] in nm_cr.FINAL_PHASES else False
+
+        try:
+            cr = wait_until(settled, [informer], deadline.remaining(), "NodeMaintenance %s" % cr_name,
+                            deadline=deadline)
+        except WaitTimeoutError:
+            timed_out = True
+            cr = informer.get(cr_name) or cr
+        finally:
+            informer.stop()
+    else:
+        cr = client.get_or_none(kind, cr_name) or cr
+    view = nm_cr.status_view(cr, namespaces)
+    result.update(view)
+    if not view["eviction_pods"] and not view["total_pods"]:
+        result["eviction_pods"] = len(plan.evict)
+        result["total_pods"] = plan.total_pods
+    if view["phase"] == "Succeeded":
+        result["drain_progress"] = 100
+        result["pending_pods"] = []
+    explanations = {}
+    if timed_out or view["phase"] == "Failed":
+        result["phase"] = "Failed"
+        pending = _pending_pods(client, name, plan)
+        explanations = dict(zip([pod_key(p) for p in pending], explain_pending(
+            client, name, pending, client.list("PodDisruptionBudget")[0])))
+        what = ("Timed out after %ds waiting for NodeMaintenance %s" % (round(deadline.seconds), cr_name)) if timed_out \
+            else "NodeMaintenance %s failed" % cr_name
+        detail = "; ".join(explanations[pod_key(p)] for p in pending)
+        result["last_error"] = "%s (phase %s%s)%s." % (
+            what, view["phase"], ", last error: %s" % view["last_error"].rstrip(".") if view["last_error"] else "",
+            ": %s" % detail if detail else "")
+    result["vms"] = vm_report(client, plan, explanations, final=params["wait"])
+    if module.diff_mode:
+        result["diff"] = {"before": before, "after": nodes_mod.maintenance_view(nodes_mod.get_node(client, name))}
+    return timed_out
+
+
+def _pending_pods(client, name, plan):
+    wanted = set(pod_key(p) for p in plan.evict)
+    items, _rv = client.list("Pod", field_selector="spec.nodeName=%s" % name)
+    return [p for p in items if pod_key(p) in wanted]
+
+
+# -- leaving maintenance ----------------------------------------------------------------------
+
+def leave(module):
+    params = module.params
+    deadline = Deadline(params["wait_timeout"])
+    client = module.client
+    name = params["name"]
+    node = nodes_mod.get_node(client, name)
+    snapshot = Snapshot(client)
+    for kind in NODE_MAINTENANCE_KINDS:
+        if snapshot.served(kind):
+            snapshot.maintenances.extend((kind, cr) for cr in client.list(kind)[0])
+    ours_cr, foreign = nm_cr.ours_and_foreign(snapshot, name)
+    if foreign:
+        raise BlockedError("Node %s is held by NodeMaintenance %s, which this collection did not create; delete "
+                           "that CR to end its maintenance." % (name, foreign[0][1]["metadata"]["name"]),
+                           node=name)
+    method = "cr" if ours_cr else "drain"
+    result = base_result(name, method)
+    result["msg"] = MOVE_BACK_NOTE
+    before = nodes_mod.maintenance_view(node)
+    patch, after, kept_cordon = nodes_mod.leave_changes(node)
+    if ours_cr:
+        after = dict(after, unschedulable=False, labels={nodes_mod.EXCLUDE_LABEL: None}, taints=[
+            t for t in after["taints"] if t.get("key") not in [m["key"] for m in nodes_mod.MAINTENANCE_TAINTS]])
+    result["changed"] = bool(ours_cr or patch)
+    if module.diff_mode:
+        result["diff"] = {"before": before, "after": after}
+    if kept_cordon:
+        module.warn("Node %s was already cordoned before this collection's maintenance began, so it stays cordoned."
+                    % name)
+    if module.check_mode or not result["changed"]:
+        result["msg"] = ("Node %s is not in maintenance by this collection. " % name if not result["changed"]
+                         else "") + MOVE_BACK_NOTE
+        return result
+    if ours_cr:
+        kind, cr = ours_cr
+        require(client, [Permission("delete", "nodemaintenances", group=nm_cr.API_VERSIONS[kind].split("/")[0])],
+                "end the maintenance of node %s" % name)
+        client.delete(kind, cr["metadata"]["name"])
+        if params["wait"]:
+            def released(current):
+                return current is not None and not nodes_mod.is_cordoned(current) and \
+                    not nodes_mod.has_taint(current, nodes_mod.DRAIN_TAINT)
+            try:
+                node = wait_for_object(client, "Node", name, released, deadline.remaining(),
+                                       "the node-maintenance operator to release node %s" % name)
+            except WaitTimeoutError as exc:
+                raise WaitTimeoutError("NodeMaintenance %s was deleted, but node %s is still cordoned after %ds: is "
+                                       "the node-maintenance operator running?" % (
+                                           cr["metadata"]["name"], name, round(deadline.seconds)),
+                                       **dict(result, changed=True)) from exc
+        # Anything this collection recorded itself (an earlier drain) goes too.
+        if nodes_mod.maintenance_record(node) is not None:
+            nodes_mod.update_node(client, name, nodes_mod.leave_changes)
+    else:
+        require(client, [Permission("patch", "nodes")], "end the maintenance of node %s" % name)
+        nodes_mod.update_node(client, name, nodes_mod.leave_changes, node=node)
+    result["duration_seconds"] = round(deadline.elapsed(), 1)
+    result["msg"] = "Node %s left maintenance. %s" % (name, MOVE_BACK_NOTE)
+    Progress(name, log=module.ansible.log, path=params.get("progress_file")).line("left maintenance")
+    return result
+
+
+# -- node_maintenance_info -----------------------------------------------------------------------
+
+def info(module):
+    params = module.params
+    client = module.client
+    options = PlanOptions.from_params(params)
+    if params.get("name"):
+        snapshot = Snapshot.load(client, [params["name"]])
+        names = [snapshot.node(params["name"])["metadata"]["name"]]
+    else:
+        requirements = parse_label_selector(params.get("label_selector"), "label_selector")
+        snapshot = Snapshot.load(client)
+        names = sorted(n for n, node in snapshot.nodes.items()
+                       if requirements_match(requirements, nodes_mod.labels_of(node)))
+        if not names:
+            if params.get("label_selector"):
+                raise InvalidInputError("No node matches label_selector '%s'." % params["label_selector"],
+                                        label_selector=params["label_selector"])
+            raise InvalidInputError("The cluster has no nodes.")
+    return {"changed": False, "nodes": [node_summary(snapshot, n, options) for n in names]}

@@ -1,0 +1,158 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Field-level JSON patches that cannot clobber a concurrent edit.
+
+Every write of a single field is a JSON patch that first ``test``s the value it replaces
+(or, when the field is absent, the object's resourceVersion). When someone else changed
+the field in between, the API server refuses the patch; ``update_guarded`` then reads the
+object again, recomputes what to do from the fresh copy and tries once more. Status
+updates by controllers do not disturb a value test, so busy objects are patched at the
+first attempt.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+    ApiError,
+    ConflictError,
+    MaintenanceError,
+)
+
+MAX_ATTEMPTS = 5
+
+
+def pointer(path):
+    """A JSON pointer ('/spec/template/spec/evictionStrategy') for a tuple of keys."""
+    return "".join("/" + str(key).replace("~", "~0").replace("/", "~1") for key in path)
+
+
+def lookup(obj, path):
+    """(exists, value) of the field at ``path`` (a tuple of keys)."""
+    node = obj
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return False, None
+        node = node[key]
+    return True, node
+
+
+def value_at(obj, path, default=None):
+    exists, value = lookup(obj, path)
+    return value if exists and value is not None else default
+
+
+def resource_version_test(obj):
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    return {"op": "test", "path": "/metadata/resourceVersion", "value": version}
+
+
+def set_field(obj, path, value):
+    """JSON-patch operations that make ``obj[path] == value``; ``None`` removes the field.
+
+    Returns ``[]`` when the object already has that value. Missing parent objects are
+    created in the same operation.
+    """
+    exists, old = lookup(obj, path)
+    if value is None:
+        if not exists:
+            return []
+        return [{"op": "test", "path": pointer(path), "value": old}, {"op": "remove", "path": pointer(path)}]
+    if exists and old is not None:
+        if old == value:
+            return []
+        return [{"op": "test", "path": pointer(path), "value": old},
+                {"op": "replace", "path": pointer(path), "value": value}]
+    # Absent: nothing to test but the whole object's version. "add" on the first missing
+    # (or null) level creates what is missing below it.
+    depth = 0
+    node = obj
+    for key in path[:-1]:
+        child = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(child, dict):
+            break
+        node = child
+        depth += 1
+    nested = value
+    for key in reversed(path[depth + 1:]):
+        nested = {key: nested}
+    return [resource_version_test(obj), {"op": "add", "path": pointer(path[:depth + 1]), "value": nested}]
+
+
+def _apply_locally(obj, operations):
+    """A copy of ``obj`` with add/replace/remove operations of ``set_field`` applied."""
+    doc = copy.deepcopy(obj)
+    for op in operations:
+        if op["op"] == "test":
+            continue
+        keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
+        parent = doc
+        for k in keys[:-1]:
+            parent = parent[k]
+        if op["op"] == "remove":
+            parent.pop(keys[-1], None)
+        else:
+            parent[keys[-1]] = copy.deepcopy(op["value"])
+    return doc
+
+
+def set_fields(obj, changes):
+    """One operation list for several ``(path, value)`` changes, each planned on the result of
+    the previous ones (so two new fields under one missing parent both survive)."""
+    groups = []
+    for path, value in changes:
+        operations = set_field(obj, path, value)
+        if operations:
+            groups.append(operations)
+            obj = _apply_locally(obj, operations)
+    return merge_operations(*groups)
+
+
+def merge_operations(*groups):
+    """Concatenate operation lists, keeping one resourceVersion test at the front."""
+    tests, rest = [], []
+    for group in groups:
+        for op in group:
+            if op.get("path") == "/metadata/resourceVersion" and op.get("op") == "test":
+                if not tests:
+                    tests.append(op)
+            else:
+                rest.append(op)
+    return tests + rest
+
+
+def is_guard_failure(exc):
+    """True when the API server refused a patch because its ``test`` (or precondition) failed."""
+    if isinstance(exc, ConflictError):
+        return True
+    if isinstance(exc, ApiError) and exc.status == 422:
+        message = (exc.details.get("server_message") or exc.msg or "").lower()
+        return "test" in message
+    return False
+
+
+def update_guarded(client, kind, obj, plan, write=True, subresource=None, attempts=MAX_ATTEMPTS):
+    """Apply ``plan(obj) -> (operations, outcome)``; return ``(outcome, object after)``.
+
+    With ``write=False`` (check mode) nothing is sent. When the guard fails the object is
+    read again and ``plan`` recomputed from it, so the outcome always describes what was
+    really done.
+    """
+    meta = obj.get("metadata") or {}
+    name, namespace = meta.get("name"), meta.get("namespace")
+    for attempt in range(attempts):
+        operations, outcome = plan(obj)
+        if not operations or not write:
+            return outcome, obj
+        try:
+            return outcome, client.patch(kind, name, operations, namespace=namespace, patch_type="json",
+                                         subresource=subresource)
+        except MaintenanceError as exc:
+            if not is_guard_failure(exc) or attempt == attempts - 1:
+                raise
+        obj = client.get(kind, name, namespace)
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,545 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What maintenance of a node would do - one computation for check mode,
+node_maintenance_info and the rolling role's preflight.
+
+A ``Snapshot`` reads the cluster once (nodes, pods, VMIs, VMs, PodDisruptionBudgets,
+NodeMaintenances: a handful of list requests, pods trimmed page by page to what the
+plan needs); ``compute_plan`` then answers for any node without another request: which
+pods go and which stay, what happens to each VM, whether another node can take each
+of them, which budgets allow no disruption, and every blocker as a sentence.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import resource_path
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
+    EVICT,
+    REFUSE,
+    classify_pod,
+    controller_of,
+    is_finished,
+    matching_pdbs,
+    pod_key,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+    ApiError,
+    InvalidInputError,
+    NotFoundError,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
+    RESOURCE_NAMES,
+    format_cpu,
+    format_memory,
+    parse_quantity,
+    pod_requests,
+    why_not_on_node,
+)
+
+# Blocker kinds, and how each non_migratable policy treats them.
+SAFETY = "safety"        # refusals: last schedulable node, etcd quorum, another NodeMaintenance
+PODS = "pods"            # pods the drain options forbid evicting (kubectl fails the same way)
+VM = "vm"                # a VM that can neither migrate nor be shut down by eviction
+PLACEMENT = "placement"  # a VM that no other node can take
+CAPACITY = "capacity"    # the other nodes lack room for everything
+PDB = "pdb"              # a budget that never allows a disruption
+NODE = "node"            # the node itself cannot complete a drain (NotReady)
+
+ALWAYS_FATAL = (SAFETY, PODS)
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kubevirt_ops.maintenance"
+NODE_MAINTENANCE_KINDS = ("NodeMaintenance", "LegacyNodeMaintenance")
+
+
+class PlanOptions:
+    """Drain options plus the safety overrides."""
+
+    def __init__(self, drain, allow_control_plane=False, allow_last_schedulable_node=False):
+        self.drain = drain
+        self.allow_control_plane = allow_control_plane
+        self.allow_last_schedulable_node = allow_last_schedulable_node
+
+    @classmethod
+    def from_params(cls, params):
+        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import DrainOptions
+
+        return cls(DrainOptions.from_params(params),
+                   allow_control_plane=params.get("allow_control_plane", False),
+                   allow_last_schedulable_node=params.get("allow_last_schedulable_node", False))
+
+
+# -- reading the cluster ------------------------------------------------------------------------
+
+def _slim_pod(pod):
+    """The parts of a pod the plan and the drain look at (keeps memory flat on big clusters)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    slim_meta = dict((k, meta[k]) for k in ("name", "namespace", "uid", "labels", "ownerReferences",
+                                            "deletionTimestamp", "resourceVersion") if k in meta)
+    if "kubernetes.io/config.mirror" in annotations:
+        slim_meta["annotations"] = {"kubernetes.io/config.mirror": annotations["kubernetes.io/config.mirror"]}
+
+    def requests_only(containers):
+        return [{"resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
+                for c in containers or []]
+
+    slim_spec = {
+        "nodeName": spec.get("nodeName"),
+        "containers": requests_only(spec.get("containers")),
+        "volumes": [{"name": v.get("name"), "emptyDir": {}} for v in spec.get("volumes") or [] if "emptyDir" in v],
+    }
+    for key in ("nodeSelector", "tolerations", "overhead"):
+        if spec.get(key):
+            slim_spec[key] = spec[key]
+    if spec.get("initContainers"):
+        slim_spec["initContainers"] = requests_only(spec["initContainers"])
+    if (spec.get("affinity") or {}).get("nodeAffinity"):
+        slim_spec["affinity"] = {"nodeAffinity": spec["affinity"]["nodeAffinity"]}
+    status = pod.get("status") or {}
+    return {"metadata": slim_meta, "spec": slim_spec, "status": {"phase": status.get("phase")}}
+
+
+def list_pages(client, kind, transform=None, namespace=None, label_selector=None, field_selector=None,
+               page_size=500):
+    """All items of a kind, transformed page by page; returns (items, resourceVersion)."""
+    items = []
+    cont = None
+    while True:
+        data = client.request("GET", resource_path(kind, namespace=namespace), params={
+            "labelSelector": label_selector or None,
+            "fieldSelector": field_selector or None,
+            "limit": page_size,
+            "continue": cont,
+        }, obj="%ss" % kind, verb="list")
+        page = data.get("items") or []
+        items.extend(transform(i) for i in page) if transform else items.extend(page)
+        cont = (data.get("metadata") or {}).get("continue")
+        if not cont:
+            return items, (data.get("metadata") or {}).get("resourceVersion")
+
+
+class Snapshot:
+    """One read of everything a plan needs; built by :meth:`load`."""
+
+    def __init__(self, client):
+        self.client = client
+        self._groups = {}
+        self.nodes = {}
+        self.pods_by_node = {}
+        self.vmis = []
+        self.vmis_by_uid = {}
+        self.vms = {}
+        self.pdbs = []
+        self.cluster_eviction_strategy = None
+        self.kubevirt = False
+        self.maintenances = []  # (kind, object)
+        self.etcd_guard = None
+        self._free = None
+        self._eligible = {}
+
+    def served(self, kind):
+        """Whether the API serves ``kind``; one discovery request per API group version."""
+        base = resource_path(kind).rsplit("/", 1)[0]
+        if base not in self._groups:
+            try:
+                data = self.client.request("GET", base, obj="API group %s" % base.split("/apis/")[-1], verb="discover")
+                self._groups[base] = set(r.get("name") for r in data.get("resources") or [])
+            except NotFoundError:
+                self._groups[base] = set()
+        return resource_path(kind).rsplit("/", 1)[1] in self._groups[base]
+
+    @classmethod
+    def load(cls, client, node_names=None):
+        """Read the cluster. ``node_names``: the nodes to plan (VMs are then read per namespace)."""
+        snap = cls(client)
+        items, _rv = client.list("Node")
+        snap.nodes = dict((n["metadata"]["name"], n) for n in items)
+        pods, _rv = list_pages(client, "Pod", transform=_slim_pod)
+        for pod in pods:
+            snap.pods_by_node.setdefault(pod["spec"].get("nodeName") or "", []).append(pod)
+        snap.kubevirt = snap.served("VirtualMachineInstance")
+        if snap.kubevirt:
+            vmis, _rv = client.list("VirtualMachineInstance")
+            snap.vmis = [v for v in vmis if kubevirt.vmi_is_active(v) or kubevirt.vmi_node(v)]
+            snap.vmis_by_uid = dict((v["metadata"].get("uid"), v) for v in snap.vmis)
+            if snap.served("KubeVirt"):
+                crs, _rv = client.list("KubeVirt")
+                for cr in crs:
+                    value = ((cr.get("spec") or {}).get("configuration") or {}).get("evictionStrategy")
+                    if value:
+                        snap.cluster_eviction_strategy = value
+                        break
+            wanted = None
+            if node_names is not None:
+                wanted = set(node_names)
+            namespaces = sorted(set(v["metadata"]["namespace"] for v in snap.vmis
+                                    if wanted is None or kubevirt.vmi_node(v) in wanted))
+            if wanted is None or len(namespaces) > 3:
+                vms, _rv = client.list("VirtualMachine")
+            else:
+                vms = []
+                for namespace in namespaces:
+                    vms.extend(client.list("VirtualMachine", namespace=namespace)[0])
+            snap.vms = dict(((v["metadata"]["namespace"], v["metadata"]["name"]), v) for v in vms)
+        snap.pdbs, _rv = client.list("PodDisruptionBudget")
+        for kind in NODE_MAINTENANCE_KINDS:
+            if snap.served(kind):
+                snap.maintenances.extend((kind, cr) for cr in client.list(kind)[0])
+        try:
+            snap.etcd_guard = client.get_or_none("PodDisruptionBudget", nodes_mod.ETCD_GUARD_PDB[1],
+                                                 nodes_mod.ETCD_GUARD_PDB[0])
+        except ApiError:
+            snap.etcd_guard = None  # not allowed to read it: the quorum count still applies
+        return snap
+
+    def node(self, name):
+        node = self.nodes.get(name)
+        if node is None:
+            raise InvalidInputError("Node %s does not exist." % name, node=name)
+        return node
+
+    def pods_on(self, name):
+        return self.pods_by_node.get(name, [])
+
+    def maintenances_of(self, name):
+        return [(kind, cr) for kind, cr in self.maintenances if (cr.get("spec") or {}).get("nodeName") == name]
+
+    # -- room on the other nodes -----------------------------------------------------------------
+
+    def free(self):
+        """Allocatable minus the requests of the pods that run there, per node."""
+        if self._free is None:
+            self._free = {}
+            for name, node in self.nodes.items():
+                allocatable = (node.get("status") or {}).get("allocatable") or {}
+                room = dict((r, parse_quantity(allocatable.get(r))) for r in RESOURCE_NAMES)
+                room["pods"] = parse_quantity(allocatable.get("pods")) or 110.0
+                for pod in self.pods_on(name):
+                    if is_finished(pod):
+                        continue
+                    for resource, amount in pod_requests(pod["spec"]).items():
+                        room[resource] -= amount
+                self._free[name] = room
+        return self._free
+
+    def eligible_nodes(self, pod_spec):
+        """Nodes that accept the pod by its placement rules (ignoring room), in a stable order."""
+        signature = repr((sorted((pod_spec.get("nodeSelector") or {}).items()), pod_spec.get("affinity"),
+                          pod_spec.get("tolerations")))
+        if signature not in self._eligible:
+            free = self.free()
+            names = [name for name, node in self.nodes.items()
+                     if nodes_mod.is_ready(node) and why_not_on_node(pod_spec, node) is None]
+            names.sort(key=lambda n: (-free[n]["memory"], n))
+            self._eligible[signature] = names
+        return self._eligible[signature]
+
+
+# -- the plan --------------------------------------------------------------------------------------
+
+class Blocker:
+    def __init__(self, kind, text, vmi_uid=None):
+        self.kind = kind
+        self.text = text
+        self.vmi_uid = vmi_uid
+
+
+class Plan:
+    """The plan for one node; :meth:`as_dict` is the public shape."""
+
+    def __init__(self, node):
+        self.node = node
+        self.total_pods = 0
+        self.evict = []           # slim pods
+        self.skip = []            # (pod key, reason)
+        self.vms = []             # public VM entries (dicts), with private keys starting with '_'
+        self.blockers = []
+        self.capacity_ok = True
+        self.pdbs = []
+        self.targets = {}         # pod key -> predicted node
+
+    def vm_blockers(self):
+        return [b for b in self.blockers if b.kind == VM]
+
+    def fatal_blockers(self, policy):
+        """The blockers that stop maintenance before any write under a non_migratable policy."""
+        if policy == "fail":
+            return list(self.blockers)
+        if policy == "shutdown":
+            return [b for b in self.blockers if b.kind != VM]
+        return [b for b in self.blockers if b.kind in ALWAYS_FATAL]
+
+    def as_dict(self):
+        return {
+            "evict": [pod_key(p) for p in self.evict],
+            "skip": [{"pod": key, "reason": reason} for key, reason in self.skip],
+            "vms": [dict((k, v) for k, v in vm.items() if not k.startswith("_")) for vm in self.vms],
+            "blockers": [b.text for b in self.blockers],
+            "capacity_ok": self.capacity_ok,
+            "pdbs": self.pdbs,
+        }
+
+
+def is_our_maintenance(cr):
+    return ((cr.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
+
+
+def compute_plan(snapshot, name, options):
+    """What maintenance of node ``name`` would do, from ``snapshot`` (no API request)."""
+    node = snapshot.node(name)
+    plan = Plan(name)
+    pods = sorted(snapshot.pods_on(name), key=pod_key)
+    plan.total_pods = len(pods)
+    refused = []
+    for pod in pods:
+        verdict, reason = classify_pod(pod, options.drain)
+        if verdict == EVICT:
+            plan.evict.append(pod)
+        elif verdict == REFUSE:
+            refused.append((pod_key(pod), reason))
+            plan.skip.append((pod_key(pod), "blocks the drain: " + reason))
+        else:
+            plan.skip.append((pod_key(pod), reason))
+    _safety(plan, snapshot, node, options)
+    if refused:
+        plan.blockers.append(Blocker(PODS, "Node %s has pods the drain options do not allow to evict: %s." % (
+            name, "; ".join("%s %s" % (key, reason) for key, reason in refused))))
+    if not nodes_mod.is_ready(node):
+        plan.blockers.append(Blocker(NODE, "Node %s is not Ready (%s): its pods cannot confirm termination, so a "
+                                           "drain would not finish; for a dead node use node_decommission with "
+                                           "assume_powered_off=true." % (name, nodes_mod.not_ready_reason(node))))
+    _vms(plan, snapshot, name)
+    if not options.drain.disable_eviction:
+        _pdbs(plan, snapshot)
+    _placement(plan, snapshot, name)
+    return plan
+
+
+def _safety(plan, snapshot, node, options):
+    name = plan.node
+    ours = nodes_mod.maintenance_record(node) is not None or any(
+        is_our_maintenance(cr) for _kind, cr in snapshot.maintenances_of(name))
+    for kind, cr in snapshot.maintenances_of(name):
+        if not is_our_maintenance(cr):
+            plan.blockers.append(Blocker(SAFETY, "Node %s is already held by %s %s, which this collection did not "
+                                                 "create; end that maintenance first." % (
+                                                     name, "NodeMaintenance", cr["metadata"]["name"])))
+    if ours:
+        return  # entered earlier by this collection: the checks passed then, a re-run finishes the job
+    everything = list(snapshot.nodes.values())
+    if not options.allow_last_schedulable_node:
+        text = nodes_mod.last_schedulable_refusal(node, everything)
+        if text:
+            plan.blockers.append(Blocker(SAFETY, text))
+    if not options.allow_control_plane:
+        text = nodes_mod.control_plane_refusal(node, everything, snapshot.etcd_guard)
+        if text:
+            plan.blockers.append(Blocker(SAFETY, text))
+
+
+def _vms(plan, snapshot, name):
+    launchers = {}
+    for pod in plan.evict:
+        if kubevirt.is_launcher_pod(pod):
+            launchers[kubevirt.launcher_vmi_uid(pod)] = pod
+    selected_out = set(kubevirt.launcher_vmi_uid(snapshot_pod) for snapshot_pod in snapshot.pods_on(name)
+                       if kubevirt.is_launcher_pod(snapshot_pod)) - set(launchers)
+    for vmi in sorted(snapshot.vmis, key=lambda v: (v["metadata"]["namespace"], v["metadata"]["name"])):
+        if kubevirt.vmi_node(vmi) != name or not kubevirt.vmi_is_active(vmi):
+            continue
+        uid = vmi["metadata"].get("uid")
+        if uid in selected_out:
+            continue  # its launcher pod is not part of this drain (pod_selector)
+        namespace = vmi["metadata"]["namespace"]
+        vm_name = kubevirt.vm_name_of(vmi)
+        vm = snapshot.vms.get((namespace, vm_name)) if vm_name else None
+        run_strategy = kubevirt.vm_run_strategy(vm) if vm else None
+        strategy = kubevirt.effective_eviction_strategy(vmi.get("spec"), snapshot.cluster_eviction_strategy)
+        migratable, reason, message = kubevirt.live_migratable(vmi)
+        outcome = kubevirt.eviction_outcome(strategy, migratable, run_strategy)
+        display = "%s/%s" % (namespace, vm_name or vmi["metadata"]["name"])
+        entry = {
+            "namespace": namespace,
+            "name": vm_name or vmi["metadata"]["name"],
+            "eviction_strategy": strategy,
+            "live_migratable": bool(migratable),
+            "reason": None if migratable else kubevirt.describe_not_migratable(reason, message),
+            "outcome": outcome,
+            "run_strategy": run_strategy,
+            "_vmi": vmi,
+            "_pod": launchers.get(uid),
+        }
+        plan.vms.append(entry)
+        if outcome == kubevirt.BLOCK:
+            plan.blockers.append(Blocker(VM, (
+                "VM %s cannot leave node %s: its eviction strategy is %s but it is not live-migratable (%s); "
+                "give it LiveMigrateIfPossible or None, or use non_migratable=shutdown."
+                % (display, name, strategy, entry["reason"])), vmi_uid=uid))
+
+
+def _pdbs(plan, snapshot):
+    candidates = [p for p in snapshot.pdbs if not kubevirt.is_vmi_pdb(p)]
+    if not candidates:
+        return
+    covered = {}
+    multiple = []
+    for pod in plan.evict:
+        if is_finished(pod) or pod["metadata"].get("deletionTimestamp"):
+            continue
+        found = [p for p in matching_pdbs(pod, candidates)]
+        if len(found) > 1:
+            multiple.append((pod_key(pod), found))
+        for pdb in found:
+            key = "%s/%s" % (pdb["metadata"]["namespace"], pdb["metadata"]["name"])
+            covered.setdefault(key, (pdb, []))[1].append(pod_key(pod))
+    for key in sorted(covered):
+        pdb, pod_keys = covered[key]
+        status = pdb.get("status") or {}
+        allowed = status.get("disruptionsAllowed")
+        if allowed is None or allowed > 0:
+            continue
+        expected, desired = status.get("expectedPods"), status.get("desiredHealthy")
+        never = expected is not None and desired is not None and expected > 0 and desired >= expected
+        plan.pdbs.append({"namespace": pdb["metadata"]["namespace"], "name": pdb["metadata"]["name"],
+                          "disruptions_allowed": allowed, "pods": pod_keys, "never_allows": never})
+        if never:
+            plan.blockers.append(Blocker(PDB, (
+                "PodDisruptionBudget %s never allows a disruption (%s healthy pods required of %s), so %s cannot be "
+                "evicted; relax the budget or scale the workload up." % (key, desired, expected, ", ".join(pod_keys)))))
+    for key, found in multiple:
+        plan.blockers.append(Blocker(PDB, "Pod %s is covered by more than one PodDisruptionBudget (%s), which the "
+                                          "Eviction API refuses to handle; remove the overlap." % (
+                                              key, ", ".join(p["metadata"]["name"] for p in found))))
+
+
+def _moves(pod, plan):
+    """Whether the pod will be re-created on another node after it leaves."""
+    if is_finished(pod):
+        return False
+    if kubevirt.is_launcher_pod(pod):
+        for vm in plan.vms:
+            if vm["_pod"] is pod:
+                return vm["outcome"] in (kubevirt.MIGRATE, kubevirt.RESTART_ELSEWHERE)
+        return False
+    controller = controller_of(pod)
+    return controller is not None and controller.get("kind") != "DaemonSet"
+
+
+def _fits(room, need):
+    return all(room[r] + 1e-9 >= need[r] for r in need)
+
+
+def _why_nowhere(snapshot, pod, need, name):
+    """'lab-worker-2, lab-worker-3: cordoned; lab-worker-4: 1 CPU free, needs 2'."""
+    groups = {}
+    free = snapshot.free()
+    for other, node in sorted(snapshot.nodes.items()):
+        if other == name:
+            continue
+        if not nodes_mod.is_ready(node):
+            why = "not Ready"
+        else:
+            why = why_not_on_node(pod["spec"], node)
+        if why is None:
+            room = free[other]
+            short = [r for r in need if room[r] + 1e-9 < need[r]]
+            if not short:
+                continue
+            why = "not enough %s free (%s)" % (
+                " and ".join("pod slots" if r == "pods" else r for r in short),
+                ", ".join(_amount(r, room[r]) + " free, " + _amount(r, need[r]) + " needed" for r in short))
+        groups.setdefault(why, []).append(other)
+    parts = []
+    for why, names in sorted(groups.items(), key=lambda item: -len(item[1])):
+        shown = ", ".join(names[:3]) + (" and %d more" % (len(names) - 3) if len(names) > 3 else "")
+        parts.append("%s: %s" % (shown, why))
+    return "; ".join(parts) or "there is no other node"
+
+
+def _amount(resource, value):
+    if resource == "cpu":
+        return "cpu " + format_cpu(max(0.0, value))
+    if resource == "memory":
+        return "memory " + format_memory(max(0.0, value))
+    return "%d pods" % max(0, value)
+
+
+def _placement(plan, snapshot, name):
+    """Can the other nodes take what leaves? Per VM, and all of it at once (first fit)."""
+    free = snapshot.free()
+    used = {}
+    movers = [p for p in plan.evict if _moves(p, plan)]
+    movers.sort(key=lambda p: (-pod_requests(p["spec"])["memory"], pod_key(p)))
+    vm_by_pod = dict((id(vm["_pod"]), vm) for vm in plan.vms if vm["_pod"] is not None)
+    room_short = []
+    for pod in movers:
+        need = pod_requests(pod["spec"])
+        eligible = [n for n in snapshot.eligible_nodes(pod["spec"]) if n != name]
+        vm = vm_by_pod.get(id(pod))
+        fits_alone = [n for n in eligible if _fits(free[n], need)]
+        if not fits_alone:
+            if vm is not None:
+                plan.capacity_ok = False
+                plan.blockers.append(Blocker(PLACEMENT, "VM %s/%s cannot move off node %s: no other node can take it "
+                                                        "(%s)." % (vm["namespace"], vm["name"], name,
+                                                                   _why_nowhere(snapshot, pod, need, name)),
+                                             vmi_uid=vm["_vmi"]["metadata"].get("uid")))
+            elif eligible:
+                room_short.append(pod)
+            # An ordinary pod whose own rules allow no other node stays Pending; the drain still completes.
+            continue
+        target = None
+        for candidate in fits_alone:
+            room = dict((r, free[candidate][r] - used.get(candidate, {}).get(r, 0.0)) for r in need)
+            if _fits(room, need):
+                target = candidate
+                break
+        if target is None:
+            room_short.append(pod)
+            continue
+        bucket = used.setdefault(target, dict((r, 0.0) for r in need))
+        for resource, amount in need.items():
+            bucket[resource] = bucket.get(resource, 0.0) + amount
+        plan.targets[pod_key(pod)] = target
+    if room_short:
+        plan.capacity_ok = False
+        total = dict((r, 0.0) for r in RESOURCE_NAMES)
+        for pod in room_short:
+            for resource in RESOURCE_NAMES:
+                total[resource] += pod_requests(pod["spec"])[resource]
+        plan.blockers.append(Blocker(CAPACITY, (
+            "The other nodes lack room for everything node %s runs: %d pod%s (%s, %s) would find no node, "
+            "for example %s." % (name, len(room_short), "" if len(room_short) == 1 else "s",
+                                 _amount("cpu", total["cpu"]), _amount("memory", total["memory"]),
+                                 ", ".join(pod_key(p) for p in room_short[:3])))))
+
+
+def node_summary(snapshot, name, options):
+    """One entry of node_maintenance_info's ``nodes``."""
+    node = snapshot.node(name)
+    plan = compute_plan(snapshot, name, options)
+    phase = None
+    record = nodes_mod.maintenance_record(node)
+    crs = snapshot.maintenances_of(name)
+    if crs:
+        phase = ((crs[0][1].get("status") or {}).get("phase")) or "Running"
+    elif record is not None:
+        phase = record.get("phase") or "Running"
+    elif nodes_mod.has_taint(node, nodes_mod.DRAIN_TAINT):
+        phase = "Running"
+    return {
+        "name": name,
+        "ready": nodes_mod.is_ready(node),
+        "schedulable": not nodes_mod.is_cordoned(node),
+        "control_plane": nodes_mod.is_control_plane(node),
+        "in_maintenance": bool(crs) or record is not None or nodes_mod.has_taint(node, nodes_mod.DRAIN_TAINT),
+        "maintenance_phase": phase,
+        "plan": plan.as_dict(),
+    }

@@ -1,0 +1,538 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The maintenance report: one normalised model rendered as JSON, Markdown and an SVG timeline.
+
+Input is what the rolling_maintenance role records: a ``run`` (start, end, status, message,
+the planned node order, what remains) and one record per node that was started, holding
+the start and end of each phase, the pods evicted and the VMs migrated or shut down. All
+durations, totals and the pictures are computed here, in one place, so the three outputs
+always agree.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import json
+import os
+import tempfile
+
+# Phases of one node, in order, with their label and colour in the timeline.
+PHASES = (
+    ("drain", "Drain (enter maintenance)", "#4c78a8"),
+    ("tasks", "Node tasks (reboot, firmware...)", "#f58518"),
+    ("ready", "Wait for Ready", "#b279a2"),
+    ("uncordon", "Leave maintenance", "#54a24b"),
+    ("verify", "Verify VMs and node", "#72b7b2"),
+)
+PHASE_NAMES = tuple(p[0] for p in PHASES)
+PHASE_LABELS = dict((p[0], p[1]) for p in PHASES)
+PHASE_COLOURS = dict((p[0], p[2]) for p in PHASES)
+FAILED_COLOUR = "#d62728"
+MIGRATION_COLOUR = "#1b1b1b"
+SHUTDOWN_COLOUR = "#d62728"
+UNTOUCHED_COLOUR = "#e6e6e6"
+
+
+def parse_time(value):
+    """ISO 8601 (with Z or an offset; naive means UTC) -> aware datetime, or None."""
+    if not value:
+        return None
+    if isinstance(value, datetime.datetime):
+        moment = value
+    else:
+        text = str(value).strip().replace("Z", "+00:00").replace(" ", "T", 1)
+        if "." in text:
+            head, rest = text.split(".", 1)
+            digits = rest[:len(rest) - len(rest.lstrip("0123456789"))]
+            text = "%s.%s%s" % (head, (digits + "000000")[:6], rest[len(digits):])
+        try:
+            moment = datetime.datetime.fromisoformat(text)
+        except ValueError:
+            return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.astimezone(datetime.timezone.utc)
+
+
+def iso(moment):
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None
+
+
+def seconds_between(start, end):
+    if not start or not end:
+        return None
+    return round(max(0.0, (end - start).total_seconds()), 1)
+
+
+def human_duration(seconds):
+    """'45s', '3m05s', '1h02m'."""
+    if seconds is None:
+        return "-"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return "%ds" % seconds
+    if seconds < 3600:
+        return "%dm%02ds" % (seconds // 60, seconds % 60)
+    return "%dh%02dm" % (seconds // 3600, (seconds % 3600) // 60)
+
+
+def _vm_name(vm):
+    return "%s/%s" % (vm.get("namespace"), vm.get("name")) if vm.get("namespace") else str(vm.get("name"))
+
+
+def _phases(record):
+    raw = record.get("phases") or {}
+    if isinstance(raw, list):
+        raw = dict((p.get("name"), p) for p in raw if isinstance(p, dict))
+    phases = []
+    for name in PHASE_NAMES:
+        item = raw.get(name) or {}
+        start, end = parse_time(item.get("start")), parse_time(item.get("end"))
+        if start is None:
+            continue
+        phases.append({"name": name, "start": start, "end": end, "failed": bool(item.get("failed"))})
+    return phases
+
+
+def _migrations(record):
+    vms = record.get("vms") or {}
+    timed = {}
+    for item in record.get("migrations") or []:
+        timed[_vm_name(item)] = item
+    result = []
+    for vm in vms.get("migrated") or []:
+        timing = timed.pop(_vm_name(vm), {})
+        result.append(_migration(vm, timing))
+    for leftover in timed.values():  # a migration seen on the cluster that the drain did not list
+        result.append(_migration(leftover, leftover))
+    return result
+
+
+def _migration(vm, timing):
+    start, end = parse_time(timing.get("start")), parse_time(timing.get("end"))
+    return {
+        "namespace": vm.get("namespace"),
+        "name": vm.get("name"),
+        "source": vm.get("source") or timing.get("source"),
+        "target": vm.get("target") or timing.get("target"),
+        "start": start,
+        "end": end,
+        "seconds": seconds_between(start, end),
+    }
+
+
+def build(run, records):
+    """Normalise the run and node records into the report model (datetimes, durations, totals)."""
+    run = dict(run or {})
+    nodes = []
+    seen = set()
+    for record in records or []:
+        phases = _phases(record)
+        start = parse_time(record.get("started")) or (phases[0]["start"] if phases else None)
+        ends = [p["end"] for p in phases if p["end"]]
+        end = parse_time(record.get("finished")) or (max(ends) if ends else None)
+        vms = record.get("vms") or {}
+        status = record.get("status") or "done"
+        if status == "failed" and phases and not any(p["failed"] for p in phases):
+            phases[-1]["failed"] = True  # the phase that was running when it failed
+        node = {
+            "node": record.get("node"),
+            "index": record.get("index"),
+            "status": status,
+            "started": start,
+            "finished": end,
+            "seconds": seconds_between(start, end),
+            "phases": phases,
+            "pods_evicted": int(record.get("pods_evicted") or 0),
+            "total_pods": int(record.get("total_pods") or 0),
+            "migrations": _migrations(record),
+            "shut_down": list(vms.get("shut_down") or []),
+            "blocked": list(vms.get("blocked") or []),
+            "not_running": list(record.get("not_running") or []),
+            "method": record.get("method"),
+            "error": record.get("error"),
+        }
+        nodes.append(node)
+        seen.add(node["node"])
+    planned = list(run.get("nodes") or [n["node"] for n in nodes])
+    untouched = [name for name in planned if name not in seen]
+    started = parse_time(run.get("started")) or (min(n["started"] for n in nodes if n["started"]) if any(
+        n["started"] for n in nodes) else None)
+    finished = parse_time(run.get("finished")) or (max(n["finished"] for n in nodes if n["finished"]) if any(
+        n["finished"] for n in nodes) else None)
+    totals = {
+        "nodes_planned": len(planned),
+        "nodes_done": sum(1 for n in nodes if n["status"] == "done"),
+        "nodes_failed": sum(1 for n in nodes if n["status"] == "failed"),
+        "nodes_untouched": len(untouched),
+        "pods_evicted": sum(n["pods_evicted"] for n in nodes),
+        "vms_migrated": sum(len(n["migrations"]) for n in nodes),
+        "vms_shut_down": sum(len(n["shut_down"]) for n in nodes),
+        "vms_not_running": sum(len(n["not_running"]) for n in nodes),
+    }
+    durations = [n["seconds"] for n in nodes if n["status"] == "done" and n["seconds"] is not None]
+    totals["average_node_seconds"] = round(sum(durations) / len(durations), 1) if durations else None
+    for name in PHASE_NAMES:
+        totals["%s_seconds" % name] = round(sum(
+            seconds_between(p["start"], p["end"]) or 0 for n in nodes for p in n["phases"] if p["name"] == name), 1)
+    return {
+        "title": run.get("title") or "Rolling maintenance",
+        "status": run.get("status") or ("failed" if totals["nodes_failed"] else "succeeded"),
+        "message": run.get("message"),
+        "cluster": run.get("cluster"),
+        "selection": run.get("selection"),
+        "lock": run.get("lock"),
+        "policy": run.get("policy") or {},
+        "started": started,
+        "finished": finished,
+        "seconds": seconds_between(started, finished),
+        "preflight": {"start": parse_time((run.get("preflight") or {}).get("start")),
+                      "end": parse_time((run.get("preflight") or {}).get("end"))},
+        "planned": planned,
+        "untouched": untouched,
+        "remaining": run.get("remaining"),
+        "resume": run.get("resume"),
+        "nodes": nodes,
+        "totals": totals,
+    }
+
+
+# -- JSON ----------------------------------------------------------------------------------
+
+
+def to_json_data(model):
+    def node(n):
+        return {
+            "node": n["node"],
+            "index": n["index"],
+            "status": n["status"],
+            "method": n["method"],
+            "started": iso(n["started"]),
+            "finished": iso(n["finished"]),
+            "duration_seconds": n["seconds"],
+            "phases": dict((p["name"], {"start": iso(p["start"]), "end": iso(p["end"]),
+                                        "seconds": seconds_between(p["start"], p["end"]),
+                                        "failed": p["failed"]}) for p in n["phases"]),
+            "pods_evicted": n["pods_evicted"],
+            "total_pods": n["total_pods"],
+            "vms": {
+                "migrated": [dict(m, start=iso(m["start"]), end=iso(m["end"])) for m in n["migrations"]],
+                "shut_down": n["shut_down"],
+                "blocked": n["blocked"],
+                "not_running": n["not_running"],
+            },
+            "error": n["error"],
+        }
+
+    return {
+        "title": model["title"],
+        "status": model["status"],
+        "message": model["message"],
+        "cluster": model["cluster"],
+        "selection": model["selection"],
+        "policy": model["policy"],
+        "lock": model["lock"],
+        "started": iso(model["started"]),
+        "finished": iso(model["finished"]),
+        "duration_seconds": model["seconds"],
+        "preflight_seconds": seconds_between(model["preflight"]["start"], model["preflight"]["end"]),
+        "planned": model["planned"],
+        "untouched": model["untouched"],
+        "remaining": model["remaining"],
+        "resume": model["resume"],
+        "totals": model["totals"],
+        "nodes": [node(n) for n in model["nodes"]],
+    }
+
+
+# -- Markdown ------------------------------------------------------------------------------
+
+
+def _md(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(model, timeline_file=None):
+    t = model["totals"]
+    lines = ["# %s: %s" % (model["title"], model["status"]), ""]
+    if model["message"]:
+        lines += [model["message"], ""]
+    facts = [
+        ("Started", iso(model["started"]) or "-"),
+        ("Finished", iso(model["finished"]) or "-"),
+        ("Duration", human_duration(model["seconds"])),
+        ("Nodes", "%d planned, %d done, %d failed, %d untouched" % (
+            t["nodes_planned"], t["nodes_done"], t["nodes_failed"], t["nodes_untouched"])),
+        ("Pods evicted", t["pods_evicted"]),
+        ("VMs", "%d migrated, %d shut down, %d not running after" % (
+            t["vms_migrated"], t["vms_shut_down"], t["vms_not_running"])),
+    ]
+    if model["cluster"]:
+        facts.insert(0, ("Cluster", model["cluster"]))
+    if model["selection"]:
+        facts.append(("Selection", model["selection"]))
+    for key, value in sorted((model["policy"] or {}).items()):
+        facts.append(("Policy: %s" % key, value))
+    if model["lock"]:
+        facts.append(("Lock", model["lock"]))
+    lines += ["| | |", "|---|---|"] + ["| %s | %s |" % (_md(k), _md(v)) for k, v in facts] + [""]
+    if timeline_file:
+        lines += ["![Timeline](%s)" % timeline_file, ""]
+    lines += ["## Nodes", "",
+              "| # | Node | Status | Start | Total | " + " | ".join(PHASE_LABELS[p].split(" (")[0] for p in PHASE_NAMES)
+              + " | Pods evicted | VMs migrated | VMs shut down |",
+              "|---" * (8 + len(PHASE_NAMES)) + "|"]
+    for n in model["nodes"]:
+        by_name = dict((p["name"], p) for p in n["phases"])
+        cells = [human_duration(seconds_between(by_name[p]["start"], by_name[p]["end"])) if p in by_name else "-"
+                 for p in PHASE_NAMES]
+        lines.append("| %s | %s | %s | %s | %s | %s | %d | %d | %d |" % (
+            n["index"] or "", _md(n["node"]), n["status"].upper() if n["status"] == "failed" else n["status"],
+            n["started"].strftime("%H:%M:%S") if n["started"] else "-", human_duration(n["seconds"]),
+            " | ".join(cells), n["pods_evicted"], len(n["migrations"]), len(n["shut_down"])))
+    for name in model["untouched"]:
+        lines.append("| | %s | not started | - | - | %s | 0 | 0 | 0 |" % (_md(name), " | ".join("-" for _ in PHASE_NAMES)))
+    lines.append("")
+    for n in model["nodes"]:
+        details = []
+        if n["error"]:
+            details.append("- **Failed:** %s" % _md(n["error"]))
+        for m in n["migrations"]:
+            details.append("- migrated %s: %s -> %s%s" % (
+                _vm_name(m), m["source"] or n["node"], m["target"] or "?",
+                " in %s" % human_duration(m["seconds"]) if m["seconds"] is not None else ""))
+        for vm in n["shut_down"]:
+            details.append("- shut down %s%s" % (_vm_name(vm), (" (%s)" % vm["reason"]) if vm.get("reason") else ""))
+        for vm in n["blocked"]:
+            details.append("- blocked by %s: %s" % (_vm_name(vm), vm.get("reason") or "not migratable"))
+        for vm in n["not_running"]:
+            details.append("- **not running after maintenance:** %s" % _md(_vm_name(vm) if isinstance(vm, dict) else vm))
+        if details:
+            lines += ["### %s" % n["node"], ""] + details + [""]
+    if model["remaining"] or model["resume"]:
+        lines += ["## What remains", ""]
+        if model["remaining"]:
+            lines += [model["remaining"], ""]
+        if model["resume"]:
+            lines += ["Resume with:", "", "```", model["resume"], "```", ""]
+    return "\n".join(lines)
+
+
+# -- SVG timeline --------------------------------------------------------------------------
+
+
+def _esc(text):
+    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;"))
+
+
+def _tick_step(span):
+    for step in (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600):
+        if span / step <= 10:
+            return step
+    return 43200
+
+
+def _count(number, noun):
+    return "%d %s%s" % (number, noun, "" if number == 1 else "s")
+
+
+def _clock_label(seconds):
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return "%d:%02d:%02d" % (seconds // 3600, (seconds % 3600) // 60, seconds % 60)
+    return "%d:%02d" % (seconds // 60, seconds % 60)
+
+
+def to_svg(model):
+    """One row per node: coloured phases, migrations as ticks, shut-downs as crosses, a legend."""
+    nodes = model["nodes"]
+    rows = [("node", n) for n in nodes] + [("untouched", name) for name in model["untouched"]]
+    starts = [p["start"] for n in nodes for p in n["phases"]] + [n["started"] for n in nodes if n["started"]]
+    ends = [p["end"] or p["start"] for n in nodes for p in n["phases"]] + [n["finished"] for n in nodes if n["finished"]]
+    ends += [m["end"] for n in nodes for m in n["migrations"] if m["end"]]
+    origin = min(starts) if starts else (model["started"] or datetime.datetime.now(datetime.timezone.utc))
+    last = max(ends) if ends else origin
+    span = max(10.0, (last - origin).total_seconds())
+
+    width, left, right, top, row_h, bar_h = 1160, 150, 280, 86, 60, 24
+    plot_w = width - left - right
+    legend_top = top + max(1, len(rows)) * row_h + 34
+    height = legend_top + 80
+    scale = plot_w / span
+
+    def x(moment):
+        return left + max(0.0, min(span, (moment - origin).total_seconds())) * scale
+
+    out = [
+        '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
+        'font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="13">' % (width, height, width, height),
+        '<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>' % (width, height),
+    ]
+    t = model["totals"]
+    status = model["status"]
+    title_colour = FAILED_COLOUR if status == "failed" else "#222222"
+    out.append('<text x="20" y="30" font-size="19" font-weight="bold" fill="%s">%s - %s</text>' % (
+        title_colour, _esc(model["title"]), _esc(status)))
+    subtitle = "started %s  |  %s total  |  %d/%d nodes done  |  %d pods evicted  |  %d VMs migrated, %d shut down" % (
+        iso(model["started"]) or "-", human_duration(model["seconds"]), t["nodes_done"], t["nodes_planned"],
+        t["pods_evicted"], t["vms_migrated"], t["vms_shut_down"])
+    out.append('<text x="20" y="52" fill="#555555">%s</text>' % _esc(subtitle))
+
+    # Time axis with a grid.
+    step = _tick_step(span)
+    axis_y = top - 10
+    out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#999999"/>' % (left, axis_y, left + plot_w, axis_y))
+    tick = 0
+    while tick <= span + 0.001:
+        tx = left + tick * scale
+        out.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#e8e8e8"/>' % (
+            tx, axis_y, tx, top + len(rows) * row_h))
+        out.append('<text x="%.1f" y="%d" text-anchor="middle" font-size="11" fill="#666666">%s</text>' % (
+            tx, axis_y - 6, _clock_label(tick)))
+        tick += step
+    out.append('<text x="%d" y="%d" font-size="11" fill="#666666" text-anchor="end">elapsed</text>' % (
+        left - 22, axis_y - 6))
+
+    for i, (kind, item) in enumerate(rows):
+        y = top + i * row_h
+        bar_y = y + 8
+        if i % 2:
+            out.append('<rect x="0" y="%d" width="%d" height="%d" fill="#f7f7f7"/>' % (y, width, row_h))
+        if kind == "untouched":
+            out.append('<text x="%d" y="%.1f" text-anchor="end" fill="#999999">%s</text>' % (
+                left - 10, bar_y + 17, _esc(item)))
+            out.append('<rect x="%d" y="%.1f" width="%d" height="%d" fill="%s" rx="3"/>' % (
+                left, bar_y, plot_w, bar_h, UNTOUCHED_COLOUR))
+            out.append('<text x="%d" y="%.1f" fill="#888888" font-size="12">not started</text>' % (
+                left + 8, bar_y + 16))
+            continue
+        n = item
+        label_colour = FAILED_COLOUR if n["status"] == "failed" else "#222222"
+        out.append('<text x="%d" y="%.1f" text-anchor="end" fill="%s" font-weight="bold">%s</text>' % (
+            left - 10, bar_y + 17, label_colour, _esc(n["node"])))
+        for p in n["phases"]:
+            x1 = x(p["start"])
+            x2 = x(p["end"] or last)
+            w = max(2.0, x2 - x1)
+            stroke = ' stroke="%s" stroke-width="3"' % FAILED_COLOUR if p["failed"] else ""
+            out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"%s><title>%s: %s</title></rect>' % (
+                x1, bar_y, w, bar_h, PHASE_COLOURS[p["name"]], stroke, _esc(PHASE_LABELS[p["name"]]),
+                human_duration(seconds_between(p["start"], p["end"]))))
+            if w > 36:
+                out.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11" fill="#ffffff">%s</text>' % (
+                    x1 + w / 2.0, bar_y + 16, human_duration(seconds_between(p["start"], p["end"]))))
+        # Under the bar, one thin lane per migration: a line while it ran, a dot when it completed.
+        lanes = 5
+        strip_y = bar_y + bar_h + 5
+        timed = [m for m in n["migrations"] if m["end"]]
+        for k, m in enumerate(timed):
+            ly = strip_y + (k % lanes) * 4
+            mx = x(m["end"])
+            if m["start"]:
+                out.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" opacity="0.6"/>'
+                           % (x(m["start"]), ly, mx, ly, MIGRATION_COLOUR))
+            out.append('<circle cx="%.1f" cy="%.1f" r="2.6" fill="%s"><title>migrated %s to %s</title></circle>' % (
+                mx, ly, MIGRATION_COLOUR, _esc(_vm_name(m)), _esc(m["target"] or "?")))
+        drain = [p for p in n["phases"] if p["name"] == "drain"]
+        if n["shut_down"] and drain:
+            sx = x(drain[0]["end"] or last)
+            for k, vm in enumerate(n["shut_down"]):
+                cx, cy = sx - 5 - 11 * k, strip_y + 8
+                out.append('<path d="M %.1f %.1f l 7 7 m 0 -7 l -7 7" stroke="%s" stroke-width="2">'
+                           '<title>shut down %s</title></path>' % (cx - 3.5, cy - 3.5, SHUTDOWN_COLOUR, _esc(_vm_name(vm))))
+        first = human_duration(n["seconds"])
+        if n["status"] == "failed":
+            first = "FAILED after %s" % first
+        second = "%s, %s migrated" % (_count(n["pods_evicted"], "pod"), _count(len(n["migrations"]), "VM"))
+        if n["shut_down"]:
+            second += ", %d shut down" % len(n["shut_down"])
+        tx = left + plot_w + 14
+        out.append('<text x="%d" y="%.1f" fill="%s" font-size="13" font-weight="bold">%s</text>' % (
+            tx, bar_y + 12, label_colour, _esc(first)))
+        out.append('<text x="%d" y="%.1f" fill="#444444" font-size="12">%s</text>' % (tx, bar_y + 29, _esc(second)))
+
+    # Legend.
+    lx = 20
+    ly = legend_top
+    out.append('<text x="%d" y="%d" font-weight="bold" fill="#333333">Legend</text>' % (lx, ly))
+    items = [(PHASE_COLOURS[name], PHASE_LABELS[name], "box") for name in PHASE_NAMES]
+    items += [(MIGRATION_COLOUR, "VM live migration (line: running, dot: done)", "migration"),
+              (SHUTDOWN_COLOUR, "VM shut down by the drain", "cross"),
+              (FAILED_COLOUR, "phase that failed", "failed"),
+              (UNTOUCHED_COLOUR, "node not started", "box")]
+    col_w, per_row = 355, 3
+    for k, (colour, label, shape) in enumerate(items):
+        ix = lx + (k % per_row) * col_w
+        iy = ly + 14 + (k // per_row) * 20
+        if shape == "box":
+            out.append('<rect x="%d" y="%d" width="16" height="12" fill="%s" rx="2"/>' % (ix, iy, colour))
+        elif shape == "failed":
+            out.append('<rect x="%d" y="%d" width="16" height="12" fill="#ffffff" stroke="%s" stroke-width="3"/>'
+                       % (ix, iy, colour))
+        elif shape == "migration":
+            out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2" opacity="0.6"/>'
+                       % (ix, iy + 6, ix + 14, iy + 6, colour))
+            out.append('<circle cx="%d" cy="%d" r="2.6" fill="%s"/>' % (ix + 14, iy + 6, colour))
+        else:
+            out.append('<path d="M %d %d l 8 8 m 0 -8 l -8 8" stroke="%s" stroke-width="2"/>' % (ix + 4, iy + 2, colour))
+        out.append('<text x="%d" y="%d" font-size="12" fill="#333333">%s</text>' % (ix + 22, iy + 11, _esc(label)))
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+# -- summary and files ---------------------------------------------------------------------
+
+
+def summary_lines(model):
+    t = model["totals"]
+    lines = ["%s %s in %s: %d/%d nodes done, %d failed, %d untouched; %d pods evicted, %d VMs migrated, %d shut down." % (
+        model["title"], model["status"], human_duration(model["seconds"]), t["nodes_done"], t["nodes_planned"],
+        t["nodes_failed"], t["nodes_untouched"], t["pods_evicted"], t["vms_migrated"], t["vms_shut_down"])]
+    for n in model["nodes"]:
+        by_name = dict((p["name"], p) for p in n["phases"])
+        phases = ", ".join("%s %s" % (name, human_duration(seconds_between(by_name[name]["start"], by_name[name]["end"])))
+                           for name in PHASE_NAMES if name in by_name)
+        line = "%s %s: %s (%s); %d pods evicted, %d VMs migrated, %d shut down" % (
+            n["node"], n["status"], human_duration(n["seconds"]), phases, n["pods_evicted"], len(n["migrations"]),
+            len(n["shut_down"]))
+        if n["error"]:
+            line += "; error: %s" % n["error"]
+        lines.append(line)
+    for name in model["untouched"]:
+        lines.append("%s not started" % name)
+    if model["message"]:
+        lines.append(model["message"])
+    return lines
+
+
+def _write(path, text):
+    """Write atomically, so a reader never sees half a report."""
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".report-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def write(run, records, directory, formats=("json", "markdown", "svg"), basename="report"):
+    """Render and write the report files; returns (files, model, json data)."""
+    model = build(run, records)
+    data = to_json_data(model)
+    directory = os.path.abspath(os.path.expanduser(directory))
+    os.makedirs(directory, exist_ok=True)
+    files = {}
+    if "svg" in formats:
+        files["svg"] = os.path.join(directory, "%s-timeline.svg" % basename)
+        _write(files["svg"], to_svg(model))
+    if "json" in formats:
+        files["json"] = os.path.join(directory, "%s.json" % basename)
+        _write(files["json"], json.dumps(data, indent=2, sort_keys=False) + "\n")
+    if "markdown" in formats:
+        files["markdown"] = os.path.join(directory, "%s.md" % basename)
+        timeline = os.path.basename(files["svg"]) if "svg" in files else None
+        _write(files["markdown"], to_markdown(model, timeline))
+    return files, model, data

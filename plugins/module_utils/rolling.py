@@ -1,0 +1,341 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Rolling maintenance: the preflight over every selected node, and the check after each node.
+
+The preflight reads the cluster once (``plan.Snapshot``) and asks the same ``compute_plan``
+that check mode and node_maintenance_info use, for every selected node, before anything
+changes. Everything that would stop the run is collected and reported at once: nodes that
+do not exist or are not Ready, nodes already in someone else's maintenance, migrations in
+flight, VMs that would block, no room elsewhere, budgets that never allow a disruption, and
+the cluster lock when another run holds it.
+
+The check after a node waits (watching, never polling) until the node is Ready (and
+schedulable once it left maintenance) and every VM that ran before the run runs again, and
+reports the live migrations that left the node with their timestamps, for the report.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+    BlockedError,
+    InvalidInputError,
+    WaitTimeoutError,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import ClusterLock
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report import parse_time
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer, wait_until
+
+ORDERS = ("given", "fewest_vms_first")
+RUNNING = "Running"
+FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
+# Where a run of the rolling_maintenance role leaves its mark: the reason of the maintenance.
+DEFAULT_RUN_MARK = "rolling_maintenance"
+
+
+def _key(namespace, name):
+    return "%s/%s" % (namespace, name)
+
+
+def vm_of(vmi):
+    """(namespace, name, owned_by_vm) of the VM behind a VMI."""
+    meta = vmi.get("metadata") or {}
+    owner = kubevirt.vm_name_of(vmi)
+    return meta.get("namespace"), owner or meta.get("name"), owner is not None
+
+
+def running_vms(vmis):
+    """Every VM (or stand-alone VMI) whose VMI is Running, with its node."""
+    result = []
+    for vmi in vmis:
+        if (vmi.get("status") or {}).get("phase") != RUNNING or (vmi.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        namespace, name, owned = vm_of(vmi)
+        result.append({"namespace": namespace, "name": name, "node": kubevirt.vmi_node(vmi), "vm": owned})
+    return sorted(result, key=lambda v: (v["namespace"], v["name"]))
+
+
+def maintenance_reason(node, crs):
+    """The reason recorded for a node's current maintenance (ours or a NodeMaintenance CR's)."""
+    record = nodes_mod.maintenance_record(node) or {}
+    if record.get("reason"):
+        return record["reason"]
+    for _kind, cr in crs:
+        reason = (cr.get("spec") or {}).get("reason")
+        if reason:
+            return reason
+    return None
+
+
+def select_nodes(client, snapshot, names=None, label_selector=None):
+    """(selected names in the given order, problems) for a list or a label selector."""
+    problems = []
+    if names:
+        seen = []
+        for name in names:
+            if name in seen:
+                continue
+            seen.append(name)
+            if name not in snapshot.nodes:
+                problems.append("Node %s does not exist." % name)
+        return [n for n in seen if n in snapshot.nodes], problems
+    items, _rv = client.list("Node", label_selector=label_selector)
+    selected = sorted(n["metadata"]["name"] for n in items)
+    if not selected:
+        problems.append("No node matches the label selector '%s'." % label_selector)
+    return selected, problems
+
+
+def _migrations_in_flight(client, snapshot):
+    if not snapshot.kubevirt:
+        return []
+    items, _rv = client.list("VirtualMachineInstanceMigration")
+    problems = []
+    for migration in items:
+        phase = (migration.get("status") or {}).get("phase") or "Pending"
+        if phase in FINAL_MIGRATION_PHASES or (migration.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        meta = migration["metadata"]
+        problems.append("Migration %s of VMI %s/%s is in flight (phase %s); wait until it ends, so that capacity "
+                        "and VM placement are settled before maintenance starts." % (
+                            _key(meta["namespace"], meta["name"]), meta["namespace"],
+                            (migration.get("spec") or {}).get("vmiName"), phase))
+    return problems
+
+
+def _lock_problem(client, lock):
+    if not lock or not lock.get("name"):
+        return None
+    state = ClusterLock(client, lock["name"], lock.get("namespace") or "kube-system").read()
+    if state.holder and not state.free and state.holder != lock.get("holder"):
+        return ("Another maintenance run holds the cluster lock %s/%s: %s." % (
+            lock.get("namespace") or "kube-system", lock["name"], state.describe_holder()))
+    return None
+
+
+def preflight(client, params):
+    """Check every selected node before any change; returns the ordered plan of the run."""
+    names, label_selector = params.get("nodes"), params.get("label_selector")
+    if not names and not label_selector:
+        raise InvalidInputError("Give the nodes to maintain: a list in 'nodes' or a 'label_selector'.")
+    if names and label_selector:
+        raise InvalidInputError("Give either 'nodes' or 'label_selector', not both.")
+    order = params.get("order") or "given"
+    if order not in ORDERS:
+        raise InvalidInputError("Order '%s' is not one of %s." % (order, ", ".join(ORDERS)))
+    policy = params.get("non_migratable") or "fail"
+    options = plan_mod.PlanOptions.from_params(params)
+    run_mark = params.get("run_mark") or DEFAULT_RUN_MARK
+
+    snapshot = plan_mod.Snapshot.load(client)
+    selected, problems = select_nodes(client, snapshot, names, label_selector)
+    warnings = []
+    entries = []
+    for name in selected:
+        node = snapshot.node(name)
+        crs = snapshot.maintenances_of(name)
+        summary = plan_mod.node_summary(snapshot, name, options)
+        plan = plan_mod.compute_plan(snapshot, name, options)
+        resume = False
+        if summary["in_maintenance"]:
+            reason = maintenance_reason(node, crs) or ""
+            if reason.startswith(run_mark):
+                resume = True
+                warnings.append("Node %s was left in maintenance by an earlier run (%s); this run finishes it first."
+                                % (name, reason))
+            else:
+                problems.append("Node %s is already in maintenance (phase %s%s), not by a rolling maintenance run; "
+                                "end that maintenance or leave the node out." % (
+                                    name, summary["maintenance_phase"] or "unknown",
+                                    ", reason: %s" % reason if reason else ""))
+        elif nodes_mod.is_cordoned(node):
+            problems.append("Node %s is cordoned by someone else; uncordon it or leave it out." % name)
+        for blocker in plan.fatal_blockers(policy):
+            if resume and blocker.kind == plan_mod.NODE:
+                continue  # a node left in maintenance may be down for its repair; the run waits for Ready
+            problems.append(blocker.text)
+        vms = summary["plan"]["vms"]
+        expected_stopped = []
+        for vm in vms:
+            stays_stopped = vm["outcome"] == kubevirt.STAY_STOPPED or (
+                vm["outcome"] == kubevirt.BLOCK and policy == "shutdown"
+                and vm.get("run_strategy") not in ("Always", "RerunOnFailure"))
+            if stays_stopped:
+                expected_stopped.append({"namespace": vm["namespace"], "name": vm["name"], "node": name,
+                                         "run_strategy": vm.get("run_strategy")})
+                warnings.append("VM %s on node %s will stay stopped after it leaves the node (run strategy %s); "
+                                "start it again when you want it back." % (
+                                    _key(vm["namespace"], vm["name"]), name, vm.get("run_strategy") or "none"))
+        entries.append({
+            "name": name,
+            "ready": summary["ready"],
+            "schedulable": summary["schedulable"],
+            "in_maintenance": summary["in_maintenance"],
+            "resume": resume,
+            "control_plane": summary["control_plane"],
+            "simulated": (node["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") == "fake",
+            "internal_ip": _internal_ip(node),
+            "pods": len(summary["plan"]["evict"]),
+            "vms": len(vms),
+            "vms_migrating": sum(1 for vm in vms if vm["outcome"] == kubevirt.MIGRATE),
+            "vms_shut_down": sum(1 for vm in vms if vm["outcome"] != kubevirt.MIGRATE),
+            "expected_stopped": expected_stopped,
+            "plan": summary["plan"],
+        })
+    problems.extend(_migrations_in_flight(client, snapshot))
+    lock_problem = _lock_problem(client, params.get("lock"))
+    if lock_problem:
+        problems.append(lock_problem)
+    others = sorted(n for n, node in snapshot.nodes.items()
+                    if n not in selected and (nodes_mod.is_cordoned(node) or nodes_mod.marked_for_maintenance(node)))
+    if others:
+        warnings.append("Nodes outside this run are cordoned or in maintenance (%s); capacity was checked without "
+                        "them." % ", ".join(others))
+
+    position = dict((name, i) for i, name in enumerate(selected))
+    if order == "fewest_vms_first":
+        entries.sort(key=lambda e: (not e["resume"], e["vms"], position[e["name"]]))
+    else:
+        entries.sort(key=lambda e: (not e["resume"], position[e["name"]]))
+    vms_running = running_vms(snapshot.vmis) if snapshot.kubevirt else []
+    result = {
+        "changed": False,
+        "nodes": [e["name"] for e in entries],
+        "details": entries,
+        "resumed": [e["name"] for e in entries if e["resume"]],
+        "problems": problems,
+        "notices": warnings,
+        "running_vms": vms_running,
+        "expected_stopped": [vm for e in entries for vm in e["expected_stopped"]],
+        "kubevirt": snapshot.kubevirt,
+        "selection": ("nodes %s" % ", ".join(names)) if names else ("label selector %s" % label_selector),
+    }
+    if problems and params.get("fail_on_problems", True):
+        count = len(problems)
+        raise BlockedError(
+            "Preflight found %d problem%s, so nothing was changed: %s" % (
+                count, "" if count == 1 else "s", " ".join("(%d) %s" % (i + 1, p) for i, p in enumerate(problems))),
+            blockers=problems, nodes=result["nodes"], details=entries)
+    return result
+
+
+def _internal_ip(node):
+    for address in (node.get("status") or {}).get("addresses") or []:
+        if address.get("type") == "InternalIP":
+            return address.get("address")
+    return None
+
+
+# -- after a node ----------------------------------------------------------------------------
+
+
+def _vm_key(item):
+    if isinstance(item, str):
+        return item
+    return _key(item.get("namespace"), item.get("name"))
+
+
+def _running_keys(vmis):
+    keys = {}
+    for vmi in vmis:
+        if (vmi.get("status") or {}).get("phase") == RUNNING and not (vmi.get("metadata") or {}).get("deletionTimestamp"):
+            namespace, name, _owned = vm_of(vmi)
+            keys[_key(namespace, name)] = kubevirt.vmi_node(vmi)
+    return keys
+
+
+def migrations_from(vmis, node, since=None):
+    """Completed live migrations out of ``node`` (after ``since``) from the VMIs' migrationState."""
+    result = []
+    for vmi in vmis:
+        state = (vmi.get("status") or {}).get("migrationState") or {}
+        if state.get("sourceNode") != node or not state.get("completed") or state.get("failed"):
+            continue
+        start = parse_time(state.get("startTimestamp"))
+        if since is not None and start is not None and start < since:
+            continue
+        namespace, name, _owned = vm_of(vmi)
+        result.append({"namespace": namespace, "name": name, "source": node, "target": state.get("targetNode"),
+                       "start": state.get("startTimestamp"), "end": state.get("endTimestamp")})
+    return sorted(result, key=lambda m: (m["end"] or "", m["namespace"], m["name"]))
+
+
+def verify(client, params):
+    """Wait until the node is Ready (and schedulable) and every VM that ran runs again."""
+    name = params["name"]
+    want_schedulable = params.get("schedulable", True)
+    expected = [_vm_key(v) for v in params.get("running_vms") or []]
+    may_stop = set(_vm_key(v) for v in params.get("expected_stopped") or [])
+    timeout = params.get("timeout") or 600
+    since = parse_time(params.get("migrations_since"))
+    nodes_mod.get_node(client, name)
+    node_informer = Informer(client, "Node", field_selector="metadata.name=%s" % name)
+    informers = [node_informer]
+    vmi_informer = None
+    if expected or since is not None:
+        if client.kind_served("VirtualMachineInstance"):
+            vmi_informer = Informer(client, "VirtualMachineInstance")
+            informers.append(vmi_informer)
+        elif expected:
+            raise InvalidInputError("VMs were expected to run, but KubeVirt is not installed on this cluster.")
+
+    def node_ok(node):
+        if node is None or not nodes_mod.is_ready(node):
+            return False
+        if want_schedulable and (nodes_mod.is_cordoned(node) or nodes_mod.marked_for_maintenance(node)):
+            return False
+        return True
+
+    def missing():
+        running = _running_keys(vmi_informer.items()) if vmi_informer else {}
+        return [k for k in expected if k not in running and k not in may_stop]
+
+    def check():
+        return node_ok(node_informer.get(name)) and not missing()
+
+    def pending():
+        parts = []
+        node = node_informer.get(name)
+        if node is None:
+            parts.append("node %s is gone" % name)
+        elif not nodes_mod.is_ready(node):
+            parts.append("node %s is not Ready (%s)" % (name, nodes_mod.not_ready_reason(node)))
+        elif want_schedulable and not node_ok(node):
+            parts.append("node %s is still cordoned or marked for maintenance" % name)
+        lost = missing()
+        if lost:
+            parts.append("%d VM%s that ran before the maintenance %s not running: %s" % (
+                len(lost), "" if len(lost) == 1 else "s", "is" if len(lost) == 1 else "are", ", ".join(lost[:10])))
+        return "; ".join(parts)
+
+    what = "node %s to be Ready%s and every VM that ran before to run" % (
+        name, " and schedulable" if want_schedulable else "")
+    try:
+        wait_until(check, informers, timeout, what, describe_pending=pending)
+    except WaitTimeoutError as exc:
+        lost = missing() if vmi_informer else []
+        raise BlockedError(exc.msg, node=name, not_running=lost) from exc
+    finally:
+        for informer in informers:
+            informer.stop()
+    node = node_informer.get(name)
+    vmis = vmi_informer.items() if vmi_informer else []
+    running = _running_keys(vmis)
+    return {
+        "changed": False,
+        "node": {"name": name, "ready": nodes_mod.is_ready(node), "schedulable": not nodes_mod.is_cordoned(node),
+                 "in_maintenance": nodes_mod.marked_for_maintenance(node)},
+        "vms": {
+            "expected": len(expected),
+            "running": sum(1 for k in expected if k in running),
+            "stopped_as_expected": sorted(k for k in expected if k in may_stop and k not in running),
+            "not_running": [],
+            "on_node": sorted(k for k, where in running.items() if where == name),
+        },
+        "migrations": migrations_from(vmis, name, since) if since is not None else [],
+    }

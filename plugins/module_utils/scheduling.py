@@ -1,0 +1,283 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the scheduler would say: label selectors, taints and tolerations, required node
+affinity, resource quantities and pod requests.
+
+Pure functions over plain dicts, so the plan can ask "could this pod run on that node?"
+for many pods and nodes without a request to the API server.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+
+# -- label selectors -------------------------------------------------------------------
+
+_SET_TERM = re.compile(r"^\s*([A-Za-z0-9./_-]+)\s+(in|notin)\s*\(([^()]*)\)\s*$")
+_KEY = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def _split_terms(text):
+    """Split a selector on commas that are not inside parentheses."""
+    terms, depth, current = [], 0, ""
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            terms.append(current)
+            current = ""
+        else:
+            current += char
+    terms.append(current)
+    return [t.strip() for t in terms]
+
+
+def parse_label_selector(text, option="label_selector"):
+    """A kubectl-style label selector string -> list of (key, operator, values).
+
+    Operators: ``=``, ``!=``, ``in``, ``notin``, ``exists``, ``!exists``. Raises
+    InvalidInputError naming the option and the bad term.
+    """
+    requirements = []
+    if text is None or not text.strip():
+        return requirements
+
+    def bad(term, why):
+        return InvalidInputError("Option %s has an invalid label selector term '%s': %s." % (option, term, why),
+                                 option=option)
+
+    for term in _split_terms(text):
+        if not term:
+            raise bad(term, "empty term (stray comma?)")
+        match = _SET_TERM.match(term)
+        if match:
+            key, op, raw = match.group(1), match.group(2), match.group(3)
+            values = [v.strip() for v in raw.split(",")]
+            if not all(values) or not all(_VALUE.match(v) for v in values):
+                raise bad(term, "the value list must hold valid label values")
+            parsed = (key, op, values)
+        elif "!=" in term:
+            key, value = [p.strip() for p in term.split("!=", 1)]
+            parsed = (key, "!=", [value])
+        elif "=" in term:
+            key, value = [p.strip() for p in term.replace("==", "=", 1).split("=", 1)]
+            parsed = (key, "=", [value])
+        elif term.startswith("!"):
+            parsed = (term[1:].strip(), "!exists", [])
+        else:
+            parsed = (term, "exists", [])
+        key = parsed[0]
+        if not _KEY.match(key) or len(key.split("/")[-1]) > 63:
+            raise bad(term, "'%s' is not a valid label key" % key)
+        for value in parsed[2]:
+            if not _VALUE.match(value) or len(value) > 63:
+                raise bad(term, "'%s' is not a valid label value" % value)
+        requirements.append(parsed)
+    return requirements
+
+
+def requirements_match(requirements, labels):
+    labels = labels or {}
+    for key, op, values in requirements:
+        present = key in labels
+        value = labels.get(key)
+        if op in ("=", "in"):
+            if not present or value not in values:
+                return False
+        elif op in ("!=", "notin"):
+            if present and value in values:
+                return False
+        elif op == "exists":
+            if not present:
+                return False
+        elif op == "!exists":
+            if present:
+                return False
+    return True
+
+
+def selector_matches(selector, labels):
+    """A structured LabelSelector (matchLabels/matchExpressions) against labels.
+
+    An empty selector matches everything (as for a PodDisruptionBudget); ``None`` nothing.
+    """
+    if selector is None:
+        return False
+    labels = labels or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+# -- taints and tolerations ------------------------------------------------------------
+
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def tolerates(tolerations, taint):
+    for tol in tolerations or []:
+        effect = tol.get("effect")
+        if effect and effect != taint.get("effect"):
+            continue
+        key = tol.get("key")
+        operator = tol.get("operator") or "Equal"
+        if not key:
+            if operator == "Exists":
+                return True
+            continue
+        if key != taint.get("key"):
+            continue
+        if operator == "Exists" or (tol.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def untolerated_taints(node, tolerations):
+    """The node's NoSchedule/NoExecute taints the tolerations do not cover."""
+    return [t for t in (node.get("spec") or {}).get("taints") or []
+            if t.get("effect") in BLOCKING_EFFECTS and not tolerates(tolerations, t)]
+
+
+def format_taint(taint):
+    value = taint.get("value")
+    return "%s%s:%s" % (taint.get("key"), ("=" + value) if value else "", taint.get("effect"))
+
+
+# -- node selection ----------------------------------------------------------------------
+
+def _number(text):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _node_requirement_ok(expr, values_source):
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    present = key in values_source
+    value = values_source.get(key)
+    if op == "In":
+        return present and value in values
+    if op == "NotIn":
+        return not present or value not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt"):
+        have, want = _number(value), _number(values[0] if values else None)
+        if have is None or want is None:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def node_affinity_matches(affinity, node):
+    """Required node affinity (requiredDuringSchedulingIgnoredDuringExecution) against a node."""
+    required = (((affinity or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms")
+    if not terms:
+        return True
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    fields = {"metadata.name": (node.get("metadata") or {}).get("name")}
+    for term in terms:
+        if not term.get("matchExpressions") and not term.get("matchFields"):
+            continue  # an empty term matches nothing
+        if all(_node_requirement_ok(e, labels) for e in term.get("matchExpressions") or []) and \
+                all(_node_requirement_ok(e, fields) for e in term.get("matchFields") or []):
+            return True
+    return False
+
+
+def why_not_on_node(pod_spec, node):
+    """None when the pod's placement rules allow the node, else a short reason."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if (node.get("spec") or {}).get("unschedulable"):
+        return "cordoned"
+    missing = ["%s=%s" % (k, v) for k, v in sorted((pod_spec.get("nodeSelector") or {}).items())
+               if labels.get(k) != v]
+    if missing:
+        return "nodeSelector %s not matched" % ",".join(missing)
+    if not node_affinity_matches(pod_spec.get("affinity"), node):
+        return "required node affinity not matched"
+    taints = untolerated_taints(node, pod_spec.get("tolerations"))
+    if taints:
+        return "taint %s not tolerated" % ", ".join(format_taint(t) for t in taints)
+    return None
+
+
+# -- resources -----------------------------------------------------------------------------
+
+_SUFFIXES = {
+    "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60,
+    "n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]{0,2})$")
+
+
+def parse_quantity(value):
+    """A Kubernetes resource quantity ('250m', '1.5Gi', '2', 1e3) -> float; 0 when unparseable."""
+    if value is None:
+        return 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    match = _QUANTITY.match(str(value).strip())
+    if not match or match.group(2) not in _SUFFIXES:
+        return 0.0
+    return float(match.group(1)) * _SUFFIXES[match.group(2)]
+
+
+RESOURCE_NAMES = ("cpu", "memory")
+
+
+def pod_requests(pod_spec):
+    """{'cpu': cores, 'memory': bytes, 'pods': 1} the scheduler reserves for the pod."""
+    totals = dict((r, 0.0) for r in RESOURCE_NAMES)
+    for container in pod_spec.get("containers") or []:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        for name in RESOURCE_NAMES:
+            totals[name] += parse_quantity(requests.get(name))
+    for container in pod_spec.get("initContainers") or []:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        for name in RESOURCE_NAMES:
+            totals[name] = max(totals[name], parse_quantity(requests.get(name)))
+    for name, value in (pod_spec.get("overhead") or {}).items():
+        if name in totals:
+            totals[name] += parse_quantity(value)
+    totals["pods"] = 1.0
+    return totals
+
+
+def format_cpu(cores):
+    if cores >= 1 and abs(cores - round(cores)) < 1e-9:
+        return "%d" % round(cores)
+    return "%dm" % round(cores * 1000)
+
+
+def format_memory(value):
+    for suffix, size in (("Gi", 2 ** 30), ("Mi", 2 ** 20), ("Ki", 2 ** 10)):
+        if value >= size:
+            amount = value / size
+            return ("%d%s" % (round(amount), suffix)) if abs(amount - round(amount)) < 0.05 else \
+                ("%.1f%s" % (amount, suffix))
+    return "%d" % round(value)

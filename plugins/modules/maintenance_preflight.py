@@ -1,0 +1,230 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: maintenance_preflight
+short_description: Check every node of a rolling maintenance before anything changes
+version_added: 0.1.0
+description:
+  - Selects the nodes of a rolling maintenance (a list or a label selector), orders them, and checks all of them
+    before any change, reporting every problem at once.
+  - "Problems: a node that does not exist or is not Ready; a node already in maintenance that an earlier rolling
+    run did not leave there, or cordoned by someone else; every blocker the maintenance plan finds (the same plan
+    as M(kubevirt_ops.maintenance.node_maintenance_info) and check mode of
+    M(kubevirt_ops.maintenance.node_maintenance)), under the O(non_migratable) policy: VMs that cannot leave,
+    no room on the other nodes, PodDisruptionBudgets that never allow a disruption, pods the drain options
+    forbid to evict, the last schedulable node, etcd quorum; a live migration in flight anywhere in the cluster;
+    and, with O(lock), another run holding the cluster lock."
+  - A node left in maintenance by an earlier run (its maintenance reason starts with O(run_mark)) is not a
+    problem; it comes first in the order, so that a re-run finishes it.
+  - Returns the VMs running now, which M(kubevirt_ops.maintenance.maintenance_verify) later checks are all running
+    again.
+  - Used by the C(kubevirt_ops.maintenance.rolling_maintenance) role.
+author:
+  - kubevirt_ops.maintenance contributors
+options:
+  nodes:
+    description: Names of the nodes, in the order to maintain them. Mutually exclusive with O(label_selector).
+    type: list
+    elements: str
+  label_selector:
+    description: Label selector choosing the nodes (ordered by name). Mutually exclusive with O(nodes).
+    type: str
+  order:
+    description:
+      - V(given) keeps the order of O(nodes) (or node names for O(label_selector)).
+      - V(fewest_vms_first) starts with the nodes running the fewest VMs, so that early failures touch few VMs.
+      - Either way, nodes left in maintenance by an earlier run come first.
+    type: str
+    choices: [given, fewest_vms_first]
+    default: given
+  allow_control_plane:
+    description: Do not refuse a control-plane node whose maintenance would cost etcd quorum.
+    type: bool
+    default: false
+  allow_last_schedulable_node:
+    description: Do not refuse the last node that can take workloads.
+    type: bool
+    default: false
+  run_mark:
+    description: Maintenance reason prefix that marks a node left in maintenance by an earlier rolling run.
+    type: str
+    default: rolling_maintenance
+  lock:
+    description:
+      - When given, a cluster lock (see M(kubevirt_ops.maintenance.cluster_lock)) held by another holder is a
+        problem.
+    type: dict
+    suboptions:
+      name:
+        description: Name of the Lease.
+        type: str
+        default: kubevirt-ops-maintenance
+      namespace:
+        description: Namespace of the Lease.
+        type: str
+        default: kube-system
+      holder:
+        description: The caller's own holder identity, which is not a problem.
+        type: str
+  fail_on_problems:
+    description: Fail when there is any problem. With V(false), the problems are returned and the task succeeds.
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - kubevirt_ops.maintenance.auth
+  - kubevirt_ops.maintenance.drain
+  - kubevirt_ops.maintenance.attributes
+  - kubevirt_ops.maintenance.attributes.actiongroup
+  - kubevirt_ops.maintenance.attributes.info_module
+"""
+
+EXAMPLES = r"""
+- name: Check all workers before a rolling maintenance, fewest VMs first
+  kubevirt_ops.maintenance.maintenance_preflight:
+    label_selector: node-role.kubernetes.io/worker
+    order: fewest_vms_first
+    non_migratable: shutdown
+  register: preflight
+
+- name: List the problems without failing
+  kubevirt_ops.maintenance.maintenance_preflight:
+    nodes: [worker-1, worker-2]
+    fail_on_problems: false
+  register: preflight_report
+"""
+
+RETURN = r"""
+nodes:
+  description: The selected node names in the order to maintain them.
+  returned: always
+  type: list
+  elements: str
+  sample: [worker-3, worker-1, worker-2]
+resumed:
+  description: Nodes left in maintenance by an earlier run, which come first.
+  returned: always
+  type: list
+  elements: str
+  sample: []
+problems:
+  description: Every problem found, one sentence each (the task fails when there is one, unless O(fail_on_problems=false)).
+  returned: always
+  type: list
+  elements: str
+  sample: ["VM prod/db-1 cannot leave node worker-3: its eviction strategy is LiveMigrate but it is not live-migratable (...)."]
+notices:
+  description: Things worth knowing that do not stop the run (VMs that will stay stopped, nodes resumed).
+  returned: always
+  type: list
+  elements: str
+details:
+  description: Per node, in order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Node name.
+      type: str
+    ready:
+      description: Whether the node is Ready.
+      type: bool
+    schedulable:
+      description: Whether the node is not cordoned.
+      type: bool
+    in_maintenance:
+      description: Whether the node is in maintenance.
+      type: bool
+    resume:
+      description: Whether an earlier run left the node in maintenance.
+      type: bool
+    control_plane:
+      description: Whether the node is a control-plane node.
+      type: bool
+    simulated:
+      description: Whether the node is a KWOK node without a machine behind it (a lab).
+      type: bool
+    internal_ip:
+      description: The node's InternalIP.
+      type: str
+    pods:
+      description: Pods the drain will evict.
+      type: int
+    vms:
+      description: VMs running on the node.
+      type: int
+    vms_migrating:
+      description: VMs expected to live-migrate.
+      type: int
+    vms_shut_down:
+      description: VMs expected to be shut down (re-created elsewhere or left stopped, by run strategy).
+      type: int
+    expected_stopped:
+      description: VMs that will stay stopped after leaving the node.
+      type: list
+      elements: dict
+    plan:
+      description: The node's maintenance plan (as M(kubevirt_ops.maintenance.node_maintenance_info) returns it).
+      type: dict
+running_vms:
+  description: Every VM running now (namespace, name, node, and whether a VirtualMachine owns it).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{namespace: prod, name: db-1, node: worker-1, vm: true}]
+expected_stopped:
+  description: VMs that the drains will leave stopped, by their run strategy.
+  returned: always
+  type: list
+  elements: dict
+kubevirt:
+  description: Whether KubeVirt is installed.
+  returned: always
+  type: bool
+selection:
+  description: How the nodes were selected, in words.
+  returned: always
+  type: str
+  sample: label selector node-role.kubernetes.io/worker
+"""
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import preflight
+
+
+def run(module):
+    return preflight(module.client, module.params)
+
+
+def main():
+    module = MaintenanceModule(
+        argument_spec=args.spec(args.DRAIN, dict(
+            nodes=dict(type="list", elements="str"),
+            label_selector=dict(type="str"),
+            order=dict(type="str", default="given", choices=["given", "fewest_vms_first"]),
+            allow_control_plane=dict(type="bool", default=False),
+            allow_last_schedulable_node=dict(type="bool", default=False),
+            run_mark=dict(type="str", default="rolling_maintenance"),
+            lock=dict(type="dict", options=dict(
+                name=dict(type="str", default="kubevirt-ops-maintenance"),
+                namespace=dict(type="str", default="kube-system"),
+                holder=dict(type="str"),
+            )),
+            fail_on_problems=dict(type="bool", default=True),
+        )),
+        mutually_exclusive=[("nodes", "label_selector")],
+        required_one_of=[("nodes", "label_selector")],
+    )
+    module.run(run)
+
+
+if __name__ == "__main__":
+    main()

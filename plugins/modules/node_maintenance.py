@@ -1,0 +1,371 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: node_maintenance
+short_description: Put a node into maintenance, with its VMs live-migrated or deliberately shut down
+version_added: 0.1.0
+description:
+  - Does what C(oc adm cordon), C(oc adm drain --delete-emptydir-data --ignore-daemonsets=true --force), a watch on
+    the migrations and a hunt for the VM that blocks would do by hand - or the same through a NodeMaintenance custom
+    resource when the node-maintenance operator is installed.
+  - Before changing anything it computes the plan of the drain (the same plan M(kubevirt_ops.maintenance.node_maintenance_info)
+    reports): which pods go, what happens to each VM according to its effective eviction strategy, live-migratability
+    and run strategy, whether another node can take each VM, and which PodDisruptionBudgets allow no disruption. With
+    O(non_migratable=fail) it fails listing every blocker and changes nothing.
+  - With O(method=drain), the node is cordoned and gets the taint C(medik8s.io/drain:NoSchedule) and the label
+    C(remediation.medik8s.io/exclude-from-remediation=true), as the node-maintenance operator sets them; what was
+    added is recorded in the node annotation C(maintenance.kubevirt-ops.io/node-maintenance), so that O(state=absent)
+    removes exactly that. Pods are evicted concurrently through the Eviction API; a refusal by a PodDisruptionBudget
+    (HTTP 429) is retried as soon as a watch shows that budget allowing a disruption again, else with backoff.
+  - With O(method=cr), a NodeMaintenance (C(nodemaintenance.medik8s.io), or C(nodemaintenance.kubevirt.io) when only
+    that API is served) named C(kubevirt-ops-<node>) is created and its status is reported in the same shape.
+  - Refuses, unless told otherwise, the last schedulable node, a control-plane node whose loss would break etcd
+    quorum, and a node that a NodeMaintenance created by someone else already holds.
+  - Modules cannot stream output; progress (one line per change, with the pods and VMs left and the percentage) goes to
+    the system log of the managed host and, when O(progress_file) is set, to that file.
+  - O(state=absent) ends maintenance. VMs that moved away do not move back by themselves.
+author:
+  - kubevirt_ops.maintenance contributors
+options:
+  name:
+    description: Name of the node.
+    type: str
+    required: true
+  state:
+    description:
+      - V(present) puts the node into maintenance and (with O(wait=true)) returns when it is drained.
+      - V(absent) ends maintenance; with O(method=cr) it deletes the NodeMaintenance this collection created and waits
+        until the operator released the node.
+    type: str
+    choices: [present, absent]
+    default: present
+  reason:
+    description: Why the node is in maintenance; recorded on the node or in the NodeMaintenance.
+    type: str
+  method:
+    description:
+      - V(drain) drains the node directly. V(cr) creates a NodeMaintenance custom resource and lets the operator drain.
+      - V(auto) uses V(cr) when the cluster serves the NodeMaintenance API, else V(drain); a node already in
+        maintenance by this collection keeps the method it was entered with.
+    type: str
+    choices: [auto, drain, cr]
+    default: auto
+  allow_last_schedulable_node:
+    description:
+      - Allow maintenance of the only node that is Ready, uncordoned and untainted. Its pods then have nowhere to go.
+    type: bool
+    default: false
+  allow_control_plane:
+    description:
+      - Allow maintenance of a control-plane node even when the Ready control-plane nodes left would be below etcd
+        quorum, or the C(etcd-guard-pdb) PodDisruptionBudget in C(openshift-etcd) allows no disruption.
+    type: bool
+    default: false
+  progress_file:
+    description:
+      - A file to append progress lines to while the drain runs (for a role or an AWX job to tail). The lines also go
+        to the system log of the host that runs the module.
+    type: path
+  wait_timeout:
+    description:
+      - How many seconds the whole task may take at most, drain included. When it runs out, the node stays cordoned,
+        RV(phase) is V(Failed) and RV(last_error) says for each pod left why it is still there.
+    type: int
+    default: 1800
+extends_documentation_fragment:
+  - kubevirt_ops.maintenance.auth
+  - kubevirt_ops.maintenance.drain
+  - kubevirt_ops.maintenance.wait
+  - kubevirt_ops.maintenance.attributes
+  - kubevirt_ops.maintenance.attributes.actiongroup
+attributes:
+  check_mode:
+    support: full
+    details: Returns the same keys, predicted from the plan, and the plan itself in RV(plan). Blockers fail the task as a real run would.
+  diff_mode:
+    support: full
+    details: Shows the node's C(unschedulable), taints and exclude-from-remediation label before and after.
+  idempotent:
+    support: full
+    details: A node already drained reports no change. A run interrupted half-way and started again finishes the job.
+seealso:
+  - module: kubevirt_ops.maintenance.node_maintenance_info
+  - module: kubevirt_ops.maintenance.node_decommission
+notes:
+  - Needs to list nodes, pods, PodDisruptionBudgets and KubeVirt objects cluster-wide, patch nodes, create
+    C(pods/eviction) in the namespaces of the node's pods, and (for O(method=cr)) create and delete NodeMaintenances.
+    Missing permissions are reported before anything is changed.
+"""
+
+EXAMPLES = r"""
+- name: Put worker-3 into maintenance; fail listing every VM that would block
+  kubevirt_ops.maintenance.node_maintenance:
+    name: worker-3
+    reason: firmware update
+
+- name: Same, but stop the VMs that cannot migrate so their run strategy restarts them elsewhere
+  kubevirt_ops.maintenance.node_maintenance:
+    name: worker-3
+    non_migratable: shutdown
+    progress_file: /tmp/worker-3.progress
+
+- name: What would happen (nothing is changed)
+  kubevirt_ops.maintenance.node_maintenance:
+    name: worker-3
+  check_mode: true
+  register: preview
+
+- name: Through the node-maintenance operator
+  kubevirt_ops.maintenance.node_maintenance:
+    name: worker-3
+    method: cr
+    wait_timeout: 3600
+
+- name: End maintenance
+  kubevirt_ops.maintenance.node_maintenance:
+    name: worker-3
+    state: absent
+"""
+
+RETURN = r"""
+node:
+  description: Name of the node.
+  returned: always
+  type: str
+  sample: worker-3
+method:
+  description: How maintenance was entered (or, with O(state=absent), ended).
+  returned: always
+  type: str
+  sample: drain
+phase:
+  description:
+    - V(Succeeded) when every evictable pod is gone, V(Running) when O(wait=false) returned before, V(Failed) when
+      the drain could not finish (the task then fails, with these keys set). Null with O(state=absent).
+    - In check mode, the phase the run would end in.
+  returned: always
+  type: str
+  sample: Succeeded
+total_pods:
+  description: Pods on the node when the drain started (all of them, as the node-maintenance operator counts).
+  returned: always
+  type: int
+  sample: 14
+eviction_pods:
+  description: Pods the drain evicts (or, with O(disable_eviction=true), deletes).
+  returned: always
+  type: int
+  sample: 11
+pending_pods:
+  description: Pods still to go, as C(namespace/name).
+  returned: always
+  type: list
+  elements: str
+  sample: [vms/virt-launcher-db-1-x7k2p]
+drain_progress:
+  description: Percentage of RV(eviction_pods) gone.
+  returned: always
+  type: int
+  sample: 100
+vms:
+  description: Where the VMs that ran on the node went. In check mode, the prediction.
+  returned: always
+  type: dict
+  contains:
+    migrated:
+      description: VMs live-migrated off the node. In check mode, RV(vms.migrated[].target) is a node with room, the scheduler decides.
+      type: list
+      elements: dict
+      sample: [{namespace: vms, name: web-1, source: worker-3, target: worker-1}]
+      contains:
+        namespace:
+          description: Namespace of the VM.
+          type: str
+        name:
+          description: Name of the VM.
+          type: str
+        source:
+          description: The node maintained.
+          type: str
+        target:
+          description: The node the VM runs on now.
+          type: str
+    shut_down:
+      description: VMs whose VMI was shut down (by the eviction, or by O(non_migratable=shutdown)).
+      type: list
+      elements: dict
+      sample: [{namespace: vms, name: batch-1, source: worker-3, run_strategy: Always, outcome: restart_elsewhere}]
+      contains:
+        namespace:
+          description: Namespace of the VM.
+          type: str
+        name:
+          description: Name of the VM.
+          type: str
+        source:
+          description: The node maintained.
+          type: str
+        run_strategy:
+          description: The VM's run strategy (null for a VMI without a VM).
+          type: str
+        outcome:
+          description: V(restart_elsewhere) (run strategy C(Always) or C(RerunOnFailure)) or V(stay_stopped).
+          type: str
+    blocked:
+      description: VMs still on the node at the end, with why.
+      type: list
+      elements: dict
+      sample: [{namespace: vms, name: db-1, reason: "VM vms/db-1 is not live-migratable (DisksNotLiveMigratable) ..."}]
+      contains:
+        namespace:
+          description: Namespace of the VM.
+          type: str
+        name:
+          description: Name of the VM.
+          type: str
+        reason:
+          description: Why it is still there.
+          type: str
+    pending:
+      description: With O(wait=false), VMs still leaving the node when the task returned.
+      type: list
+      elements: dict
+      sample: []
+      contains:
+        namespace:
+          description: Namespace of the VM.
+          type: str
+        name:
+          description: Name of the VM.
+          type: str
+        source:
+          description: The node maintained.
+          type: str
+        outcome:
+          description: What the plan expects (V(migrate), V(restart_elsewhere), V(stay_stopped)).
+          type: str
+duration_seconds:
+  description: Wall time of the task.
+  returned: always
+  type: float
+  sample: 42.7
+last_error:
+  description: Why the drain did not finish, naming for each pod left the PodDisruptionBudget, VM or migration that holds it.
+  returned: always
+  type: str
+  sample: null
+msg:
+  description: With O(state=absent), what was done and that VMs do not move back by themselves.
+  returned: when O(state=absent)
+  type: str
+  sample: Node worker-3 left maintenance. VMs that left the node during maintenance do not move back by themselves.
+plan:
+  description: The plan of the drain, as M(kubevirt_ops.maintenance.node_maintenance_info) reports it.
+  returned: in check mode with O(state=present)
+  type: dict
+  contains:
+    evict:
+      description: Pods that would be evicted, as C(namespace/name).
+      type: list
+      elements: str
+    skip:
+      description: Pods left on the node, with why.
+      type: list
+      elements: dict
+      contains:
+        pod:
+          description: The pod, as C(namespace/name).
+          type: str
+        reason:
+          description: Why it stays (or, starting with C(blocks the drain), why it stops the drain).
+          type: str
+    vms:
+      description: Each VM on the node and what the drain does to it.
+      type: list
+      elements: dict
+      contains:
+        namespace:
+          description: Namespace of the VM.
+          type: str
+        name:
+          description: Name of the VM (of the VMI when no VM owns it).
+          type: str
+        eviction_strategy:
+          description: Effective eviction strategy (the VMI's own, else the cluster default; null when none).
+          type: str
+        live_migratable:
+          description: The VMI's C(LiveMigratable) condition.
+          type: bool
+        reason:
+          description: Why it is not live-migratable (null when it is).
+          type: str
+        outcome:
+          description: V(migrate), V(shutdown), V(restart_elsewhere), V(stay_stopped) or V(block).
+          type: str
+        run_strategy:
+          description: The VM's run strategy.
+          type: str
+    blockers:
+      description: What stops maintenance, one sentence each, saying what to do.
+      type: list
+      elements: str
+    capacity_ok:
+      description: Whether the other schedulable nodes have room (allocatable CPU, memory and pod slots minus requests) for everything that would move.
+      type: bool
+    pdbs:
+      description: PodDisruptionBudgets over pods to evict that allow no disruption now.
+      type: list
+      elements: dict
+      contains:
+        namespace:
+          description: Namespace of the budget.
+          type: str
+        name:
+          description: Name of the budget.
+          type: str
+        disruptions_allowed:
+          description: C(status.disruptionsAllowed).
+          type: int
+        pods:
+          description: The node's pods it covers.
+          type: list
+          elements: str
+        never_allows:
+          description: True when the budget can never allow a disruption at the current scale (a blocker).
+          type: bool
+"""
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import run
+
+
+def main():
+    module = MaintenanceModule(
+        argument_spec=args.spec(
+            args.DRAIN,
+            args.WAIT,
+            dict(
+                name=dict(type="str", required=True),
+                state=dict(type="str", choices=["present", "absent"], default="present"),
+                reason=dict(type="str"),
+                method=dict(type="str", choices=["auto", "drain", "cr"], default="auto"),
+                allow_last_schedulable_node=dict(type="bool", default=False),
+                allow_control_plane=dict(type="bool", default=False),
+                progress_file=dict(type="path"),
+            ),
+            wait_timeout=dict(type="int", default=1800),
+        ),
+    )
+    module.run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: node_maintenance_info
+short_description: Tell, for each node, whether it is in maintenance and what maintenance of it would do
+version_added: 0.1.0
+description:
+  - For one node or many, reports readiness, schedulability, maintenance state and the plan of a drain - the same
+    plan M(kubevirt_ops.maintenance.node_maintenance) computes before it changes anything, so the blockers found here
+    are the blockers maintenance would hit.
+  - The plan says which pods would be evicted and which stay (and why), each VM's effective eviction strategy,
+    live-migratability and predicted outcome, whether another node can take each VM (cordons, taints and
+    tolerations, nodeSelector, required node affinity, allocatable CPU and memory minus requests), which
+    PodDisruptionBudgets allow no disruption, and every blocker as a sentence saying what to do.
+  - The cluster is read once (a handful of list requests), whatever the number of nodes.
+author:
+  - kubevirt_ops.maintenance contributors
+options:
+  name:
+    description: One node. Mutually exclusive with O(label_selector).
+    type: str
+  label_selector:
+    description:
+      - Nodes matching this label selector, for example C(node-role.kubernetes.io/worker). Without O(name) and
+        O(label_selector), every node. A selector that matches no node is an error.
+    type: str
+  ignore_daemonsets:
+    description: Plan as O(kubevirt_ops.maintenance.node_maintenance#module:ignore_daemonsets) would drain.
+    type: bool
+    default: true
+  delete_emptydir_data:
+    description: Plan as O(kubevirt_ops.maintenance.node_maintenance#module:delete_emptydir_data) would drain.
+    type: bool
+    default: true
+  force:
+    description: Plan as O(kubevirt_ops.maintenance.node_maintenance#module:force) would drain.
+    type: bool
+    default: true
+  pod_selector:
+    description: Plan as O(kubevirt_ops.maintenance.node_maintenance#module:pod_selector) would drain.
+    type: str
+  disable_eviction:
+    description: Plan a drain that deletes pods instead of evicting them (PodDisruptionBudgets then do not block).
+    type: bool
+    default: false
+  allow_last_schedulable_node:
+    description: Do not report the last schedulable node as a blocker.
+    type: bool
+    default: false
+  allow_control_plane:
+    description: Do not report the etcd-quorum risk of a control-plane node as a blocker.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - kubevirt_ops.maintenance.auth
+  - kubevirt_ops.maintenance.attributes
+  - kubevirt_ops.maintenance.attributes.actiongroup
+  - kubevirt_ops.maintenance.attributes.info_module
+seealso:
+  - module: kubevirt_ops.maintenance.node_maintenance
+"""
+
+EXAMPLES = r"""
+- name: Plan maintenance of every worker
+  kubevirt_ops.maintenance.node_maintenance_info:
+    label_selector: node-role.kubernetes.io/worker
+  register: workers
+
+- name: Stop if maintenance of any worker would be blocked
+  ansible.builtin.assert:
+    that: workers.nodes | map(attribute='plan.blockers') | flatten | length == 0
+    fail_msg: "{{ workers.nodes | map(attribute='plan.blockers') | flatten | join(' ') }}"
+
+- name: One node
+  kubevirt_ops.maintenance.node_maintenance_info:
+    name: worker-3
+"""
+
+RETURN = r"""
+nodes:
+  description: One entry per node, sorted by name.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Name of the node.
+      type: str
+      sample: worker-3
+    ready:
+      description: The node's Ready condition is True.
+      type: bool
+    schedulable:
+      description: The node is not cordoned.
+      type: bool
+    control_plane:
+      description: The node carries a control-plane (or master) role label.
+      type: bool
+    in_maintenance:
+      description: A NodeMaintenance exists for the node, or it carries the C(medik8s.io/drain) taint or this collection's record.
+      type: bool
+    maintenance_phase:
+      description: Phase of that maintenance (V(Running), V(Succeeded), V(Failed)); null when not in maintenance.
+      type: str
+    plan:
+      description: What maintenance of the node would do.
+      type: dict
+      contains:
+        evict:
+          description: Pods that would be evicted, as C(namespace/name).
+          type: list
+          elements: str
+        skip:
+          description: Pods left on the node, with why.
+          type: list
+          elements: dict
+          contains:
+            pod:
+              description: The pod, as C(namespace/name).
+              type: str
+            reason:
+              description: Why it stays (or, starting with C(blocks the drain), why it stops the drain).
+              type: str
+        vms:
+          description: Each VM on the node and what the drain does to it.
+          type: list
+          elements: dict
+          contains:
+            namespace:
+              description: Namespace of the VM.
+              type: str
+            name:
+              description: Name of the VM (of the VMI when no VM owns it).
+              type: str
+            eviction_strategy:
+              description: Effective eviction strategy (the VMI's own, else the cluster default; null when none).
+              type: str
+            live_migratable:
+              description: The VMI's C(LiveMigratable) condition.
+              type: bool
+            reason:
+              description: Why it is not live-migratable (null when it is).
+              type: str
+            outcome:
+              description: V(migrate), V(shutdown), V(restart_elsewhere), V(stay_stopped) or V(block).
+              type: str
+            run_strategy:
+              description: The VM's run strategy.
+              type: str
+        blockers:
+          description: What stops maintenance, one sentence each, saying what to do.
+          type: list
+          elements: str
+        capacity_ok:
+          description: Whether the other schedulable nodes have room for everything that would move.
+          type: bool
+        pdbs:
+          description: PodDisruptionBudgets over pods to evict that allow no disruption now.
+          type: list
+          elements: dict
+          contains:
+            namespace:
+              description: Namespace of the budget.
+              type: str
+            name:
+              description: Name of the budget.
+              type: str
+            disruptions_allowed:
+              description: C(status.disruptionsAllowed).
+              type: int
+            pods:
+              description: The node's pods it covers.
+              type: list
+              elements: str
+            never_allows:
+              description: True when the budget can never allow a disruption at the current scale (a blocker).
+              type: bool
+"""
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import info
+
+
+def main():
+    module = MaintenanceModule(
+        argument_spec=dict(
+            name=dict(type="str"),
+            label_selector=dict(type="str"),
+            ignore_daemonsets=dict(type="bool", default=True),
+            delete_emptydir_data=dict(type="bool", default=True),
+            force=dict(type="bool", default=True),
+            pod_selector=dict(type="str"),
+            disable_eviction=dict(type="bool", default=False),
+            allow_last_schedulable_node=dict(type="bool", default=False),
+            allow_control_plane=dict(type="bool", default=False),
+        ),
+        mutually_exclusive=[("name", "label_selector")],
+    )
+    module.run(info)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+"""Acceptance tests of the lab: the Kubernetes behaviour the collection relies on.
+
+Run from the repository root: ``.venv/bin/python -m pytest tests/integration/lab``.
+Waits are generous and nothing asserts on timing: the lab shares a small machine.
+"""
+
+import json
+import subprocess
+import textwrap
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from lab import network, nodes, processes
+from lab.paths import LabPaths
+from lab.wait import wait_for
+
+pytest_plugins = ["lab.pytest_plugin"]
+
+ROLLOUT_TIMEOUT = "300s"
+WAIT = 300
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+def deployment(name, replicas, labels=None):
+    labels = labels or {"app": name}
+    return textwrap.dedent(f"""\
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata:
+          name: {name}
+        spec:
+          replicas: {replicas}
+          selector:
+            matchLabels: {json.dumps(labels)}
+          template:
+            metadata:
+              labels: {json.dumps(labels)}
+            spec:
+              terminationGracePeriodSeconds: 5
+              containers:
+                - name: main
+                  image: {PAUSE_IMAGE}
+                  resources:
+                    requests: {{cpu: 10m, memory: 16Mi}}
+                  volumeMounts:
+                    - {{name: scratch, mountPath: /scratch}}
+              volumes:
+                - {{name: scratch, emptyDir: {{}}}}
+        """)
+
+
+def apply(lab, namespace, manifest):
+    lab.kubectl("apply", "-n", namespace, "-f", "-", input=manifest)
+
+
+def rollout(lab, namespace, kind_name):
+    lab.kubectl("rollout", "status", "-n", namespace, kind_name, f"--timeout={ROLLOUT_TIMEOUT}")
+
+
+def pods(k8s, namespace, selector):
+    return client.CoreV1Api(k8s).list_namespaced_pod(namespace, label_selector=selector).items
+
+
+def live_pods(k8s, namespace, selector):
+    return [p for p in pods(k8s, namespace, selector) if p.metadata.deletion_timestamp is None]
+
+
+def is_running_and_ready(pod):
+    ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+    return pod.status.phase == "Running" and ready
+
+
+def all_running(k8s, namespace, selector, count):
+    current = live_pods(k8s, namespace, selector)
+    return len(current) == count and all(is_running_and_ready(p) for p in current)
+
+
+def lab_node_names(k8s):
+    return {n.metadata.name for n in nodes.list_nodes(k8s)}
+
+
+def worker_names(k8s):
+    return sorted(
+        n.metadata.name
+        for n in nodes.list_nodes(k8s)
+        if nodes.WORKER_ROLE in (n.metadata.labels or {})
+    )
+
+
+def test_all_nodes_ready_with_roles_and_capacity(k8s):
+    all_nodes = nodes.list_nodes(k8s)
+    control_plane = [n for n in all_nodes if nodes.CONTROL_PLANE_ROLE in n.metadata.labels]
+    workers = [n for n in all_nodes if nodes.WORKER_ROLE in n.metadata.labels]
+    assert control_plane and len(workers) >= 2
+    assert len(control_plane) + len(workers) == len(all_nodes)
+    for node in all_nodes:
+        assert nodes.is_ready(node), node.metadata.name
+        assert node.metadata.annotations[nodes.KWOK_ANNOTATION] == "fake"
+        assert node.status.capacity["cpu"] == "32"
+        assert node.status.capacity["memory"] == "256Gi"
+        assert node.status.node_info.kubelet_version.startswith("v1.")
+        assert node.metadata.labels["kubernetes.io/hostname"] == node.metadata.name
+        assert "kwok.x-k8s.io/node" not in nodes.taint_keys(node)
+    for node in control_plane:
+        assert node.metadata.name.startswith("lab-cp-")
+        assert {"key": nodes.CONTROL_PLANE_ROLE, "effect": "NoSchedule"} in [
+            {"key": t.key, "effect": t.effect} for t in node.spec.taints
+        ]
+    for node in workers:
+        assert node.metadata.name.startswith("lab-worker-")
+        assert not node.spec.taints
+    internal_ips = [
+        a.address for n in all_nodes for a in n.status.addresses if a.type == "InternalIP"
+    ]
+    assert len(set(internal_ips)) == len(all_nodes)
+
+
+def test_twenty_replica_deployment_runs_on_lab_nodes(lab, k8s, namespace):
+    apply(lab, namespace, deployment("web", 20))
+    rollout(lab, namespace, "deployment/web")
+
+    wait_for(lambda: all_running(k8s, namespace, "app=web", 20), WAIT, "20 Running web pods")
+    workers = set(worker_names(k8s))
+    placed = {p.spec.node_name for p in live_pods(k8s, namespace, "app=web")}
+    # The control-plane taint keeps ordinary pods on workers; the scheduler spreads them.
+    assert placed <= workers
+    assert len(placed) > 1
+    for pod in live_pods(k8s, namespace, "app=web"):
+        assert pod.status.pod_ip and pod.status.host_ip
+
+
+def test_cordoned_node_receives_no_new_pods(lab, k8s, namespace, restore_nodes):
+    cordoned = worker_names(k8s)[0]
+    lab.kubectl("cordon", cordoned)
+
+    apply(lab, namespace, deployment("spread", 12))
+    rollout(lab, namespace, "deployment/spread")
+
+    placed = [p.spec.node_name for p in live_pods(k8s, namespace, "app=spread")]
+    assert len(placed) == 12
+    assert cordoned not in placed
+
+
+def test_pdb_is_computed_and_eviction_beyond_it_is_refused(lab, k8s, namespace):
+    apply(lab, namespace, deployment("guarded", 3))
+    rollout(lab, namespace, "deployment/guarded")
+    apply(
+        lab,
+        namespace,
+        textwrap.dedent("""\
+            apiVersion: policy/v1
+            kind: PodDisruptionBudget
+            metadata:
+              name: guarded
+            spec:
+              minAvailable: 3
+              selector:
+                matchLabels: {app: guarded}
+            """),
+    )
+    policy = client.PolicyV1Api(k8s)
+
+    def pdb_observed(disruptions_allowed):
+        pdb = policy.read_namespaced_pod_disruption_budget("guarded", namespace)
+        status = pdb.status
+        return (
+            status is not None
+            and status.observed_generation == pdb.metadata.generation
+            and status.current_healthy == 3
+            and status.disruptions_allowed == disruptions_allowed
+        )
+
+    wait_for(lambda: pdb_observed(0), WAIT, "the PDB status to allow 0 disruptions")
+
+    victim = live_pods(k8s, namespace, "app=guarded")[0].metadata.name
+    with pytest.raises(ApiException) as refused:
+        evict(k8s, namespace, victim)
+    assert refused.value.status == 429
+    assert "disruption budget" in str(refused.value.body)
+
+    # Relax the budget: the controller recomputes it and the same eviction goes through.
+    lab.kubectl(
+        "patch",
+        "pdb",
+        "guarded",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"minAvailable":2}}',
+    )
+    wait_for(lambda: pdb_observed(1), WAIT, "the PDB status to allow 1 disruption")
+    evict(k8s, namespace, victim)
+    wait_for(
+        lambda: victim not in {p.metadata.name for p in pods(k8s, namespace, "app=guarded")}
+        and all_running(k8s, namespace, "app=guarded", 3),
+        WAIT,
+        "the evicted pod to be replaced",
+    )
+
+
+def evict(k8s, namespace, pod_name):
+    client.CoreV1Api(k8s).create_namespaced_pod_eviction(
+        pod_name,
+        namespace,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod_name, "namespace": namespace},
+        },
+    )
+
+
+def test_drain_moves_pods_elsewhere(lab, k8s, namespace, restore_nodes):
+    apply(lab, namespace, deployment("movable", 8))
+    rollout(lab, namespace, "deployment/movable")
+    drained = live_pods(k8s, namespace, "app=movable")[0].spec.node_name
+
+    lab.kubectl(
+        "drain",
+        drained,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--force",
+        f"--timeout={ROLLOUT_TIMEOUT}",
+    )
+
+    assert client.CoreV1Api(k8s).read_node(drained).spec.unschedulable
+    wait_for(
+        lambda: all_running(k8s, namespace, "app=movable", 8),
+        WAIT,
+        "the ReplicaSet to re-create the drained pods",
+    )
+    placed = {p.spec.node_name for p in live_pods(k8s, namespace, "app=movable")}
+    assert drained not in placed
+    assert placed <= set(worker_names(k8s))
+
+
+def test_daemonset_has_a_pod_on_every_node(lab, k8s, namespace):
+    apply(
+        lab,
+        namespace,
+        textwrap.dedent(f"""\
+            apiVersion: apps/v1
+            kind: DaemonSet
+            metadata:
+              name: agent
+            spec:
+              selector:
+                matchLabels: {{app: agent}}
+              template:
+                metadata:
+                  labels: {{app: agent}}
+                spec:
+                  tolerations:
+                    - {{key: {nodes.CONTROL_PLANE_ROLE}, operator: Exists, effect: NoSchedule}}
+                  containers:
+                    - name: agent
+                      image: {PAUSE_IMAGE}
+            """),
+    )
+    rollout(lab, namespace, "daemonset/agent")
+
+    expected = lab_node_names(k8s)
+    wait_for(
+        lambda: all_running(k8s, namespace, "app=agent", len(expected)),
+        WAIT,
+        "a Running agent pod per node",
+    )
+    assert {p.spec.node_name for p in live_pods(k8s, namespace, "app=agent")} == expected
+
+
+def test_node_fail_and_recover(lab, k8s, restore_nodes):
+    name = worker_names(k8s)[-1]
+    core = client.CoreV1Api(k8s)
+
+    lab.cli("node-fail", name)
+
+    node = core.read_node(name)
+    assert nodes.ready_condition(node) != "True"
+    assert nodes.UNREACHABLE_TAINT in nodes.taint_keys(node)
+    effects = {t.effect for t in node.spec.taints if t.key == nodes.UNREACHABLE_TAINT}
+    assert "NoExecute" in effects
+    assert name in lab.cli("status", check=False).stdout
+
+    lab.cli("node-recover", name)
+
+    node = core.read_node(name)
+    assert nodes.ready_condition(node) == "True"
+    assert nodes.UNREACHABLE_TAINT not in nodes.taint_keys(node)
+
+
+def test_restart_apiserver_keeps_port_and_cluster(lab, k8s):
+    port = lab.settings.ports["kube-apiserver"]
+    before = processes.tracked(lab.paths, "kube-apiserver")
+
+    lab.restart_apiserver()
+
+    after = processes.tracked(lab.paths, "kube-apiserver")
+    assert after is not None and after.pid != before.pid
+    assert lab.settings.ports["kube-apiserver"] == port
+    assert network.port_in_use(port)
+    # The cluster's data lives in etcd: nodes are still there and stay Ready.
+    names = sorted(lab_node_names(k8s))
+    nodes.wait_ready(k8s, names)
+    assert "ok" in lab.kubectl("get", "--raw", "/readyz").stdout
+
+
+def test_audit_log_records_requests_with_user_agent(lab):
+    lab.kubectl("get", "nodes")
+    events = []
+    with open(lab.paths.audit_log) as log:
+        for line in log:
+            events.append(json.loads(line))
+    assert events
+    assert all(e["level"] == "Metadata" for e in events)
+    kubectl_events = [e for e in events if e.get("userAgent", "").startswith("kubectl")]
+    assert kubectl_events
+    assert any(
+        e["objectRef"].get("resource") == "nodes" for e in kubectl_events if "objectRef" in e
+    )
+    assert "requestObject" not in kubectl_events[-1]
+
+
+def test_second_lab_runs_alongside_up_twice_then_down(lab, tmp_path):
+    """A second lab in its own state dir: parallel labs, idempotent up, clean down."""
+    state_dir = tmp_path / "second-lab"
+    paths = LabPaths(state_dir)
+    try:
+        lab.cli("up", "--nodes", "1", "--no-kubevirt", state_dir=state_dir)
+        first = {n: processes.tracked(paths, n) for n in processes.recorded_names(paths)}
+        ports = json.loads(paths.settings.read_text())["ports"]
+        assert ports != lab.settings.ports
+        assert all(first.values())
+
+        again = lab.cli("up", "--nodes", "1", "--no-kubevirt", state_dir=state_dir)
+        assert "starting" not in again.stderr
+        second = {n: processes.tracked(paths, n) for n in processes.recorded_names(paths)}
+        assert second == first
+
+        second_nodes = subprocess.run(
+            ["kubectl", f"--kubeconfig={paths.kubeconfig}", "get", "nodes", "-o", "name"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert sorted(second_nodes) == ["node/lab-cp-1", "node/lab-worker-1"]
+        assert lab.cli("status", state_dir=state_dir).returncode == 0
+    finally:
+        lab.cli("down", state_dir=state_dir)
+
+    for record in first.values():
+        assert not processes.is_running(record)
+    for name, port in ports.items():
+        assert not network.port_in_use(port), f"{name} still listens on {port}"
+    assert not paths.kubeconfig.exists()
+    assert lab.cli("status", check=False, state_dir=state_dir).returncode == 1
+    lab.cli("down", state_dir=state_dir)  # down twice is fine too
+    # The session lab was not touched.
+    assert lab.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"

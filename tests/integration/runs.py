@@ -1,0 +1,187 @@
+"""Running the collection as a user does, for the reliability and security tests.
+
+``module(...)`` runs one module through ``ansible`` (with any kubeconfig, verbosity and
+extra options); ``playbook(...)`` runs a playbook to the end, ``start_playbook(...)``
+starts one to be killed. The terminal output is ansible's default, exactly what a user
+sees (tests grep it); task results come as JSON lines from the test-only callback
+``callback_plugins/result_log.py``.
+"""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BIN = os.path.dirname(sys.executable)
+
+
+def _integration_conftest():
+    """tests/integration/conftest.py, loaded under its own name (every conftest is 'conftest')."""
+    name = "kubevirt_ops_integration_conftest"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "conftest.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
+CALLBACKS = os.path.join(HERE, "callback_plugins")
+
+
+def ansible_env(kubeconfig, result_log, extra=None):
+    env = _integration_conftest().ansible_env(kubeconfig)
+    env.update({
+        "ANSIBLE_STDOUT_CALLBACK": "default",
+        "ANSIBLE_CALLBACK_PLUGINS": CALLBACKS,
+        "ANSIBLE_CALLBACKS_ENABLED": "result_log",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_DEPRECATION_WARNINGS": "0",
+        "KVOPS_RESULT_LOG": result_log,
+    })
+    if kubeconfig is None:
+        env.pop("K8S_AUTH_KUBECONFIG", None)
+    env.update(extra or {})
+    return env
+
+
+def _result_log():
+    handle = tempfile.NamedTemporaryFile(prefix="kvops-results-", suffix=".jsonl", delete=False)
+    handle.close()
+    return handle.name
+
+
+def _read_results(path):
+    results = []
+    try:
+        with open(path) as handle:
+            for line in handle:
+                if line.strip():
+                    results.append(json.loads(line))
+    except OSError:
+        pass
+    return results
+
+
+class Run:
+    """The outcome of one ansible / ansible-playbook process."""
+
+    def __init__(self, argv, returncode, stdout, stderr, results):
+        self.argv = argv
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.lines = results
+
+    @property
+    def output(self):
+        return self.stdout + "\n" + self.stderr
+
+    def results(self):
+        """Every task result of the run: [(task name, host result dict)]."""
+        return [(line["task"], line["result"]) for line in self.lines]
+
+    def failures(self):
+        return [(line["task"], line["result"]) for line in self.lines
+                if line["status"] in ("failed", "unreachable") and not line.get("ignore_errors")]
+
+    def result(self):
+        """The result of the single task of an ad-hoc run."""
+        results = self.results()
+        if not results:
+            raise AssertionError("ansible produced no task result (rc=%s)\nstdout:\n%s\nstderr:\n%s" % (
+                self.returncode, self.stdout[-3000:], self.stderr[-3000:]))
+        return results[0][1]
+
+
+def module(kubeconfig, name, args, check=False, diff=False, verbosity=0, env=None, timeout=1800):
+    """Run ``kubevirt_ops.maintenance.<name>`` on localhost; returns a Run."""
+    argv = [os.path.join(BIN, "ansible"), "localhost", "-c", "local", "-m", "kubevirt_ops.maintenance." + name,
+            "-a", json.dumps(args)]
+    if check:
+        argv.append("--check")
+    if diff:
+        argv.append("--diff")
+    if verbosity:
+        argv.append("-" + "v" * verbosity)
+    return _run(argv, kubeconfig, env, timeout)
+
+
+def _run(argv, kubeconfig, env, timeout):
+    log = _result_log()
+    try:
+        proc = subprocess.run(argv, env=ansible_env(kubeconfig, log, env), capture_output=True, text=True,
+                              timeout=timeout, cwd=REPO)
+        return Run(argv, proc.returncode, proc.stdout, proc.stderr, _read_results(log))
+    finally:
+        os.unlink(log)
+
+
+def playbook_argv(playbook, extra_vars=None, verbosity=0, inventory="localhost,"):
+    argv = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, "-c", "local", playbook]
+    if extra_vars:
+        argv += ["-e", json.dumps(extra_vars)]
+    if verbosity:
+        argv.append("-" + "v" * verbosity)
+    return argv
+
+
+def playbook(kubeconfig, playbook_path, extra_vars=None, verbosity=0, env=None, timeout=1800):
+    """Run a playbook to its end; returns a Run."""
+    return _run(playbook_argv(playbook_path, extra_vars, verbosity), kubeconfig, env, timeout)
+
+
+class Started:
+    """A playbook running in the background, in its own process group, with its output in a file."""
+
+    def __init__(self, argv, kubeconfig, env):
+        self.argv = argv
+        self.results_path = _result_log()
+        self.log = tempfile.NamedTemporaryFile(prefix="kvops-run-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(argv, env=ansible_env(kubeconfig, self.results_path, env), stdout=self.log,
+                                     stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+
+    def output(self):
+        with open(self.log.name, errors="replace") as handle:
+            return handle.read()
+
+    def results(self):
+        """Task results so far: [{status, task, action, host, result}]."""
+        return _read_results(self.results_path)
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def kill(self, sig=signal.SIGKILL):
+        """Kill the whole process group (ansible-playbook and the module it runs), as a crash would."""
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        return self.proc.wait(60)
+
+    def wait(self, timeout=None):
+        return self.proc.wait(timeout)
+
+    def close(self):
+        if self.running():
+            self.kill()
+        self.log.close()
+        for path in (self.log.name, self.results_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def start_playbook(kubeconfig, playbook_path, extra_vars=None, env=None, verbosity=0):
+    """Start a playbook in the background; returns a Started."""
+    extra = dict(env or {})
+    extra["PYTHONUNBUFFERED"] = "1"
+    return Started(playbook_argv(playbook_path, extra_vars, verbosity), kubeconfig, extra)

@@ -1,0 +1,210 @@
+"""Least privilege: the collection works with exactly the rights docs/rbac/ documents.
+
+The key flows run as a ServiceAccount bound only to the operator ClusterRole (and the
+lock Role); the planner plans, and gets one clear "permission denied" sentence naming
+the object when it tries to change anything; a user whose rights end at one namespace
+gets the same kind of sentence. Every request the collection made on the lab (the API
+server's audit log, whoever ran the tests before) is allowed by the operator role.
+"""
+
+import os
+
+import pytest
+from kubernetes import client
+
+import identities
+import runs
+import safety
+import workloads
+from lab.nodes import plan as node_plan, ensure as ensure_nodes, wait_ready
+
+
+def ok(run):
+    result = run.result()
+    assert run.returncode == 0 and not result.get("failed"), "%s\n%s" % (result.get("msg"), run.output[-3000:])
+    return result
+
+
+def denied(run, *names):
+    """The run failed with one sentence saying 'permission denied' and naming the object."""
+    result = run.result()
+    assert run.returncode != 0 and result.get("failed"), run.output[-3000:]
+    msg = result["msg"]
+    assert "permission denied" in msg, msg
+    assert "\n" not in msg and "Traceback" not in run.output, run.output[-3000:]
+    for name in names:
+        assert name in msg, msg
+    return msg
+
+
+@pytest.fixture
+def vms(k8s, namespace):
+    """Two migratable VMs (LiveMigrate) and a guarded Deployment in the test namespace."""
+    workloads.create_vm(k8s, namespace, "rbac-a")
+    workloads.create_vm(k8s, namespace, "rbac-b", run_strategy="RerunOnFailure")
+    workloads.wait_vms_running(k8s, namespace, ["rbac-a", "rbac-b"])
+    return namespace
+
+
+# -- the operator role: every module's key flow ------------------------------------------------
+
+@pytest.mark.parametrize("method", ["drain", "cr"])
+def test_operator_node_maintenance_present_and_absent(k8s, vms, operator_identity, method, restore_nodes):
+    kc = operator_identity.kubeconfig
+    node = workloads.vm_nodes(k8s, vms)["rbac-a"]
+    check = ok(runs.module(kc, "node_maintenance", {"name": node, "method": method}, check=True))
+    assert check["changed"]
+    with safety.PdbWatcher(k8s) as watcher:
+        vm_check = safety.VmSafety(k8s, [vms])
+        entered = ok(runs.module(kc, "node_maintenance", {"name": node, "method": method, "reason": "rbac test"}))
+        assert entered["phase"] == "Succeeded" and entered["method"] == method
+        assert "%s/rbac-a" % vms in ["%s/%s" % (v["namespace"], v["name"]) for v in entered["vms"]["migrated"]]
+        again = ok(runs.module(kc, "node_maintenance", {"name": node, "method": method}))
+        assert not again["changed"]
+        left = ok(runs.module(kc, "node_maintenance", {"name": node, "state": "absent", "method": method}))
+        assert left["changed"]
+    assert watcher.violations == []
+    report = vm_check.verify(shut_down=safety.shut_down_vms(entered))
+    assert report.problems == [], report
+    assert not client.CoreV1Api(k8s).read_node(node).spec.unschedulable
+
+
+def test_operator_node_maintenance_info(k8s, vms, operator_identity):
+    node = workloads.vm_nodes(k8s, vms)["rbac-a"]
+    result = ok(runs.module(operator_identity.kubeconfig, "node_maintenance_info", {"name": node}))
+    assert [n["name"] for n in result["nodes"]] == [node]
+
+
+def test_operator_vm_eviction_strategy(k8s, vms, operator_identity):
+    kc = operator_identity.kubeconfig
+    args = {"name": "rbac-a", "namespace": vms, "strategy": "LiveMigrateIfPossible"}
+    assert ok(runs.module(kc, "vm_eviction_strategy", args))["changed"]
+    assert not ok(runs.module(kc, "vm_eviction_strategy", args))["changed"]
+    assert ok(runs.module(kc, "vm_eviction_strategy", {"namespace": vms, "strategy": "LiveMigrate",
+                                                       "restart": True}))["changed"]
+    assert ok(runs.module(kc, "vm_eviction_strategy", {"name": "rbac-a", "namespace": vms,
+                                                       "state": "absent"}))["changed"]
+
+
+def test_operator_cluster_eviction_strategy(k8s, operator_identity):
+    kc = operator_identity.kubeconfig
+    before = ok(runs.module(kc, "vm_eviction_strategy", {"scope": "cluster", "strategy": "LiveMigrate"},
+                            check=True))["cluster"]["before"]
+    try:
+        ok(runs.module(kc, "vm_eviction_strategy", {"scope": "cluster", "strategy": "LiveMigrateIfPossible"}))
+    finally:
+        restore = {"scope": "cluster", "strategy": before} if before else {"scope": "cluster", "state": "absent"}
+        ok(runs.module(kc, "vm_eviction_strategy", restore))
+
+
+def test_operator_vm_run_strategy(k8s, vms, operator_identity):
+    kc = operator_identity.kubeconfig
+    one = {"name": "rbac-b", "namespace": vms}
+    assert ok(runs.module(kc, "vm_run_strategy", dict(one, action="restart")))["changed"]
+    assert ok(runs.module(kc, "vm_run_strategy", dict(one, run_strategy="Manual")))["changed"]
+    assert ok(runs.module(kc, "vm_run_strategy", dict(one, action="stop")))["changed"]
+    assert ok(runs.module(kc, "vm_run_strategy", dict(one, action="start")))["changed"]
+    assert ok(runs.module(kc, "vm_run_strategy", dict(one, run_strategy="Always")))["changed"]
+    assert not ok(runs.module(kc, "vm_run_strategy", dict(one, run_strategy="Always")))["changed"]
+
+
+def test_operator_hco_obsolete_cpus(k8s, operator_identity):
+    kc = operator_identity.kubeconfig
+    try:
+        added = ok(runs.module(kc, "hco_obsolete_cpus", {"cpu_models": ["Westmere-rbac"]}))
+        assert "Westmere-rbac" in added["cpu_models"]
+    finally:
+        removed = ok(runs.module(kc, "hco_obsolete_cpus", {"cpu_models": ["Westmere-rbac"], "state": "absent"}))
+    assert "Westmere-rbac" not in removed["cpu_models"]
+
+
+def test_operator_node_labeller(lab, operator_identity):
+    kc = operator_identity.kubeconfig
+    try:
+        assert ok(runs.module(kc, "node_labeller", {"name": "lab-worker-1", "skip": True}))["changed"]
+        assert not ok(runs.module(kc, "node_labeller", {"name": "lab-worker-1", "skip": True}))["changed"]
+    finally:
+        ok(runs.module(kc, "node_labeller", {"name": "lab-worker-1", "skip": False}))
+
+
+def test_operator_cluster_lock(lab, operator_identity):
+    kc = operator_identity.kubeconfig
+    taken = ok(runs.module(kc, "cluster_lock", {"name": "kvops-rbac-test", "purpose": "rbac test", "ttl": 60}))
+    assert taken["acquired"]
+    released = ok(runs.module(kc, "cluster_lock", {"name": "kvops-rbac-test", "state": "absent",
+                                                    "holder": taken["holder"]}))
+    assert released["action"] == "released"
+
+
+@pytest.fixture
+def spare_node(k8s, lab):
+    """A worker node that exists only for this test (decommission deletes it)."""
+    spare = node_plan(1, 9)[-1]
+    version = client.CoreV1Api(k8s).read_node("lab-worker-1").status.node_info.kubelet_version
+    ensure_nodes(k8s, [spare], version)
+    wait_ready(k8s, [spare.name])
+    yield spare.name
+    try:
+        client.CoreV1Api(k8s).delete_node(spare.name)
+    except client.exceptions.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def test_operator_node_decommission(k8s, operator_identity, spare_node):
+    kc = operator_identity.kubeconfig
+    result = ok(runs.module(kc, "node_decommission", {"name": spare_node}))
+    assert result["deleted"]
+    assert not ok(runs.module(kc, "node_decommission", {"name": spare_node}))["changed"]
+
+
+# -- the planner role: plans, and nothing else --------------------------------------------------
+
+def test_planner_plans(k8s, vms, planner_identity):
+    kc = planner_identity.kubeconfig
+    node = workloads.vm_nodes(k8s, vms)["rbac-a"]
+    result = ok(runs.module(kc, "node_maintenance_info", {"name": node}))
+    plan = result["nodes"][0]["plan"]
+    assert "%s/rbac-a" % vms in ["%s/%s" % (v["namespace"], v["name"]) for v in plan["vms"]]
+    ok(runs.module(kc, "node_maintenance_info", {"label_selector": "node-role.kubernetes.io/worker"}))
+    ok(runs.module(kc, "node_maintenance", {"name": node}, check=True))
+
+
+def test_planner_cannot_change_anything(k8s, vms, planner_identity):
+    kc = planner_identity.kubeconfig
+    node = workloads.vm_nodes(k8s, vms)["rbac-a"]
+    before = safety.ResourceVersions(k8s)
+    denied(runs.module(kc, "node_maintenance", {"name": node}), node)
+    denied(runs.module(kc, "node_labeller", {"name": node, "skip": True}), node)
+    denied(runs.module(kc, "vm_run_strategy", {"name": "rbac-a", "namespace": vms, "action": "restart"}), "rbac-a")
+    denied(runs.module(kc, "vm_eviction_strategy", {"name": "rbac-a", "namespace": vms, "strategy": "None"}),
+           "rbac-a")
+    denied(runs.module(kc, "cluster_lock", {"name": "kvops-planner-test"}), "kvops-planner-test")
+    assert before.changes() == []
+
+
+# -- a user whose rights end at one namespace ---------------------------------------------------
+
+def test_namespace_user_gets_clear_permission_errors(k8s, vms, namespace_user):
+    kc = namespace_user.kubeconfig
+    node = workloads.vm_nodes(k8s, vms)["rbac-a"]
+    before = safety.ResourceVersions(k8s)
+    denied(runs.module(kc, "node_maintenance", {"name": node}), node)
+    denied(runs.module(kc, "node_maintenance_info", {"name": node}), node)
+    denied(runs.module(kc, "vm_run_strategy", {"all_namespaces": True, "run_strategy": "Always"}))
+    denied(runs.module(kc, "vm_eviction_strategy", {"scope": "cluster", "strategy": "None"}))
+    denied(runs.module(kc, "hco_obsolete_cpus", {"cpu_models": ["Westmere"]}))
+    assert before.changes() == []
+    # Within its namespace it may manage its VMs.
+    ok(runs.module(kc, "vm_run_strategy", {"name": "rbac-b", "namespace": vms, "run_strategy": "RerunOnFailure"}))
+
+
+# -- every request the collection made is covered ------------------------------------------------
+
+def test_operator_role_covers_every_request_the_collection_made(lab, operator_identity):
+    """Requests from the audit log (user agent kubevirt_ops.maintenance/...) of every test that ran
+    on this lab so far, as whichever user; each must be allowed by the operator role."""
+    requests = identities.audited_requests(os.path.join(str(lab.state_dir), "audit.log"))
+    assert requests, "no request of the collection in the audit log"
+    missing = sorted(r for r in requests if not identities.rbac_file_allows(identities.OPERATOR_FILE, *r))
+    assert missing == [], "requests the operator role does not allow: %s" % missing

@@ -1,0 +1,142 @@
+"""Workloads for the reliability tests: VMs of every kind the drain treats differently,
+Deployments guarded by PodDisruptionBudgets, and waits for them."""
+
+import json
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from lab.wait import wait_for
+
+GROUP, VERSION = "kubevirt.io", "v1"
+FAIL_MIGRATION = "kubevirt-ops.lab/fail-migration"
+
+
+def vm_body(namespace, name, run_strategy="Always", eviction="LiveMigrate", migratable=True, memory="1Gi",
+            annotations=None, running=None, node_selector=None):
+    spec = {
+        "domain": {"devices": {}, "resources": {"requests": {"memory": memory, "cpu": "100m"}}},
+        "evictionStrategy": eviction,
+    }
+    if eviction is None:
+        spec.pop("evictionStrategy")
+    if not migratable:
+        spec["volumes"] = [{"name": "root", "persistentVolumeClaim": {"claimName": name + "-root"}}]
+        spec["domain"]["devices"]["disks"] = [{"name": "root", "disk": {"bus": "virtio"}}]
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    body = {
+        "apiVersion": "%s/%s" % (GROUP, VERSION),
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {}),
+                     "labels": {"kubevirt-ops.test/vm": name}},
+        "spec": {"template": {"metadata": {"labels": {"kubevirt-ops.test/vm": name}}, "spec": spec}},
+    }
+    if running is not None:
+        body["spec"]["running"] = running
+    elif run_strategy:
+        body["spec"]["runStrategy"] = run_strategy
+    return body
+
+
+def create_vm(k8s, namespace, name, **kwargs):
+    """A VM; a non-migratable one gets a ReadWriteOnce PVC (DisksNotLiveMigratable)."""
+    if not kwargs.get("migratable", True):
+        client.CoreV1Api(k8s).create_namespaced_persistent_volume_claim(namespace, {
+            "metadata": {"name": name + "-root"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        })
+    return client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "virtualmachines", vm_body(namespace, name, **kwargs))
+
+
+def get_vmi(k8s, namespace, name):
+    try:
+        return client.CustomObjectsApi(k8s).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "virtualmachineinstances", name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def vmis(k8s, namespace=None):
+    custom = client.CustomObjectsApi(k8s)
+    if namespace:
+        data = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachineinstances")
+    else:
+        data = custom.list_cluster_custom_object(GROUP, VERSION, "virtualmachineinstances")
+    return data.get("items") or []
+
+
+def vmi_running(vmi):
+    return bool(vmi) and (vmi.get("status") or {}).get("phase") == "Running" and \
+        not (vmi.get("metadata") or {}).get("deletionTimestamp")
+
+
+def vmi_migratable_known(vmi):
+    return any(c.get("type") == "LiveMigratable" for c in (vmi.get("status") or {}).get("conditions") or [])
+
+
+def wait_vms_running(k8s, namespace, names, timeout=180):
+    """Until every named VM's VMI is Running (with its LiveMigratable condition set)."""
+    def ready():
+        found = dict(((v["metadata"]["name"]), v) for v in vmis(k8s, namespace))
+        return all(vmi_running(found.get(n)) and vmi_migratable_known(found[n]) for n in names)
+
+    wait_for(ready, timeout, "VMs %s in %s to run" % (", ".join(names), namespace))
+    return dict((v["metadata"]["name"], v) for v in vmis(k8s, namespace))
+
+
+def vm_nodes(k8s, namespace):
+    """{vm name: node} of the running VMIs of a namespace."""
+    return dict((v["metadata"]["name"], (v.get("status") or {}).get("nodeName"))
+                for v in vmis(k8s, namespace) if vmi_running(v))
+
+
+def annotate_vm(k8s, namespace, name, annotations):
+    client.CustomObjectsApi(k8s).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "virtualmachines", name, {"metadata": {"annotations": annotations}})
+    vmi = get_vmi(k8s, namespace, name)
+    if vmi:
+        client.CustomObjectsApi(k8s).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "virtualmachineinstances", name, {"metadata": {"annotations": annotations}})
+
+
+def create_guarded_deployment(k8s, namespace, name, replicas=3, min_available=2, node_selector=None):
+    """A Deployment and a PodDisruptionBudget over its pods."""
+    labels = {"app": name}
+    template = {"metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+                         "terminationGracePeriodSeconds": 0}}
+    if node_selector:
+        template["spec"]["nodeSelector"] = node_selector
+    client.AppsV1Api(k8s).create_namespaced_deployment(namespace, {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": template},
+    })
+    client.PolicyV1Api(k8s).create_namespaced_pod_disruption_budget(namespace, {
+        "metadata": {"name": name},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": labels}},
+    })
+
+    def ready():
+        pods = client.CoreV1Api(k8s).list_namespaced_pod(namespace, label_selector="app=%s" % name).items
+        healthy = [p for p in pods if p.status.phase == "Running" and any(
+            c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+        return len(healthy) >= replicas
+
+    wait_for(ready, 120, "Deployment %s/%s to be ready" % (namespace, name))
+
+
+def node_names(k8s, role="worker"):
+    nodes = client.CoreV1Api(k8s).list_node(label_selector="node-role.kubernetes.io/%s" % role).items
+    return sorted(n.metadata.name for n in nodes)
+
+
+def cordoned(k8s):
+    return sorted(n.metadata.name for n in client.CoreV1Api(k8s).list_node().items if n.spec.unschedulable)
+
+
+def dumps(obj):
+    return json.dumps(obj, indent=1, sort_keys=True, default=str)

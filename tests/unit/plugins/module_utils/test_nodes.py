@@ -1,0 +1,70 @@
+"""Entering and leaving maintenance marks a node exactly as recorded; safety refusals."""
+
+import json
+
+from drain_cluster import node
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes
+
+
+def apply(obj, patch):
+    return nodes._apply_merge(json.loads(json.dumps(obj)), patch)
+
+
+def test_enter_marks_like_nmo_and_records_what_it_added():
+    worker = node("worker-1")
+    patch, after, record = nodes.enter_changes(worker, "bios")
+    assert after["unschedulable"] is True
+    assert {t["key"] for t in after["taints"]} == {"medik8s.io/drain", "node.kubernetes.io/unschedulable"}
+    assert after["labels"] == {nodes.EXCLUDE_LABEL: "true"}
+    assert record["added"] == ["label", "taint:medik8s.io/drain", "taint:node.kubernetes.io/unschedulable",
+                               "unschedulable"]
+    assert record["reason"] == "bios" and record["phase"] == "Running"
+    entered = apply(worker, patch)
+    assert nodes.maintenance_record(entered) == record
+    # A second run changes nothing, even after the drain recorded its outcome.
+    finished = apply(entered, {"metadata": {"annotations": {nodes.STATE_ANNOTATION: json.dumps(
+        dict(record, phase="Succeeded"))}}})
+    assert nodes.enter_changes(finished, "bios")[0] is None
+    # Leaving removes exactly that.
+    patch, after, kept = nodes.leave_changes(finished)
+    left = apply(finished, patch)
+    assert not kept and not left["spec"].get("unschedulable") and not left["spec"].get("taints")
+    assert nodes.EXCLUDE_LABEL not in left["metadata"]["labels"]
+    assert nodes.STATE_ANNOTATION not in left["metadata"].get("annotations", {})
+    assert nodes.leave_changes(left)[0] is None
+
+
+def test_leave_keeps_what_was_there_before():
+    taint = {"key": "gpu", "effect": "NoSchedule"}
+    worker = node("worker-1", cordoned=True, taints=[taint], labels={nodes.EXCLUDE_LABEL: "true"})
+    patch, _after, record = nodes.enter_changes(worker)
+    assert record["added"] == ["taint:medik8s.io/drain", "taint:node.kubernetes.io/unschedulable"]
+    entered = apply(worker, patch)
+    patch, after, kept = nodes.leave_changes(entered)
+    assert kept is True
+    assert after["unschedulable"] is True and after["labels"] == {nodes.EXCLUDE_LABEL: "true"}
+    assert [t["key"] for t in after["taints"]] == ["gpu", "node.kubernetes.io/unschedulable"]
+
+
+def test_leave_uncordons_a_node_cordoned_by_hand():
+    patch, after, kept = nodes.leave_changes(node("worker-1", cordoned=True))
+    assert patch == {"spec": {"unschedulable": None}} and after["unschedulable"] is False and not kept
+
+
+def test_control_plane_quorum():
+    cps = [node("cp-%d" % i, control_plane=True) for i in (1, 2, 3)]
+    assert nodes.control_plane_refusal(cps[0], cps) is None
+    down = node("cp-2", control_plane=True, ready=False)
+    text = nodes.control_plane_refusal(cps[0], [cps[0], down, cps[2]])
+    assert "1 of 3 control-plane nodes would be Ready, below the etcd quorum of 2" in text
+    guard = {"status": {"disruptionsAllowed": 0}}
+    assert "etcd-guard-pdb allows no disruption" in nodes.control_plane_refusal(cps[0], cps, guard)
+    assert nodes.control_plane_refusal(node("worker-1"), cps) is None
+
+
+def test_last_schedulable_node():
+    one, two = node("worker-1"), node("worker-2", cordoned=True)
+    assert "last schedulable node" in nodes.last_schedulable_refusal(one, [one, two])
+    assert nodes.last_schedulable_refusal(one, [one, node("worker-3")]) is None
+    assert nodes.last_schedulable_refusal(two, [one, two]) is None

@@ -1,0 +1,154 @@
+"""The report: one model, three renderings that agree."""
+
+import json
+import os
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report
+
+
+def phases(base_minute, drain, tasks, ready=3, uncordon=1, verify=2, failed=None):
+    """Phase times for a node starting at 22:<base_minute>:00, lengths in seconds."""
+    seconds = base_minute * 60
+    result = {}
+    for name, length in (("drain", drain), ("tasks", tasks), ("ready", ready), ("uncordon", uncordon),
+                         ("verify", verify)):
+        if length is None:
+            break
+        result[name] = {"start": stamp(seconds), "end": stamp(seconds + length)}
+        if failed == name:
+            result[name]["failed"] = True
+        seconds += length
+    return result
+
+
+def stamp(seconds):
+    return "2024-05-04T22:%02d:%02d.250000Z" % (seconds // 60, seconds % 60)
+
+
+def vm(name, source, target=None, ns="prod"):
+    item = {"namespace": ns, "name": name, "source": source}
+    if target:
+        item["target"] = target
+    return item
+
+
+RUN = {
+    "title": "Rolling maintenance",
+    "started": stamp(0),
+    "finished": stamp(440),
+    "nodes": ["worker-1", "worker-2", "worker-3", "worker-4"],
+    "status": "failed",
+    "message": "worker-3 failed in its node tasks: the firmware update exited 1.",
+    "remaining": "Done: worker-1, worker-2. Failed and left cordoned: worker-3. Not started: worker-4.",
+    "resume": "ansible-playbook site.yml -e rolling_maintenance_resume=true",
+    "policy": {"non_migratable": "shutdown", "method": "auto"},
+}
+
+RECORDS = [
+    {"node": "worker-1", "index": 1, "status": "done", "phases": phases(0, 95, 60), "pods_evicted": 14,
+     "total_pods": 16,
+     "vms": {"migrated": [vm("db-1", "worker-1", "worker-3"), vm("web-1", "worker-1", "worker-2")],
+             "shut_down": [vm("scratch", "worker-1")], "blocked": []},
+     "migrations": [dict(vm("db-1", "worker-1", "worker-3"), start=stamp(10), end=stamp(48)),
+                    dict(vm("web-1", "worker-1", "worker-2"), start=stamp(12), end=stamp(70))]},
+    {"node": "worker-2", "index": 2, "status": "done", "phases": phases(3, 40, 55), "pods_evicted": 6,
+     "vms": {"migrated": [vm("web-2", "worker-2", "worker-4")]},
+     "migrations": [dict(vm("web-2", "worker-2", "worker-4"), start=stamp(185), end=stamp(215))]},
+    {"node": "worker-3", "index": 3, "status": "failed", "phases": phases(5, 70, 30, ready=None, failed="tasks"),
+     "pods_evicted": 9, "vms": {"migrated": [vm("db-1", "worker-3", "worker-2")]},
+     "error": "the firmware update exited 1"},
+]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return report.build(RUN, RECORDS)
+
+
+def test_totals_and_untouched(model):
+    totals = model["totals"]
+    assert totals["nodes_done"] == 2 and totals["nodes_failed"] == 1 and totals["nodes_untouched"] == 1
+    assert totals["pods_evicted"] == 29 and totals["vms_migrated"] == 4 and totals["vms_shut_down"] == 1
+    assert model["untouched"] == ["worker-4"]
+    assert totals["drain_seconds"] == 205.0
+
+
+def test_json_has_phase_durations_and_migration_endpoints(model):
+    data = report.to_json_data(model)
+    json.dumps(data)  # serialisable
+    first = data["nodes"][0]
+    assert first["phases"]["drain"]["seconds"] == 95.0
+    assert first["duration_seconds"] == 161.0
+    migrated = first["vms"]["migrated"][0]
+    assert migrated["source"] == "worker-1" and migrated["target"] == "worker-3" and migrated["seconds"] == 38.0
+    assert data["nodes"][2]["phases"]["tasks"]["failed"]
+
+
+def test_failed_phase_defaults_to_the_last_one_started():
+    model = report.build({}, [{"node": "n1", "status": "failed", "phases": phases(0, 10, None)}])
+    assert model["nodes"][0]["phases"][-1]["failed"]
+
+
+def test_markdown_lists_nodes_migrations_and_what_remains(model):
+    text = report.to_markdown(model, "report-timeline.svg")
+    assert "# Rolling maintenance: failed" in text
+    assert "| 3 | worker-3 | FAILED |" in text
+    assert "| | worker-4 | not started |" in text
+    assert "migrated prod/db-1: worker-1 -> worker-3 in 38s" in text
+    assert "shut down prod/scratch" in text
+    assert "## What remains" in text and "rolling_maintenance_resume=true" in text
+    assert "![Timeline](report-timeline.svg)" in text
+
+
+def test_svg_is_valid_xml_with_one_row_per_node_and_a_legend(model):
+    svg = report.to_svg(model)
+    root = ET.fromstring(svg)
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    for name in ("worker-1", "worker-2", "worker-3", "worker-4", "Legend", "not started"):
+        assert name in texts
+    assert any(t and t.startswith("FAILED after") for t in texts)
+    titles = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")]
+    assert "migrated prod/web-1 to worker-2" in titles
+
+
+def test_svg_escapes_names():
+    svg = report.to_svg(report.build({"title": "a<b & \"c\""}, [{"node": "n<1>", "phases": phases(0, 5, 5)}]))
+    ET.fromstring(svg)
+
+
+def test_empty_run_still_renders():
+    model = report.build({"status": "window_closed", "message": "Outside the window.", "nodes": ["a", "b"]}, [])
+    ET.fromstring(report.to_svg(model))
+    assert report.summary_lines(model)[-1] == "Outside the window."
+
+
+def test_write_creates_the_three_files(tmp_path, model):
+    files, _model, data = report.write(RUN, RECORDS, str(tmp_path / "out"))
+    assert sorted(files) == ["json", "markdown", "svg"]
+    for path in files.values():
+        assert os.path.getsize(path) > 100
+    with open(files["json"]) as handle:
+        assert json.load(handle) == json.loads(json.dumps(data))
+    if os.environ.get("REPORT_SAMPLE_DIR"):  # to look at the picture while changing the renderer
+        report.write(RUN, RECORDS, os.environ["REPORT_SAMPLE_DIR"])
+
+
+def test_summary_lines(model):
+    lines = report.summary_lines(model)
+    assert lines[0].startswith("Rolling maintenance failed in 7m20s: 2/4 nodes done, 1 failed, 1 untouched")
+    assert lines[1].startswith("worker-1 done: 2m41s (drain 1m35s, tasks 1m00s, ready 3s, uncordon 1s, verify 2s)")
+    assert "worker-4 not started" in lines
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("2024-05-04T22:00:00Z", "2024-05-04T22:00:00Z"),
+    ("2024-05-04T22:00:00.123456789+02:00", "2024-05-04T20:00:00Z"),
+    ("2024-05-04 22:00:00", "2024-05-04T22:00:00Z"),
+    (None, None),
+    ("garbage", None),
+])
+def test_parse_time(value, expected):
+    assert report.iso(report.parse_time(value)) == expected
