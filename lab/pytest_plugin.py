@@ -10,8 +10,9 @@ repository root, e.g. ``.venv/bin/python -m pytest``, so ``lab`` is importable).
 * ``k8s`` (session): a ``kubernetes.client.ApiClient`` for the lab.
 * ``namespace``: a fresh namespace per test, with its ``default`` ServiceAccount
   in place; always deleted afterwards.
-* ``restore_nodes``: after the test, uncordons every node and recovers failed ones,
-  so a test that breaks nodes leaves them as it found them even when it fails.
+* ``restore_nodes``: after the test, uncordons and recovers the nodes that were
+  schedulable and healthy before it, so a test that cordons, drains or fails nodes
+  leaves them as it found them even when it fails.
 """
 
 import os
@@ -104,15 +105,24 @@ class Lab:
         """Stop kube-apiserver and start it again on the same port; waits for /readyz."""
         cluster.restart(self.paths, "kube-apiserver")
 
-    def restore_nodes(self):
-        """Uncordon every node and recover the failed ones."""
+    def node_states(self):
+        """Which nodes are cordoned and which failed, for ``restore_nodes`` later."""
+        api = self._api()
+        cordoned = {n.metadata.name for n in nodes.list_nodes(api) if n.spec.unschedulable}
+        return {"cordoned": cordoned, "failed": set(nodes.failed_names(api))}
+
+    def restore_nodes(self, states=None):
+        """Uncordon and recover nodes; with ``states`` only those that were fine then."""
+        states = states or {"cordoned": set(), "failed": set()}
         api = self._api()
         for name in nodes.failed_names(api):
-            nodes.recover(api, name)
+            if name not in states["failed"]:
+                nodes.recover(api, name)
         core = client.CoreV1Api(api)
         for node in nodes.list_nodes(api):
-            if node.spec.unschedulable:
-                core.patch_node(node.metadata.name, {"spec": {"unschedulable": None}})
+            name = node.metadata.name
+            if node.spec.unschedulable and name not in states["cordoned"]:
+                core.patch_node(name, {"spec": {"unschedulable": None}})
 
     def _api(self):
         return nodes.api_client(self.paths.kubeconfig)
@@ -165,8 +175,9 @@ def namespace(k8s):
 
 @pytest.fixture
 def restore_nodes(lab):
+    states = lab.node_states()
     yield
-    lab.restore_nodes()
+    lab.restore_nodes(states)
 
 
 def _service_account_exists(core, namespace):

@@ -262,6 +262,7 @@ class Drainer:
         self.events = 0
         self.pods = Informer(client, "Pod", field_selector="spec.nodeName=%s" % node, changed=self.changed)
         self.pdbs = None
+        self._spent = {}  # PDB key -> (resourceVersion, disruptions handed out at that version)
         self.result = DrainResult()
 
     # -- informers ---------------------------------------------------------------------------
@@ -324,11 +325,12 @@ class Drainer:
             self.changed.notify_all()
 
     def _settle(self, target, outcome, reason):
+        if outcome == "granted":
+            self.result.evicted += 1  # the watch may have seen the pod go before this answer arrived
         if target.state == "gone":
             return
         if outcome == "granted":
             target.state = "granted"
-            self.result.evicted += 1
         elif outcome == "gone":
             target.state = "gone"
         elif outcome == "blocked":
@@ -366,31 +368,83 @@ class Drainer:
                 if current["metadata"].get("deletionTimestamp") and target.state in ("todo", "blocked"):
                     target.state = "waiting"  # someone (KubeVirt, a controller) is deleting it already
 
-    def _woken_by_pdbs(self):
-        """Blocked pods whose budget now allows disruptions: as many as it allows."""
-        if self.pdbs is None:
-            return []
-        woken = []
-        for pdb in self.pdbs.items():
-            allowed = (pdb.get("status") or {}).get("disruptionsAllowed") or 0
-            if allowed < 1:
-                continue
-            meta = pdb["metadata"]
-            key = "%s/%s" % (meta.get("namespace"), meta.get("name"))
-            waiting = [t for t in self.result.targets
-                       if t.state == "blocked" and key in t.pdb_versions
-                       and t.pdb_versions[key] != meta.get("resourceVersion")]
-            waiting.sort(key=lambda t: t.next_try)
-            woken.extend(waiting[:allowed])
-        return woken
+    def _available(self, key, budget):
+        """Disruptions the budget allows that this drain has not handed out yet."""
+        version = budget["metadata"].get("resourceVersion")
+        allowed = (budget.get("status") or {}).get("disruptionsAllowed") or 0
+        spent_version, spent = self._spent.get(key, (None, 0))
+        return allowed - (spent if spent_version == version else 0)
+
+    def _take(self, key, budget):
+        # The watch shows a budget before our own evictions reduced it: an allowance seen at
+        # one resourceVersion is handed out once.
+        version = budget["metadata"].get("resourceVersion")
+        spent_version, spent = self._spent.get(key, (None, 0))
+        self._spent[key] = (version, (spent if spent_version == version else 0) + 1)
+
+    def _watched_budgets(self, target):
+        found = []
+        for key in target.pdb_versions:
+            namespace, name = key.split("/", 1)
+            budget = self.pdbs.get(name, namespace) if self.pdbs is not None else None
+            if budget is not None and not kubevirt.is_vmi_pdb(budget):
+                found.append((key, budget))
+        return found
 
     def _due(self, now):
+        """Pods to ask now: new ones, those whose budget allows a disruption again (as many
+        as it allows), and those whose backoff ran out while no watched budget says no."""
         due = [t for t in self.result.targets if t.state == "todo"]
-        due.extend(t for t in self.result.targets if t.state == "blocked" and t.next_try <= now)
-        for target in self._woken_by_pdbs():
-            if target not in due:
+        for target in self.result.targets:
+            if target.state != "blocked" or target.next_try > now:
+                continue
+            budgets = self._watched_budgets(target)
+            if any(self._available(key, budget) < 1 for key, budget in budgets):
+                # The watch tells when the budget changes; asking now would only collect a 429.
+                target.next_try = now + BACKOFF_CAP
+                continue
+            for key, budget in budgets:
+                self._take(key, budget)
+            due.append(target)
+        if self.pdbs is None:
+            return due
+        for budget in self.pdbs.items():
+            meta = budget["metadata"]
+            key = "%s/%s" % (meta.get("namespace"), meta.get("name"))
+            room = self._available(key, budget)
+            if room < 1:
+                continue
+            waiting = [t for t in self.result.targets
+                       if t.state == "blocked" and t not in due and key in t.pdb_versions
+                       and t.pdb_versions[key] != meta.get("resourceVersion")]
+            waiting.sort(key=lambda t: t.next_try)
+            for target in waiting[:room]:
+                self._take(key, budget)
                 due.append(target)
         return due
+
+    def _hold_back(self):
+        """Ask first only for as many pods as each budget allows now; the others wait for the
+        budget to change (or for their backoff) instead of collecting a 429 each.
+
+        A VMI's own budget is left out: its launcher pod must be evicted once for KubeVirt's
+        webhook to start the migration, although that budget always answers 429.
+        """
+        for target in self.result.targets:
+            if target.wait_only:
+                continue
+            found = [p for p in matching_pdbs(target.pod, self.pdbs.items()) if not kubevirt.is_vmi_pdb(p)]
+            if len(found) != 1:
+                continue
+            meta = found[0]["metadata"]
+            key = "%s/%s" % (meta.get("namespace"), meta.get("name"))
+            if self._available(key, found[0]) > 0:
+                self._take(key, found[0])
+                continue
+            target.state = "blocked"
+            target.reason = "%s (not asked yet)" % describe_pdb(found[0])
+            target.next_try = time.monotonic() + BACKOFF_CAP
+            target.pdb_versions = {key: meta.get("resourceVersion")}
 
     def _report(self):
         if self.progress is None:
@@ -419,6 +473,8 @@ class Drainer:
                 self.pdbs = Informer(self.client, "PodDisruptionBudget", changed=self.changed)
                 self.pdbs.start()
                 self._await_sync(self.pdbs)
+                if wait:
+                    self._hold_back()
             return self._loop(wait)
         finally:
             self._stop()

@@ -34,6 +34,7 @@ FAILED_COLOUR = "#d62728"
 MIGRATION_COLOUR = "#1b1b1b"
 SHUTDOWN_COLOUR = "#d62728"
 UNTOUCHED_COLOUR = "#e6e6e6"
+PREFLIGHT_COLOUR = "#9e9e9e"
 
 
 def parse_time(value):
@@ -117,7 +118,7 @@ def _migration(vm, timing):
         "namespace": vm.get("namespace"),
         "name": vm.get("name"),
         "source": vm.get("source") or timing.get("source"),
-        "target": vm.get("target") or timing.get("target"),
+        "target": vm.get("target") or timing.get("target") or vm.get("node"),
         "start": start,
         "end": end,
         "seconds": seconds_between(start, end),
@@ -350,7 +351,11 @@ def to_svg(model):
     """One row per node: coloured phases, migrations as ticks, shut-downs as crosses, a legend."""
     nodes = model["nodes"]
     rows = [("node", n) for n in nodes] + [("untouched", name) for name in model["untouched"]]
+    preflight = model["preflight"]
+    if preflight["start"] and preflight["end"]:
+        rows.insert(0, ("preflight", preflight))
     starts = [p["start"] for n in nodes for p in n["phases"]] + [n["started"] for n in nodes if n["started"]]
+    starts += [preflight["start"]] if preflight["start"] else []
     ends = [p["end"] or p["start"] for n in nodes for p in n["phases"]] + [n["finished"] for n in nodes if n["finished"]]
     ends += [m["end"] for n in nodes for m in n["migrations"] if m["end"]]
     origin = min(starts) if starts else (model["started"] or datetime.datetime.now(datetime.timezone.utc))
@@ -360,7 +365,7 @@ def to_svg(model):
     width, left, right, top, row_h, bar_h = 1160, 150, 280, 86, 60, 24
     plot_w = width - left - right
     legend_top = top + max(1, len(rows)) * row_h + 34
-    height = legend_top + 80
+    height = legend_top + 104
     scale = plot_w / span
 
     def x(moment):
@@ -401,6 +406,15 @@ def to_svg(model):
         bar_y = y + 8
         if i % 2:
             out.append('<rect x="0" y="%d" width="%d" height="%d" fill="#f7f7f7"/>' % (y, width, row_h))
+        if kind == "preflight":
+            x1, x2 = x(item["start"]), x(item["end"])
+            out.append('<text x="%d" y="%.1f" text-anchor="end" fill="#555555">preflight + lock</text>' % (
+                left - 10, bar_y + 17))
+            out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"/>' % (
+                x1, bar_y, max(2.0, x2 - x1), bar_h, PREFLIGHT_COLOUR))
+            out.append('<text x="%d" y="%.1f" fill="#444444" font-size="12">%s</text>' % (
+                left + plot_w + 14, bar_y + 16, human_duration(seconds_between(item["start"], item["end"]))))
+            continue
         if kind == "untouched":
             out.append('<text x="%d" y="%.1f" text-anchor="end" fill="#999999">%s</text>' % (
                 left - 10, bar_y + 17, _esc(item)))
@@ -462,7 +476,8 @@ def to_svg(model):
     items += [(MIGRATION_COLOUR, "VM live migration (line: running, dot: done)", "migration"),
               (SHUTDOWN_COLOUR, "VM shut down by the drain", "cross"),
               (FAILED_COLOUR, "phase that failed", "failed"),
-              (UNTOUCHED_COLOUR, "node not started", "box")]
+              (UNTOUCHED_COLOUR, "node not started", "box"),
+              (PREFLIGHT_COLOUR, "preflight of all nodes and cluster lock", "box")]
     col_w, per_row = 355, 3
     for k, (colour, label, shape) in enumerate(items):
         ix = lx + (k % per_row) * col_w

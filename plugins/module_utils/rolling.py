@@ -19,6 +19,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
+
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
@@ -266,25 +268,36 @@ def migrations_from(vmis, node, since=None):
 
 
 def verify(client, params):
-    """Wait until the node is Ready (and schedulable) and every VM that ran runs again."""
-    name = params["name"]
+    """Wait until the node (when named) is Ready and schedulable and every VM that ran runs again."""
+    name = params.get("name")
     want_schedulable = params.get("schedulable", True)
     expected = [_vm_key(v) for v in params.get("running_vms") or []]
     may_stop = set(_vm_key(v) for v in params.get("expected_stopped") or [])
     timeout = params.get("timeout") or 600
     since = parse_time(params.get("migrations_since"))
-    nodes_mod.get_node(client, name)
-    node_informer = Informer(client, "Node", field_selector="metadata.name=%s" % name)
-    informers = [node_informer]
+    if since is not None:
+        # migrationState timestamps have whole seconds; do not lose a migration that began in the same second.
+        since -= datetime.timedelta(seconds=1)
+    if not name and not expected:
+        raise InvalidInputError("Give a node to wait for ('name') or VMs that must run ('running_vms').")
+    informers = []
+    node_informer = None
+    if name:
+        nodes_mod.get_node(client, name)
+        node_informer = Informer(client, "Node", field_selector="metadata.name=%s" % name)
+        informers.append(node_informer)
     vmi_informer = None
-    if expected or since is not None:
+    if expected or (since is not None and name):
         if client.kind_served("VirtualMachineInstance"):
             vmi_informer = Informer(client, "VirtualMachineInstance")
             informers.append(vmi_informer)
         elif expected:
             raise InvalidInputError("VMs were expected to run, but KubeVirt is not installed on this cluster.")
 
-    def node_ok(node):
+    def node_ok():
+        if node_informer is None:
+            return True
+        node = node_informer.get(name)
         if node is None or not nodes_mod.is_ready(node):
             return False
         if want_schedulable and (nodes_mod.is_cordoned(node) or nodes_mod.marked_for_maintenance(node)):
@@ -296,25 +309,30 @@ def verify(client, params):
         return [k for k in expected if k not in running and k not in may_stop]
 
     def check():
-        return node_ok(node_informer.get(name)) and not missing()
+        return node_ok() and not missing()
 
     def pending():
         parts = []
-        node = node_informer.get(name)
-        if node is None:
-            parts.append("node %s is gone" % name)
-        elif not nodes_mod.is_ready(node):
-            parts.append("node %s is not Ready (%s)" % (name, nodes_mod.not_ready_reason(node)))
-        elif want_schedulable and not node_ok(node):
-            parts.append("node %s is still cordoned or marked for maintenance" % name)
+        if node_informer is not None:
+            node = node_informer.get(name)
+            if node is None:
+                parts.append("node %s is gone" % name)
+            elif not nodes_mod.is_ready(node):
+                parts.append("node %s is not Ready (%s)" % (name, nodes_mod.not_ready_reason(node)))
+            elif not node_ok():
+                parts.append("node %s is still cordoned or marked for maintenance" % name)
         lost = missing()
         if lost:
-            parts.append("%d VM%s that ran before the maintenance %s not running: %s" % (
+            parts.append("%d VM%s that ran before %s not running: %s" % (
                 len(lost), "" if len(lost) == 1 else "s", "is" if len(lost) == 1 else "are", ", ".join(lost[:10])))
         return "; ".join(parts)
 
-    what = "node %s to be Ready%s and every VM that ran before to run" % (
-        name, " and schedulable" if want_schedulable else "")
+    if name:
+        what = "node %s to be Ready%s" % (name, " and schedulable" if want_schedulable else "")
+        if expected:
+            what += " and every VM that ran before to run"
+    else:
+        what = "every VM that ran before to run"
     try:
         wait_until(check, informers, timeout, what, describe_pending=pending)
     except WaitTimeoutError as exc:
@@ -323,19 +341,23 @@ def verify(client, params):
     finally:
         for informer in informers:
             informer.stop()
-    node = node_informer.get(name)
     vmis = vmi_informer.items() if vmi_informer else []
     running = _running_keys(vmis)
-    return {
+    result = {
         "changed": False,
-        "node": {"name": name, "ready": nodes_mod.is_ready(node), "schedulable": not nodes_mod.is_cordoned(node),
-                 "in_maintenance": nodes_mod.marked_for_maintenance(node)},
+        "node": None,
         "vms": {
             "expected": len(expected),
             "running": sum(1 for k in expected if k in running),
             "stopped_as_expected": sorted(k for k in expected if k in may_stop and k not in running),
             "not_running": [],
-            "on_node": sorted(k for k, where in running.items() if where == name),
+            "on_node": sorted(k for k, where in running.items() if name and where == name),
+            "where": dict((k, running[k]) for k in expected if k in running),
         },
-        "migrations": migrations_from(vmis, name, since) if since is not None else [],
+        "migrations": migrations_from(vmis, name, since) if (since is not None and name) else [],
     }
+    if name:
+        node = node_informer.get(name)
+        result["node"] = {"name": name, "ready": nodes_mod.is_ready(node), "schedulable": not nodes_mod.is_cordoned(node),
+                          "in_maintenance": nodes_mod.marked_for_maintenance(node)}
+    return result

@@ -25,9 +25,10 @@ author:
   - kubevirt_ops.maintenance contributors
 options:
   name:
-    description: The node.
+    description:
+      - The node. Without it, only the VMs are checked (for example after a node was deleted).
+      - One of O(name) and O(running_vms) is required.
     type: str
-    required: true
   schedulable:
     description:
       - Also wait until the node is uncordoned and carries no maintenance mark.
@@ -78,7 +79,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 node:
-  description: The node after the wait.
+  description: The node after the wait (V(null) without O(name)).
   returned: always
   type: dict
   contains:
@@ -117,6 +118,9 @@ vms:
       description: VMs running on the node now.
       type: list
       elements: str
+    where:
+      description: The node each expected VM runs on now, by C(namespace/name).
+      type: dict
 migrations:
   description: Completed live migrations out of the node since O(migrations_since).
   returned: always
@@ -137,7 +141,7 @@ def run(module):
 def main():
     module = MaintenanceModule(
         argument_spec=dict(
-            name=dict(type="str", required=True),
+            name=dict(type="str"),
             schedulable=dict(type="bool", default=True),
             running_vms=dict(type="list", elements="raw", default=[]),
             expected_stopped=dict(type="list", elements="raw", default=[]),

@@ -502,7 +502,7 @@ class ResourceVersions:
         ("NodeMaintenance", "nodemaintenance.medik8s.io", "v1beta1", "nodemaintenances"),
         ("LegacyNodeMaintenance", "nodemaintenance.kubevirt.io", "v1beta1", "nodemaintenances"),
     )
-    # Objects that change by themselves all the time: node heartbeats and leader leases.
+    # Objects that change by themselves all the time: node heartbeats, API server identity leases.
     IGNORED_LEASE_NAMESPACES = ("kube-node-lease",)
 
     def __init__(self, k8s):
@@ -511,11 +511,17 @@ class ResourceVersions:
 
     def _read(self):
         versions = {}
+        namespaces = json.loads(client.CoreV1Api(self.k8s).list_namespace(_preload_content=False).data)
+        # Namespaces being deleted (other tests cleaning up) change by themselves.
+        self.leaving = set(n["metadata"]["name"] for n in namespaces.get("items") or []
+                           if n["metadata"].get("deletionTimestamp"))
         for kind, call in self.KINDS:
             data = json.loads(call(self.k8s)(_preload_content=False).data)
             for obj in data.get("items") or []:
                 namespace, name = _key(obj)
-                if kind == "Lease" and (namespace in self.IGNORED_LEASE_NAMESPACES or name.startswith("kube-")):
+                if namespace in self.leaving:
+                    continue
+                if kind == "Lease" and (namespace in self.IGNORED_LEASE_NAMESPACES or name.startswith(("kube-", "apiserver-"))):
                     continue
                 versions[(kind, namespace, name)] = self._version(kind, obj)
         custom = client.CustomObjectsApi(self.k8s)
@@ -528,7 +534,8 @@ class ResourceVersions:
                 raise
             for obj in data.get("items") or []:
                 namespace, name = _key(obj)
-                versions[(kind, namespace, name)] = self._version(kind, obj)
+                if namespace not in self.leaving:
+                    versions[(kind, namespace, name)] = self._version(kind, obj)
         return versions
 
     @staticmethod
@@ -546,6 +553,8 @@ class ResourceVersions:
         out = []
         for key in sorted(set(self.versions) | set(after)):
             kind, namespace, name = key
+            if namespace in self.leaving:
+                continue
             label = "%s %s" % (kind, "%s/%s" % (namespace, name) if namespace else name)
             if key not in after:
                 out.append(label + " removed")

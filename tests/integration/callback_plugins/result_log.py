@@ -31,12 +31,15 @@ class CallbackModule(CallbackBase):
         if not self.path:
             return
         task = result._task
+        outcome = dict(result._result)
+        if status == "failed":
+            outcome.setdefault("failed", True)
         line = {
             "status": status,
             "task": task.get_name(),
             "action": task.action,
             "host": result._host.get_name(),
-            "result": result._result,
+            "result": outcome,
         }
         line.update(extra)
         with open(self.path, "a") as handle:

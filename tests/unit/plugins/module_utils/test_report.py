@@ -45,6 +45,7 @@ RUN = {
     "remaining": "Done: worker-1, worker-2. Failed and left cordoned: worker-3. Not started: worker-4.",
     "resume": "ansible-playbook site.yml -e rolling_maintenance_resume=true",
     "policy": {"non_migratable": "shutdown", "method": "auto"},
+    "preflight": {"start": "2024-05-04T21:59:52Z", "end": "2024-05-04T22:00:00Z"},
 }
 
 RECORDS = [
@@ -107,7 +108,7 @@ def test_svg_is_valid_xml_with_one_row_per_node_and_a_legend(model):
     svg = report.to_svg(model)
     root = ET.fromstring(svg)
     texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
-    for name in ("worker-1", "worker-2", "worker-3", "worker-4", "Legend", "not started"):
+    for name in ("worker-1", "worker-2", "worker-3", "worker-4", "Legend", "not started", "preflight + lock"):
         assert name in texts
     assert any(t and t.startswith("FAILED after") for t in texts)
     titles = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")]

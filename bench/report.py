@@ -1,0 +1,224 @@
+"""Summaries of the raw runs, the comparison with the targets, and the Markdown table."""
+
+import statistics
+
+TARGETS = {
+    "wall_vs_kubectl": 0.7,  # scenarios 2 and 3
+    "requests_vs_kubectl": 0.5,
+    "rolling_vs_bound": 1.15,  # scenario 4
+    "rolling_overhead_per_node": 3.0,
+    "scale_seconds": 10.0,  # scenario 5, 1,000 nodes
+    "scale_mib": 300.0,
+    "noop_over_ping": 0.5,
+}
+OURS = ("ours_drain", "ours_cr", "ours_role")
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def summarize(runs, peer_labels):
+    """Per scenario and peer: medians over the iterations, errors, correctness."""
+    summary = {}
+    for run in runs:
+        entry = summary.setdefault(run["scenario"], {}).setdefault(run["peer"], {"runs": []})
+        entry["runs"].append(run)
+    for scenario, by_peer in summary.items():
+        for peer, entry in by_peer.items():
+            runs_ = entry.pop("runs")
+            ok = [r for r in runs_ if r.get("ok")]
+            entry.update({
+                "label": peer_labels.get(peer, peer),
+                "iterations": len(runs_),
+                "succeeded": len(ok),
+                "wall_seconds_median": median([r["wall_seconds"] for r in ok]),
+                "wall_seconds_all": [r["wall_seconds"] for r in runs_],
+                "requests_median": median([r["requests"] for r in ok]),
+                "requests_all": [r["requests"] for r in runs_],
+                "correct": all(r["correctness"]["correct"] for r in runs_) if runs_ else None,
+                "correct_runs": sum(1 for r in runs_ if r["correctness"]["correct"]),
+                "errors": sorted({r["error"] for r in runs_ if r.get("error")}),
+                "peak_tree_rss_mib_max": max((r.get("peak_tree_rss_mib") or 0) for r in runs_) if runs_ else None,
+            })
+            if scenario == "4":
+                entry["ratio_to_lower_bound_median"] = median([r.get("ratio_to_lower_bound") for r in ok])
+                entry["overhead_per_node_seconds_median"] = median([r.get("overhead_per_node_seconds") for r in ok])
+                entry["lower_bound_seconds_median"] = median(
+                    [r["lower_bound"]["observed_placement_seconds"] for r in ok])
+                entry["ideal_bound_seconds"] = runs_[0]["lower_bound"]["ideal_seconds"] if runs_ else None
+    # Ratios ours / peer, from medians of the same benchmark run.
+    for scenario, by_peer in summary.items():
+        ratios = {}
+        for ours in OURS:
+            if ours not in by_peer or by_peer[ours]["wall_seconds_median"] is None:
+                continue
+            for peer, entry in by_peer.items():
+                if peer in OURS or entry["wall_seconds_median"] is None:
+                    continue
+                ratios[f"{ours}/{peer}"] = {
+                    "wall": _ratio(by_peer[ours]["wall_seconds_median"], entry["wall_seconds_median"]),
+                    "requests": _ratio(by_peer[ours]["requests_median"], entry["requests_median"]),
+                }
+        if ratios:
+            by_peer["_ratios"] = ratios
+    return summary
+
+
+def _ratio(a, b):
+    if a is None or not b:
+        return None
+    return round(a / b, 3)
+
+
+def verdicts(summary, scale, noop):
+    """Each target: the figure, the limit, met or not (None: not measured)."""
+    out = []
+    for scenario in ("2", "3"):
+        ratios = (summary.get(scenario) or {}).get("_ratios") or {}
+        for ours in ("ours_drain", "ours_cr"):
+            r = ratios.get(f"{ours}/kubectl")
+            if not r:
+                out.append({"target": f"scenario {scenario} {ours}: wall <= 0.7x kubectl, requests <= 0.5x",
+                            "met": None, "figure": "not measured"})
+                continue
+            met = (r["wall"] is not None and r["wall"] <= TARGETS["wall_vs_kubectl"]
+                   and r["requests"] is not None and r["requests"] <= TARGETS["requests_vs_kubectl"])
+            correct = summary[scenario][ours]["correct"]
+            out.append({"target": f"scenario {scenario} {ours}: wall <= 0.7x kubectl, requests <= 0.5x",
+                        "met": bool(met and correct),
+                        "figure": f"wall {r['wall']}x, requests {r['requests']}x, correct {correct}"})
+    role = (summary.get("4") or {}).get("ours_role")
+    if role and role.get("ratio_to_lower_bound_median") is not None:
+        met = (role["ratio_to_lower_bound_median"] <= TARGETS["rolling_vs_bound"]
+               and role["overhead_per_node_seconds_median"] <= TARGETS["rolling_overhead_per_node"])
+        out.append({"target": "scenario 4: <= 1.15x lower bound, overhead <= 3 s per node", "met": bool(met),
+                    "figure": f"{role['ratio_to_lower_bound_median']}x, "
+                              f"{role['overhead_per_node_seconds_median']} s per node"})
+    else:
+        out.append({"target": "scenario 4: <= 1.15x lower bound, overhead <= 3 s per node", "met": None,
+                    "figure": "not measured" if not role else "; ".join(role.get("errors") or ["failed"])})
+    if scale and scale.get("results"):
+        for key, res in scale["results"].items():
+            if key.startswith("kubectl"):
+                continue
+            met = (res.get("ok") and res["wall_seconds"] <= TARGETS["scale_seconds"]
+                   and res["peak_tree_rss_mib"] <= TARGETS["scale_mib"])
+            out.append({"target": f"scenario 5 {key} ({scale['nodes']} nodes, {scale['pods']} pods): "
+                                  "<= 10 s, <= 300 MB",
+                        "met": bool(met) if scale["nodes"] >= 1000 else None,
+                        "figure": f"{res['wall_seconds']} s, {res['peak_tree_rss_mib']} MiB"
+                                  + ("" if res.get("ok") else f" (failed: {res.get('error')})")})
+    if noop and noop.get("samples"):
+        ping = median(noop["samples"]["ping"])
+        for key, samples in noop["samples"].items():
+            if key == "ping":
+                continue
+            over = round(median(samples) - ping, 3) if samples and ping is not None else None
+            out.append({"target": f"no-op {key}: <= 0.5 s over ping", "met": over is not None
+                        and over <= TARGETS["noop_over_ping"] and key not in noop.get("errors", {}),
+                        "figure": f"{median(samples)} s vs ping {ping} s (+{over} s)"})
+    return out
+
+
+def _fmt(value, unit=""):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}{unit}" if value < 100 else f"{value:.0f}{unit}"
+    return f"{value}{unit}"
+
+
+def markdown(result):
+    meta = result["meta"]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Produced by `{meta['command']}` on {meta['date']} ({meta['machine']}). "
+        f"Median of {meta['iterations']} iterations per scenario and peer; all peers ran against the same lab "
+        "in the same benchmark run, each on a freshly prepared, identical node. The machine is shared and small: "
+        "expect noise of 10-30 % between runs.",
+        "",
+        "API requests: requests of the peer's own client(s) in the kube-apiserver audit log during the run "
+        "(stage ResponseComplete, by user agent). Correct: all pods gone from the node, no PDB below its minimum at "
+        "any time, every VM running on another node with the same VMI (migrated, never restarted).",
+        "",
+    ]
+    titles = result.get("scenarios", {})
+    summary = result["summary"]
+    for scenario in sorted(k for k in summary if k != "5"):
+        by_peer = summary[scenario]
+        lines += [f"## Scenario {scenario}: {titles.get(scenario, '')}", ""]
+        if scenario == "4":
+            lines += ["| peer | wall s (median) | lower bound s | ratio | overhead s/node | API requests | "
+                      "correct | error |", "|---|---:|---:|---:|---:|---:|---|---|"]
+            for peer, e in by_peer.items():
+                if peer.startswith("_"):
+                    continue
+                lines.append(f"| {e['label']} | {_fmt(e['wall_seconds_median'])} | "
+                             f"{_fmt(e.get('lower_bound_seconds_median'))} | "
+                             f"{_fmt(e.get('ratio_to_lower_bound_median'))} | "
+                             f"{_fmt(e.get('overhead_per_node_seconds_median'))} | "
+                             f"{_fmt(e['requests_median'])} | {_correct(e)} | {_errors(e)} |")
+            ideal = next((e.get("ideal_bound_seconds") for p, e in by_peer.items() if not p.startswith("_")), None)
+            lines += ["", f"Lower bound: for each node, ceil(VMs on it when cordoned / 2 outbound migrations per "
+                          f"node) x (guest memory / migration bandwidth), summed; with the best possible placement "
+                          f"it would be {_fmt(ideal)} s.", ""]
+            continue
+        lines += ["| peer | wall s (median) | all runs s | API requests (median) | correct | error |",
+                  "|---|---:|---|---:|---|---|"]
+        for peer, e in by_peer.items():
+            if peer.startswith("_"):
+                continue
+            lines.append(f"| {e['label']} | {_fmt(e['wall_seconds_median'])} | "
+                         f"{', '.join(_fmt(v) for v in e['wall_seconds_all'])} | "
+                         f"{_fmt(e['requests_median'])} | {_correct(e)} | {_errors(e)} |")
+        ratios = by_peer.get("_ratios") or {}
+        if ratios:
+            lines += ["", "| ratio (ours / peer) | wall | API requests |", "|---|---:|---:|"]
+            for key, r in ratios.items():
+                lines.append(f"| {key} | {_fmt(r['wall'])} | {_fmt(r['requests'])} |")
+        lines.append("")
+    scale = result.get("scale")
+    if scale:
+        lines += [f"## Scenario 5: scale ({scale.get('nodes')} nodes, {scale.get('pods')} pods)", ""]
+        if scale.get("note"):
+            lines += [scale["note"], ""]
+        if scale.get("results"):
+            lines += ["| command | wall s | peak memory MiB (process tree) | largest process MiB | ok |",
+                      "|---|---:|---:|---:|---|"]
+            for key, res in scale["results"].items():
+                lines.append(f"| {key} | {_fmt(res['wall_seconds'])} | {_fmt(res['peak_tree_rss_mib'])} | "
+                             f"{_fmt(res['max_rss_mib'])} | {'yes' if res.get('ok') else 'no: ' + str(res.get('error'))[:120]} |")
+            lines.append("")
+    noop = result.get("noop")
+    if noop and noop.get("samples"):
+        lines += ["## No-op module run vs `ansible localhost -m ansible.builtin.ping`", "",
+                  "| command | wall s (median) | all runs s |", "|---|---:|---|"]
+        for key, samples in noop["samples"].items():
+            lines.append(f"| {key} | {_fmt(median(samples))} | {', '.join(_fmt(v) for v in samples)} |")
+        lines.append("")
+    lines += ["## Targets", "", "| target | figure | met |", "|---|---|---|"]
+    for v in result.get("verdicts", []):
+        met = {True: "yes", False: "**no**", None: "not measured"}[v["met"]]
+        lines.append(f"| {v['target']} | {v['figure']} | {met} |")
+    unavailable = result.get("unavailable") or {}
+    if unavailable:
+        lines += ["", "## Peers not measured", ""]
+        for peer, reason in unavailable.items():
+            first = str(reason).strip().splitlines()[0] if str(reason).strip() else ""
+            lines.append(f"- {peer}: {first[:300]}")
+    return "\n".join(lines) + "\n"
+
+
+def _correct(e):
+    if e["iterations"] == 0:
+        return "-"
+    return "yes" if e["correct"] else f"**no** ({e['correct_runs']}/{e['iterations']})"
+
+
+def _errors(e):
+    if not e["errors"]:
+        return ""
+    return "; ".join(x.replace("|", "/").replace("\n", " ")[:160] for x in e["errors"])

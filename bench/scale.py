@@ -1,0 +1,118 @@
+"""Scenario 5: node_maintenance_info and the role's preflight on a large lab.
+
+A lab of its own with N workers (default 1,000) and P pods per node in total
+(default 30: 29 ReplicaSet pods plus the simulator's virt-handler DaemonSet pod), so
+30,000 pods at the default size. The ReplicaSets' pod templates name their node, so
+the pods bypass the scheduler (which would take longer than anything measured here)
+but are otherwise ordinary ReplicaSet pods that KWOK marks Running.
+
+Measured, each as a user runs it (``ansible localhost -m ...``, start-up included):
+``node_maintenance_info`` for every node, the preflight of the ``rolling_maintenance``
+role over every worker (its ``maintenance_preflight`` module, which is what the role's
+preflight step runs), and, as a floor, ``kubectl get nodes,pods -A -o json``.
+Wall time and peak memory (the sum over the process tree, sampled, and the largest
+single process from wait4).
+"""
+
+import json
+import time
+
+from bench import labs, measure, peers as peers_mod, workloads as w
+from bench.bootstrap import say
+from bench.kube import Kube
+
+NAMESPACE = "bench-scale"
+
+
+def populate(kube, workers, pods_per_node, timeout):
+    """ReplicaSets pinned to each node until the lab holds ``pods_per_node`` pods per worker."""
+    if kube.get_or_none("Namespace", NAMESPACE) is None:
+        kube.create("Namespace", {"metadata": {"name": NAMESPACE}})
+        w.wait_for(lambda: kube.get_or_none("ServiceAccount", "default", NAMESPACE), 300,
+                   "the default ServiceAccount of the scale namespace")
+    existing = {rs["metadata"]["name"] for rs in kube.list("ReplicaSet", NAMESPACE)[0]}
+    daemon_pods = 1 if kube.list("Pod", "kubevirt", limit=1)[0] else 0
+    replicas = max(0, pods_per_node - daemon_pods)
+    for node in workers:
+        name = f"rs-{node}"
+        if name in existing:
+            continue
+        rs = w.replica_set(name, replicas)
+        rs["spec"]["template"]["spec"]["nodeName"] = node
+        kube.create("ReplicaSet", rs, NAMESPACE)
+    want = replicas * len(workers)
+    started = time.monotonic()
+    last = -1
+    while True:
+        created = _count(kube, NAMESPACE)
+        not_running = len(kube.list("Pod", NAMESPACE, field_selector="status.phase!=Running")[0])
+        running = created - not_running
+        if created >= want and not_running == 0:
+            break
+        if running != last:
+            say(f"scale: {created}/{want} pods created, {running} Running "
+                f"({time.monotonic() - started:.0f}s)")
+            last = running
+        if time.monotonic() - started > timeout:
+            raise w.Timeout(f"only {running} of {want} pods Running after {timeout}s")
+        time.sleep(10)
+    return want + daemon_pods * len(workers)
+
+
+def _count(kube, namespace=None):
+    """Objects in a list, from one page of one (remainingItemCount), without fetching them."""
+    from bench.kube import path_of
+
+    page = kube.request("GET", path_of("Pod", namespace), {"limit": 1})
+    return len(page.get("items") or []) + int((page.get("metadata") or {}).get("remainingItemCount") or 0)
+
+
+def run(ctx_env_factory, nodes, pods_per_node, state_dir, keep_lab, populate_timeout=3600):
+    """Bring the scale lab up, fill it, measure; returns the scenario's record."""
+    record = {"nodes": nodes, "pods_per_node": pods_per_node}
+    started = time.monotonic()
+    if not labs.is_up(state_dir):
+        labs.up(state_dir, nodes)
+    kubeconfig = state_dir / "kubeconfig"
+    kube = Kube(kubeconfig)
+    workers = w.workers(kube)
+    record["lab_up_seconds"] = round(time.monotonic() - started, 1)
+    say(f"scale: lab with {len(workers)} workers up in {record['lab_up_seconds']}s; creating pods")
+    started = time.monotonic()
+    record["pods"] = populate(kube, workers, pods_per_node, populate_timeout)
+    record["nodes"] = len(workers)
+    record["populate_seconds"] = round(time.monotonic() - started, 1)
+    all_pods = _count(kube)
+    record["pods_total_in_cluster"] = all_pods
+    say(f"scale: {all_pods} pods in the cluster after {record['populate_seconds']}s; measuring")
+    env = ctx_env_factory(state_dir, kubeconfig, kube)
+    results = {}
+    commands = {
+        "node_maintenance_info (all nodes)": ["kubevirt_ops.maintenance.node_maintenance_info", {}],
+        "preflight (maintenance_preflight, all workers)": [
+            "kubevirt_ops.maintenance.maintenance_preflight",
+            {"label_selector": w.WORKER_ROLE, "fail_on_problems": False}],
+    }
+    for key, (module, args) in commands.items():
+        argv = [str(env.our_bin / "ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m", module,
+                "-a", json.dumps(args)]
+        m = measure.run(argv, env=env.our_ansible_env(), timeout=1800)
+        result = peers_mod.ansible_result(m.stdout)
+        error = peers_mod.ansible_error(m, result)
+        summary = m.summary()
+        summary.update({"ok": error is None, "error": error})
+        if result and key.startswith("node_maintenance_info"):
+            summary["nodes_returned"] = len(result.get("nodes") or [])
+        if result and key.startswith("preflight"):
+            summary["problems"] = len(result.get("problems") or [])
+        results[key] = summary
+    m = measure.run(["kubectl", f"--kubeconfig={kubeconfig}", "get", "nodes,pods", "-A", "-o", "json"],
+                    timeout=600)
+    summary = m.summary()
+    summary.update({"ok": m.returncode == 0, "error": None if m.returncode == 0 else m.stderr[-300:],
+                    "output_mib": round(len(m.stdout) / 2**20, 1)})
+    results["kubectl get nodes,pods -A -o json (floor)"] = summary
+    record["results"] = results
+    if not keep_lab:
+        labs.down(state_dir)
+    return record

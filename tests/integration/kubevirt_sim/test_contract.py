@@ -1,0 +1,1035 @@
+"""Contract tests of the lab's KubeVirt simulator against docs' behaviour page.
+
+Every row of every table in ``kubevirt-behavior.md`` (eviction strategies, run
+strategies and the start/stop/restart actions) and the facts around them are
+checked the way a user would check them on a real cluster: with kubectl (drain,
+get, the ``subresources.kubevirt.io`` actions) and the plain Kubernetes API.
+
+Run from the repository root: ``.venv/bin/python -m pytest tests/integration/kubevirt_sim``
+(or point ``KUBEVIRT_OPS_LAB_DIR`` at a lab that is up). The tests drain and cordon
+nodes, so they run one at a time; every node is uncordoned after each test. Waits
+are generous and nothing asserts on timing.
+"""
+
+import json
+import re
+import subprocess
+import threading
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from lab.wait import wait_for
+
+WAIT = 240
+GROUP, VERSION = "kubevirt.io", "v1"
+HCO = ("hco.kubevirt.io", "v1beta1", "kubevirt-hyperconverged", "hyperconvergeds", "kubevirt-hyperconverged")
+ACTIVE_MIGRATION_PHASES = {"Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running"}
+DRAIN_FLAGS = ("--ignore-daemonsets", "--delete-emptydir-data", "--force")
+
+
+# -- manifests ------------------------------------------------------------------------------
+
+
+def pvc(name, access_mode):
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {"accessModes": [access_mode], "resources": {"requests": {"storage": "5Gi"}}},
+    }
+
+
+def vm(
+    name,
+    run_strategy="Always",
+    eviction=None,
+    claim=None,
+    memory="1Gi",
+    running=None,
+    annotations=None,
+    node_selector=None,
+    extra_spec=None,
+    devices=None,
+):
+    template_spec = {
+        "domain": {
+            "cpu": {"cores": 2},
+            "memory": {"guest": memory},
+            "resources": {"requests": {"memory": memory}},
+            "devices": dict(devices or {}),
+        },
+        "networks": [{"name": "default", "pod": {}}],
+    }
+    template_spec["domain"]["devices"].setdefault("interfaces", [{"name": "default", "masquerade": {}}])
+    if eviction:
+        template_spec["evictionStrategy"] = eviction
+    if claim:
+        template_spec["domain"]["devices"]["disks"] = [{"name": "root", "disk": {"bus": "virtio"}}]
+        template_spec["volumes"] = [{"name": "root", "persistentVolumeClaim": {"claimName": claim}}]
+    if node_selector:
+        template_spec["nodeSelector"] = node_selector
+    template_spec.update(extra_spec or {})
+    spec = {"template": {"metadata": {"labels": {"app": name}}, "spec": template_spec}}
+    if running is not None:
+        spec["running"] = running
+    if run_strategy is not None:
+        spec["runStrategy"] = run_strategy
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": spec,
+    }
+
+
+# -- kubectl helpers ----------------------------------------------------------------------
+
+
+def apply(lab, namespace, *objects):
+    lab.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+
+
+def get(lab, namespace, kind, name):
+    args = ["get", kind, name, "-o", "json"] + (["-n", namespace] if namespace else [])
+    result = lab.kubectl(*args, check=False)
+    if result.returncode != 0:
+        if "NotFound" in result.stderr or "not found" in result.stderr:
+            return None
+        raise AssertionError(result.stderr)
+    return json.loads(result.stdout)
+
+
+def items(lab, namespace, kind, selector=None):
+    args = ["get", kind, "-o", "json"] + (["-n", namespace] if namespace else ["-A"])
+    if selector:
+        args += ["-l", selector]
+    return json.loads(lab.kubectl(*args).stdout)["items"]
+
+
+def status(obj):
+    return (obj or {}).get("status") or {}
+
+
+def condition(obj, type_):
+    return next((c for c in status(obj).get("conditions") or [] if c.get("type") == type_), None)
+
+
+def wait(predicate, what, timeout=WAIT):
+    return wait_for(predicate, timeout, what)
+
+
+def wait_vmi_running(lab, namespace, name, other_than_uid=None):
+    def running():
+        vmi = get(lab, namespace, "vmi", name)
+        if vmi is None or vmi["metadata"]["uid"] == other_than_uid:
+            return None
+        ready = condition(vmi, "Ready")
+        if status(vmi).get("phase") == "Running" and ready and ready["status"] == "True":
+            return vmi
+        return None
+
+    return wait(running, f"VMI {namespace}/{name} Running and Ready")
+
+
+def wait_vm_stopped(lab, namespace, name):
+    def stopped():
+        obj = get(lab, namespace, "vm", name)
+        vmi = get(lab, namespace, "vmi", name)
+        vmi_ended = vmi is None or status(vmi).get("phase") in ("Succeeded", "Failed")
+        return status(obj).get("printableStatus") == "Stopped" and vmi_ended
+
+    wait(stopped, f"VM {namespace}/{name} stopped")
+
+
+def vmi_uid(lab, namespace, name):
+    return get(lab, namespace, "vmi", name)["metadata"]["uid"]
+
+
+def drain(lab, node, timeout="180s", check=True, extra=DRAIN_FLAGS):
+    return lab.kubectl("drain", node, *extra, f"--timeout={timeout}", check=check, timeout=900)
+
+
+def virtctl(lab, namespace, name, action, check=True):
+    """What ``virtctl <action>`` does: PUT on the subresources.kubevirt.io aggregated API."""
+    return lab.kubectl(
+        "replace",
+        "--raw",
+        f"/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachines/{name}/{action}",
+        "-f",
+        "-",
+        input="{}",
+        check=check,
+    )
+
+
+def workers(lab):
+    nodes = json.loads(lab.kubectl("get", "nodes", "-l", "kubevirt.io/schedulable=true", "-o", "json").stdout)["items"]
+    return sorted(n["metadata"]["name"] for n in nodes if not n["spec"].get("unschedulable"))
+
+
+def launcher_pods(lab, namespace, vmi_uid_):
+    return items(lab, namespace, "pods", f"kubevirt.io/created-by={vmi_uid_}")
+
+
+def patch_hco(lab, spec):
+    lab.kubectl(
+        "patch", "hyperconverged", HCO[2], "-n", HCO[4], "--type", "merge", "-p", json.dumps({"spec": spec})
+    )
+
+
+def kubevirt_configuration(lab):
+    return get(lab, "kubevirt", "kubevirt", "kubevirt")["spec"].get("configuration") or {}
+
+
+def cordon_all_but(lab, keep):
+    others = [n for n in workers(lab) if n not in keep]
+    for node in others:
+        lab.kubectl("cordon", node)
+    return others
+
+
+@pytest.fixture
+def nodes_restored(lab, restore_nodes):
+    """Every test that touches nodes leaves them uncordoned."""
+    yield
+
+
+# -- the simulator is up --------------------------------------------------------------------
+
+
+def test_simulator_ready_and_cluster_crs(lab):
+    ready = json.loads((lab.state_dir / "sim" / "ready").read_text())
+    assert ready["vm_actions"] == "aggregated-api"
+    kubevirt = get(lab, "kubevirt", "kubevirt", "kubevirt")
+    assert status(kubevirt)["phase"] == "Deployed"
+    hco = get(lab, HCO[4], "hyperconverged", HCO[2])
+    assert condition(hco, "Available")["status"] == "True"
+    assert hco["spec"]["evictionStrategy"] == "LiveMigrate"
+    assert kubevirt_configuration(lab)["evictionStrategy"] == "LiveMigrate"
+    apiservice = json.loads(lab.kubectl("get", "apiservice", "v1.subresources.kubevirt.io", "-o", "json").stdout)
+    assert condition(apiservice, "Available")["status"] == "True"
+
+
+def test_kubevirt_nodes_and_virt_handler(lab):
+    nodes = json.loads(lab.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    handlers = items(lab, "kubevirt", "pods", "kubevirt.io=virt-handler")
+    handler_nodes = {p["spec"].get("nodeName") for p in handlers}
+    for node in nodes:
+        labels = node["metadata"]["labels"]
+        is_worker = "node-role.kubernetes.io/worker" in labels
+        if is_worker:
+            assert labels.get("kubevirt.io/schedulable") == "true", node["metadata"]["name"]
+            assert node["metadata"]["name"] in handler_nodes
+        else:
+            assert labels.get("kubevirt.io/schedulable") != "true"
+            assert node["metadata"]["name"] not in handler_nodes
+    assert all(ref["kind"] == "DaemonSet" for p in handlers for ref in p["metadata"]["ownerReferences"])
+
+
+def test_storage_provisions_claims_with_their_access_modes(lab, namespace):
+    apply(lab, namespace, pvc("shared", "ReadWriteMany"), pvc("single", "ReadWriteOnce"))
+    for name, mode in (("shared", "ReadWriteMany"), ("single", "ReadWriteOnce")):
+        claim = wait(
+            lambda: (c := get(lab, namespace, "pvc", name)) and status(c).get("phase") == "Bound" and c,
+            f"PVC {name} bound",
+        )
+        assert claim["spec"]["storageClassName"] == "lab-storage"
+        pv = get(lab, None, "pv", claim["spec"]["volumeName"])
+        assert pv["spec"]["accessModes"] == [mode]
+        assert pv["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"]
+    sc = get(lab, None, "storageclass", "lab-storage")
+    assert sc["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
+
+
+# -- VM, VMI and launcher pod ----------------------------------------------------------------------
+
+
+def test_vm_runs_in_a_launcher_pod_shaped_like_upstream(lab, namespace):
+    tolerations = [{"key": "example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+    affinity = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}}
+            ]
+        }
+    }
+    apply(
+        lab,
+        namespace,
+        pvc("disk", "ReadWriteMany"),
+        vm(
+            "shape",
+            claim="disk",
+            memory="3Gi",
+            node_selector={"kubernetes.io/os": "linux"},
+            extra_spec={"tolerations": tolerations, "affinity": affinity},
+        ),
+    )
+    vmi = wait_vmi_running(lab, namespace, "shape")
+    node = status(vmi)["nodeName"]
+    assert vmi["metadata"]["labels"]["kubevirt.io/nodeName"] == node
+    assert condition(vmi, "LiveMigratable")["status"] == "True"
+    assert status(vmi)["interfaces"][0]["ipAddress"]
+    assert vmi["metadata"]["ownerReferences"][0]["kind"] == "VirtualMachine"
+
+    (pod,) = launcher_pods(lab, namespace, vmi["metadata"]["uid"])
+    assert re.fullmatch(r"virt-launcher-shape-[a-z0-9]{5}", pod["metadata"]["name"])
+    labels = pod["metadata"]["labels"]
+    assert labels["kubevirt.io"] == "virt-launcher"
+    assert labels["vm.kubevirt.io/name"] == "shape"
+    assert pod["spec"]["nodeName"] == node
+    assert pod["spec"]["nodeSelector"] == {"kubevirt.io/schedulable": "true", "kubernetes.io/os": "linux"}
+    assert all(t in pod["spec"]["tolerations"] for t in tolerations)
+    assert pod["spec"]["affinity"] == affinity
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == "3Gi"
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("VirtualMachineInstance", vmi["metadata"]["uid"])
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert claims == ["disk"]
+
+    obj = get(lab, namespace, "vm", "shape")
+    assert status(obj)["printableStatus"] == "Running"
+    assert status(obj)["ready"] is True and status(obj)["created"] is True
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("rwx", ("True", None)),
+        ("rwo", ("False", "DisksNotLiveMigratable")),
+        ("bridge", ("False", "InterfaceNotLiveMigratable")),
+        ("hostdevice", ("False", "HostDeviceNotLiveMigratable")),
+        ("gpu", ("False", "HostDeviceNotLiveMigratable")),
+        ("passthrough", ("False", "CPUModeLiveMigratable")),
+    ],
+)
+def test_live_migratable_condition(lab, namespace, case, expected):
+    objects = []
+    kwargs = {}
+    if case in ("rwx", "rwo"):
+        objects.append(pvc("disk", "ReadWriteMany" if case == "rwx" else "ReadWriteOnce"))
+        kwargs["claim"] = "disk"
+    elif case == "bridge":
+        kwargs["devices"] = {"interfaces": [{"name": "default", "bridge": {}}]}
+    elif case == "hostdevice":
+        kwargs["devices"] = {"hostDevices": [{"name": "nic", "deviceName": "example.com/nic"}]}
+    elif case == "gpu":
+        kwargs["devices"] = {"gpus": [{"name": "gpu", "deviceName": "nvidia.com/GA102"}]}
+    elif case == "passthrough":
+        kwargs["extra_spec"] = {"domain": {"cpu": {"model": "host-passthrough"}, "memory": {"guest": "1Gi"}, "devices": {}}}
+    apply(lab, namespace, *objects, vm("m", **kwargs))
+    vmi = wait_vmi_running(lab, namespace, "m")
+    c = condition(vmi, "LiveMigratable")
+    assert (c["status"], c.get("reason")) == expected
+
+
+def test_kubectl_get_vm_vmi_vmim_columns(lab, namespace):
+    apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("cols", claim="disk"))
+    wait_vmi_running(lab, namespace, "cols")
+    virtctl(lab, namespace, "cols", "migrate")
+    wait(
+        lambda: any(status(m).get("phase") == "Succeeded" for m in items(lab, namespace, "vmim")),
+        "the migration to succeed",
+    )
+    out = lab.kubectl("get", "vm,vmi,vmim", "-A").stdout
+    headers = [line.split() for line in out.splitlines() if line.startswith("NAMESPACE")]
+    assert ["NAMESPACE", "NAME", "AGE", "STATUS", "READY"] in headers
+    assert ["NAMESPACE", "NAME", "AGE", "PHASE", "IP", "NODENAME", "READY"] in headers
+    assert ["NAMESPACE", "NAME", "PHASE", "VMI"] in headers
+    assert re.search(rf"{namespace}\s+virtualmachine.kubevirt.io/cols\s+\S+\s+Running\s+True", out)
+    assert re.search(rf"{namespace}\s+virtualmachineinstance.kubevirt.io/cols\s+\S+\s+Running\s+[\d.]+\s+lab-\S+\s+True", out)
+    assert re.search(rf"{namespace}\s+virtualmachineinstancemigration.kubevirt.io/kubevirt-migrate-vm-\S+\s+Succeeded\s+cols", out)
+
+
+# -- eviction strategy table ---------------------------------------------------------------------
+
+
+def test_live_migrate_migratable_drain_migrates_keeping_the_vmi(lab, namespace, nodes_restored):
+    """LiveMigrate + migratable: webhook marks, PDB answers 429, a migration follows,
+    the source pod goes away and the drain sees it gone."""
+    apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("lm", eviction="LiveMigrate", claim="disk", memory="2Gi"))
+    before = wait_vmi_running(lab, namespace, "lm")
+    source = status(before)["nodeName"]
+    assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-lm")["spec"]["minAvailable"] == 1
+
+    result = drain(lab, source)
+    assert "disruption budget" in result.stderr  # the 429s kubectl retried
+
+    after = wait_vmi_running(lab, namespace, "lm")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert status(after)["nodeName"] != source
+    assert after["metadata"]["labels"]["kubevirt.io/nodeName"] == status(after)["nodeName"]
+    state = status(after)["migrationState"]
+    assert state["sourceNode"] == source and state["targetNode"] == status(after)["nodeName"]
+    assert state["completed"] is True and not state.get("failed")
+    assert state["startTimestamp"] and state["endTimestamp"]
+    assert not status(after).get("evacuationNodeName")
+    (migration,) = items(lab, namespace, "vmim")
+    assert migration["metadata"]["name"].startswith("kubevirt-evacuation-")
+    assert status(migration)["phase"] == "Succeeded"
+    pods = launcher_pods(lab, namespace, before["metadata"]["uid"])
+    assert [p["spec"]["nodeName"] for p in pods] == [status(after)["nodeName"]]
+
+    # After maintenance ends, VMs do not move back on their own.
+    lab.kubectl("uncordon", source)
+    assert status(get(lab, namespace, "vmi", "lm"))["nodeName"] == status(after)["nodeName"]
+    assert len(items(lab, namespace, "vmim")) == 1
+
+
+def test_live_migrate_not_migratable_blocks_the_drain(lab, namespace, k8s, nodes_restored):
+    """LiveMigrate + not migratable: the webhook denies with 429 forever; stopping the VM unblocks."""
+    apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("stuck", eviction="LiveMigrate", claim="disk"))
+    before = wait_vmi_running(lab, namespace, "stuck")
+    node = status(before)["nodeName"]
+
+    result = drain(lab, node, timeout="20s", check=False)
+    assert result.returncode != 0
+    assert "is configured with an eviction strategy but is not live-migratable" in result.stderr
+    (pod,) = launcher_pods(lab, namespace, before["metadata"]["uid"])
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(k8s).create_namespaced_pod_eviction(
+            pod["metadata"]["name"], namespace, {"metadata": {"name": pod["metadata"]["name"], "namespace": namespace}}
+        )
+    assert refused.value.status == 429
+    now = get(lab, namespace, "vmi", "stuck")
+    assert (now["metadata"]["uid"], status(now)["nodeName"], status(now)["phase"]) == (
+        before["metadata"]["uid"],
+        node,
+        "Running",
+    )
+    assert items(lab, namespace, "vmim") == []
+
+    virtctl(lab, namespace, "stuck", "stop")
+    drain(lab, node)
+    wait_vm_stopped(lab, namespace, "stuck")
+
+
+def test_live_migrate_if_possible_migratable_migrates(lab, namespace, nodes_restored):
+    apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("lmip", eviction="LiveMigrateIfPossible", claim="disk"))
+    before = wait_vmi_running(lab, namespace, "lmip")
+    assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-lmip") is not None
+    result = drain(lab, status(before)["nodeName"])
+    assert "disruption budget" in result.stderr
+    after = wait_vmi_running(lab, namespace, "lmip")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert status(after)["nodeName"] != status(before)["nodeName"]
+
+
+def test_live_migrate_if_possible_not_migratable_shuts_down_and_always_recreates(lab, namespace, nodes_restored):
+    apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("lmipx", eviction="LiveMigrateIfPossible", claim="disk"))
+    before = wait_vmi_running(lab, namespace, "lmipx")
+    assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-lmipx") is None
+    node = status(before)["nodeName"]
+    drain(lab, node)
+    after = wait_vmi_running(lab, namespace, "lmipx", other_than_uid=before["metadata"]["uid"])
+    assert status(after)["nodeName"] != node
+    assert items(lab, namespace, "vmim") == []
+
+
+def test_external_marks_the_vmi_and_the_budget_blocks(lab, namespace, nodes_restored):
+    """External: marked for evacuation, PDB answers 429, nothing migrates it by itself."""
+    apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("ext", eviction="External", claim="disk"))
+    before = wait_vmi_running(lab, namespace, "ext")
+    node = status(before)["nodeName"]
+    result = drain(lab, node, timeout="20s", check=False)
+    assert result.returncode != 0
+    assert "disruption budget" in result.stderr
+    marked = get(lab, namespace, "vmi", "ext")
+    assert status(marked)["evacuationNodeName"] == node
+    assert marked["metadata"]["uid"] == before["metadata"]["uid"]
+    assert items(lab, namespace, "vmim") == []
+
+
+@pytest.mark.parametrize("claim_mode", ["ReadWriteMany", "ReadWriteOnce"])
+def test_none_shuts_down_whatever_the_migratability(lab, namespace, nodes_restored, claim_mode):
+    apply(lab, namespace, pvc("disk", claim_mode), vm("none", eviction="None", claim="disk"))
+    before = wait_vmi_running(lab, namespace, "none")
+    assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-none") is None
+    result = drain(lab, status(before)["nodeName"])
+    assert "disruption budget" not in result.stderr
+    after = wait_vmi_running(lab, namespace, "none", other_than_uid=before["metadata"]["uid"])
+    assert status(after)["nodeName"] != status(before)["nodeName"]
+    assert items(lab, namespace, "vmim") == []
+
+
+def test_unset_strategy_follows_the_cluster_default(lab, namespace, nodes_restored):
+    """No strategy on the VM: HCO's LiveMigrate (via the KubeVirt CR) applies; with the
+    cluster default None the VM is shut down instead."""
+    apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("dflt", claim="disk"))
+    before = wait_vmi_running(lab, namespace, "dflt")
+    assert "evictionStrategy" not in before["spec"]
+    drain(lab, status(before)["nodeName"])
+    migrated = wait_vmi_running(lab, namespace, "dflt")
+    assert migrated["metadata"]["uid"] == before["metadata"]["uid"]
+    lab.restore_nodes()
+
+    patch_hco(lab, {"evictionStrategy": "None"})
+    try:
+        wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "None", "KubeVirt CR default None")
+        wait(lambda: get(lab, namespace, "pdb", "kubevirt-disruption-budget-dflt") is None, "the PDB to go")
+        drain(lab, status(migrated)["nodeName"])
+        after = wait_vmi_running(lab, namespace, "dflt", other_than_uid=before["metadata"]["uid"])
+        assert status(after)["nodeName"] != status(migrated)["nodeName"]
+    finally:
+        patch_hco(lab, {"evictionStrategy": "LiveMigrate"})
+        wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrate", "KubeVirt CR default back")
+
+
+@pytest.mark.parametrize(
+    "run_strategy, recreated",
+    [("Always", True), ("RerunOnFailure", True), ("Manual", False), ("Once", False)],
+)
+def test_run_strategy_after_shutdown_by_eviction(lab, namespace, nodes_restored, run_strategy, recreated):
+    objects = [vm("evicted", run_strategy=run_strategy, eviction="None")]
+    apply(lab, namespace, *objects)
+    if run_strategy == "Manual":
+        virtctl(lab, namespace, "evicted", "start")
+    before = wait_vmi_running(lab, namespace, "evicted")
+    node = status(before)["nodeName"]
+    drain(lab, node)
+    if recreated:
+        after = wait_vmi_running(lab, namespace, "evicted", other_than_uid=before["metadata"]["uid"])
+        assert status(after)["nodeName"] != node
+    else:
+        wait_vm_stopped(lab, namespace, "evicted")
+        vmi = get(lab, namespace, "vmi", "evicted")
+        assert vmi is None or vmi["metadata"]["uid"] == before["metadata"]["uid"]
+        assert status(get(lab, namespace, "vm", "evicted"))["printableStatus"] == "Stopped"
+
+
+# -- run strategies and actions -----------------------------------------------------------------
+
+
+def test_run_strategies_decide_whether_a_vmi_exists(lab, namespace):
+    apply(
+        lab,
+        namespace,
+        vm("always", run_strategy="Always"),
+        vm("once", run_strategy="Once"),
+        vm("rerun", run_strategy="RerunOnFailure"),
+        vm("manual", run_strategy="Manual"),
+        vm("halted", run_strategy="Halted"),
+    )
+    for name in ("always", "once", "rerun"):
+        wait_vmi_running(lab, namespace, name)
+    for name in ("manual", "halted"):
+        wait(lambda n=name: status(get(lab, namespace, "vm", n)).get("printableStatus") == "Stopped", f"{name} Stopped")
+        assert get(lab, namespace, "vmi", name) is None
+
+
+@pytest.mark.parametrize("run_strategy, recreated", [("Always", True), ("RerunOnFailure", False), ("Once", False)])
+def test_clean_guest_shutdown(lab, namespace, run_strategy, recreated):
+    """Always re-creates after any stop; RerunOnFailure and Once not after a clean shutdown."""
+    apply(lab, namespace, vm("guest", run_strategy=run_strategy))
+    before = wait_vmi_running(lab, namespace, "guest")
+    lab.kubectl("annotate", "vmi", "guest", "-n", namespace, "kubevirt-ops.lab/guest-shutdown=true")
+    if recreated:
+        wait_vmi_running(lab, namespace, "guest", other_than_uid=before["metadata"]["uid"])
+    else:
+        wait_vm_stopped(lab, namespace, "guest")
+
+
+def test_always_recreates_a_deleted_vmi(lab, namespace):
+    apply(lab, namespace, vm("again"))
+    before = wait_vmi_running(lab, namespace, "again")
+    lab.kubectl("delete", "vmi", "again", "-n", namespace)
+    after = wait_vmi_running(lab, namespace, "again", other_than_uid=before["metadata"]["uid"])
+    assert after["metadata"]["name"] == "again"
+
+
+# The behaviour page's action table: (before, action) -> (strategy after, what happens to the VMI).
+ACTION_TABLE = [
+    ("Always", "start", "Always", "unchanged"),
+    ("Always", "stop", "Halted", "stopped"),
+    ("Always", "restart", "Always", "recreated"),
+    ("RerunOnFailure", "start", "RerunOnFailure", "unchanged"),
+    ("RerunOnFailure", "stop", "Halted", "stopped"),
+    ("RerunOnFailure", "restart", "RerunOnFailure", "recreated"),
+    ("Manual", "start", "Manual", "started"),
+    ("Manual", "stop", "Manual", "stopped"),
+    ("Manual", "restart", "Manual", "recreated"),
+    ("Halted", "start", "Always", "started"),
+    ("Halted", "stop", "Halted", "none"),
+    ("Halted", "restart", "Halted", "none"),
+]
+
+
+@pytest.mark.parametrize("before, action, after, effect", ACTION_TABLE)
+def test_action_table(lab, namespace, before, action, after, effect):
+    apply(lab, namespace, vm("act", run_strategy=before))
+    if before == "Manual" and action != "start":
+        virtctl(lab, namespace, "act", "start")
+    uid = None
+    if effect in ("unchanged", "stopped", "recreated"):
+        uid = wait_vmi_running(lab, namespace, "act")["metadata"]["uid"]
+    else:
+        wait(lambda: status(get(lab, namespace, "vm", "act")).get("printableStatus") == "Stopped", "VM Stopped")
+
+    result = virtctl(lab, namespace, "act", action, check=False)
+    if effect in ("unchanged", "none"):
+        # A no-op: the API refuses it as upstream's does (409) and nothing changes.
+        assert result.returncode != 0 and "Conflict" in result.stderr, result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
+
+    if effect == "recreated":
+        wait_vmi_running(lab, namespace, "act", other_than_uid=uid)
+    elif effect == "started":
+        wait_vmi_running(lab, namespace, "act")
+    elif effect == "stopped":
+        wait_vm_stopped(lab, namespace, "act")
+    elif effect == "unchanged":
+        assert vmi_uid(lab, namespace, "act") == uid
+    else:
+        assert get(lab, namespace, "vmi", "act") is None
+    assert get(lab, namespace, "vm", "act")["spec"]["runStrategy"] == after
+
+
+def test_deprecated_running_field(lab, namespace):
+    apply(lab, namespace, vm("on", run_strategy=None, running=True), vm("off", run_strategy=None, running=False))
+    wait_vmi_running(lab, namespace, "on")
+    assert status(get(lab, namespace, "vm", "on"))["runStrategy"] == "Always"
+    wait(lambda: status(get(lab, namespace, "vm", "off")).get("printableStatus") == "Stopped", "off Stopped")
+    assert get(lab, namespace, "vmi", "off") is None
+
+    # start keeps using the field the VM uses
+    virtctl(lab, namespace, "off", "start")
+    wait_vmi_running(lab, namespace, "off")
+    spec = get(lab, namespace, "vm", "off")["spec"]
+    assert spec["running"] is True and "runStrategy" not in spec
+
+    # both at once is refused by the admission webhook; replacing one with the other is fine
+    both = lab.kubectl(
+        "patch", "vm", "on", "-n", namespace, "--type", "merge", "-p", '{"spec":{"runStrategy":"Manual"}}', check=False
+    )
+    assert both.returncode != 0 and "mutually exclusive" in both.stderr
+    lab.kubectl(
+        "patch", "vm", "on", "-n", namespace, "--type", "merge", "-p", '{"spec":{"runStrategy":"Manual","running":null}}'
+    )
+    assert get(lab, namespace, "vm", "on")["spec"]["runStrategy"] == "Manual"
+
+
+def test_eviction_strategy_change_reaches_the_vmi_after_a_restart(lab, namespace):
+    apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("change", eviction="None", claim="disk"))
+    before = wait_vmi_running(lab, namespace, "change")
+    lab.kubectl(
+        "patch", "vm", "change", "-n", namespace, "--type", "merge",
+        "-p", '{"spec":{"template":{"spec":{"evictionStrategy":"LiveMigrate"}}}}',
+    )
+    wait(lambda: get(lab, namespace, "vm", "change")["metadata"]["generation"] == 2, "the VM spec change")
+    assert get(lab, namespace, "vmi", "change")["spec"]["evictionStrategy"] == "None"
+    assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-change") is None
+    virtctl(lab, namespace, "change", "restart")
+    after = wait_vmi_running(lab, namespace, "change", other_than_uid=before["metadata"]["uid"])
+    assert after["spec"]["evictionStrategy"] == "LiveMigrate"
+    wait(lambda: get(lab, namespace, "pdb", "kubevirt-disruption-budget-change"), "the PDB of the new VMI")
+
+
+# -- migrations ------------------------------------------------------------------------------
+
+
+def watch_migrations(k8s, namespace, stop):
+    """Record every (name, phase, annotations) the watch shows, in order, until ``stop`` is set."""
+    events = []
+    api = client.CustomObjectsApi(k8s)
+
+    def run():
+        resource_version = None
+        while not stop.is_set():
+            kwargs = {"timeout_seconds": 5}
+            if resource_version:
+                kwargs["resource_version"] = resource_version
+            for event in watch.Watch().stream(
+                api.list_namespaced_custom_object, GROUP, VERSION, namespace, "virtualmachineinstancemigrations", **kwargs
+            ):
+                obj = event["object"]
+                resource_version = obj["metadata"]["resourceVersion"]
+                events.append(
+                    (obj["metadata"]["name"], status(obj).get("phase") or "", obj["metadata"].get("annotations") or {})
+                )
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return events, thread
+
+
+def test_migration_phases_and_target_placement(lab, namespace, k8s, nodes_restored):
+    pool = workers(lab)[:3]
+    apply(
+        lab,
+        namespace,
+        pvc("disk", "ReadWriteMany"),
+        vm("mig", claim="disk", node_selector=None, extra_spec={"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": pool}]}]}}}}),
+    )
+    before = wait_vmi_running(lab, namespace, "mig")
+    source = status(before)["nodeName"]
+    # cordoned nodes are avoided, as the scheduler places the target pod
+    cordoned = [n for n in pool if n != source][0]
+    lab.kubectl("cordon", cordoned)
+    expected_target = [n for n in pool if n not in (source, cordoned)][0]
+
+    stop = threading.Event()
+    events, thread = watch_migrations(k8s, namespace, stop)
+    virtctl(lab, namespace, "mig", "migrate")
+    after = wait(
+        lambda: (v := get(lab, namespace, "vmi", "mig")) and status(v).get("nodeName") != source and v,
+        "the VMI to move",
+    )
+    wait(lambda: any(p == "Succeeded" for _, p, _ in events), "the watch to see Succeeded")
+    stop.set()
+    thread.join(10)
+
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert status(after)["nodeName"] == expected_target
+    phases = []
+    for _, phase, _ in events:
+        if phase and (not phases or phases[-1] != phase):
+            phases.append(phase)
+    expected = ["Pending", "Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running", "Succeeded"]
+    assert [p for p in phases if p in expected] == expected
+    (migration,) = items(lab, namespace, "vmim")
+    target_pod = status(migration)["migrationState"]["targetPod"]
+    pod = get(lab, namespace, "pod", target_pod)
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert all({"key": "metadata.name", "operator": "NotIn", "values": [source]} in t["matchFields"] for t in terms)
+    assert pod["metadata"]["labels"]["kubevirt.io/migrationJobUID"] == migration["metadata"]["uid"]
+
+
+def test_migration_with_nowhere_to_go_stays_scheduling(lab, namespace, nodes_restored):
+    apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("nowhere", claim="disk"))
+    before = wait_vmi_running(lab, namespace, "nowhere")
+    source = status(before)["nodeName"]
+    others = cordon_all_but(lab, [source])
+    virtctl(lab, namespace, "nowhere", "migrate")
+
+    def target_unschedulable():
+        pods = [p for p in launcher_pods(lab, namespace, before["metadata"]["uid"]) if "kubevirt.io/migrationJobUID" in p["metadata"]["labels"]]
+        return pods and condition(pods[0], "PodScheduled") and condition(pods[0], "PodScheduled")["reason"] == "Unschedulable"
+
+    wait(target_unschedulable, "the target pod to be reported unschedulable")
+    (migration,) = items(lab, namespace, "vmim")
+    assert status(migration)["phase"] in ("Pending", "Scheduling")
+    assert status(get(lab, namespace, "vmi", "nowhere"))["nodeName"] == source
+
+    lab.kubectl("uncordon", others[0])
+    moved = wait(
+        lambda: (v := get(lab, namespace, "vmi", "nowhere")) and status(v).get("nodeName") == others[0] and v,
+        "the migration to complete once a node is free",
+    )
+    assert moved["metadata"]["uid"] == before["metadata"]["uid"]
+
+
+def test_failing_migration_leaves_the_vm_on_its_node(lab, namespace, nodes_restored):
+    apply(
+        lab,
+        namespace,
+        pvc("disk", "ReadWriteMany"),
+        vm("flaky", claim="disk", eviction="LiveMigrate", annotations={"kubevirt-ops.lab/fail-migration": "true"}),
+    )
+    before = wait_vmi_running(lab, namespace, "flaky")
+    virtctl(lab, namespace, "flaky", "migrate")
+    failed = wait(
+        lambda: next((m for m in items(lab, namespace, "vmim") if status(m).get("phase") == "Failed"), None),
+        "the migration to fail",
+    )
+    vmi = get(lab, namespace, "vmi", "flaky")
+    assert vmi["metadata"]["uid"] == before["metadata"]["uid"]
+    assert status(vmi)["nodeName"] == status(before)["nodeName"]
+    assert status(vmi)["migrationState"]["failed"] is True
+    assert status(vmi)["migrationState"]["migrationUid"] == failed["metadata"]["uid"]
+    wait(lambda: len(launcher_pods(lab, namespace, before["metadata"]["uid"])) == 1, "the target pod to go")
+    # a drain keeps being refused while every migration fails
+    result = drain(lab, status(before)["nodeName"], timeout="20s", check=False)
+    assert result.returncode != 0 and "disruption budget" in result.stderr
+    assert status(get(lab, namespace, "vmi", "flaky"))["nodeName"] == status(before)["nodeName"]
+
+
+def test_migration_webhook_refusals(lab, namespace):
+    apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("pinned", claim="disk"))
+    wait_vmi_running(lab, namespace, "pinned")
+
+    def migrate(vmi_name):
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"generateName": "m-"}, "spec": {"vmiName": vmi_name}}
+        return lab.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(body), check=False)
+
+    refused = migrate("pinned")
+    assert refused.returncode != 0 and "DisksNotLiveMigratable" in refused.stderr
+    missing = migrate("ghost")
+    assert missing.returncode != 0 and "does not exist" in missing.stderr
+    assert items(lab, namespace, "vmim") == []
+
+
+def test_migration_concurrency_caps_are_never_exceeded(lab, namespace, k8s, nodes_restored):
+    per_cluster, per_node = 3, 2
+    patch_hco(lab, {"liveMigrationConfig": {"parallelMigrationsPerCluster": per_cluster, "parallelOutboundMigrationsPerNode": per_node}})
+    stop = threading.Event()
+    try:
+        wait(
+            lambda: kubevirt_configuration(lab).get("migrations", {}).get("parallelMigrationsPerCluster") == per_cluster,
+            "the KubeVirt CR to take the caps",
+        )
+        sources = workers(lab)[:2]
+        cordon_all_but(lab, sources)
+        names = [f"cap-{i}" for i in range(6)]
+        apply(lab, namespace, *[pvc(f"{n}-disk", "ReadWriteMany") for n in names],
+              *[vm(n, claim=f"{n}-disk", eviction="LiveMigrate", memory="3Gi") for n in names])
+        before = {n: wait_vmi_running(lab, namespace, n)["metadata"]["uid"] for n in names}
+        lab.restore_nodes()
+
+        events, thread = watch_migrations(k8s, namespace, stop)
+        drains = [
+            subprocess.Popen(
+                ["kubectl", f"--kubeconfig={lab.kubeconfig}", "drain", node, *DRAIN_FLAGS, "--timeout=600s"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )
+            for node in sources
+        ]
+        for d in drains:
+            _, err = d.communicate(timeout=900)
+            assert d.returncode == 0, err
+        wait(
+            lambda: sum(1 for m in items(lab, namespace, "vmim") if status(m).get("phase") == "Succeeded") >= len(names),
+            "every migration to succeed",
+        )
+        stop.set()
+        thread.join(10)
+
+        phase, source = {}, {}
+        max_cluster, max_node = 0, 0
+        for name, p, annotations in events:
+            phase[name] = p
+            source[name] = annotations.get("kubevirt.io/evacuationMigration")
+            active = [m for m, ph in phase.items() if ph in ACTIVE_MIGRATION_PHASES]
+            max_cluster = max(max_cluster, len(active))
+            for node in sources:
+                max_node = max(max_node, sum(1 for m in active if source[m] == node))
+        assert 1 <= max_cluster <= per_cluster
+        assert 1 <= max_node <= per_node
+        for n in names:
+            vmi = get(lab, namespace, "vmi", n)
+            assert vmi["metadata"]["uid"] == before[n]
+            assert status(vmi)["nodeName"] not in sources
+    finally:
+        stop.set()
+        patch_hco(lab, {"liveMigrationConfig": {"parallelMigrationsPerCluster": 5, "parallelOutboundMigrationsPerNode": 2}})
+
+
+# -- drains of launcher pods -------------------------------------------------------------------
+
+
+def test_drain_needs_delete_emptydir_data_and_skips_virt_handler(lab, namespace, nodes_restored):
+    apply(lab, namespace, vm("local", eviction="None"))
+    before = wait_vmi_running(lab, namespace, "local")
+    node = status(before)["nodeName"]
+    refused = drain(lab, node, timeout="20s", check=False, extra=("--ignore-daemonsets", "--force"))
+    assert refused.returncode != 0 and "local storage" in refused.stderr
+    assert get(lab, namespace, "vmi", "local")["metadata"]["uid"] == before["metadata"]["uid"]
+    refused = drain(lab, node, timeout="20s", check=False, extra=("--delete-emptydir-data", "--force"))
+    assert refused.returncode != 0 and "DaemonSet" in refused.stderr
+    drain(lab, node)
+    handler = [p for p in items(lab, "kubevirt", "pods", "kubevirt.io=virt-handler") if p["spec"].get("nodeName") == node]
+    assert handler, "virt-handler stays on a drained node"
+
+
+# -- HyperConverged -----------------------------------------------------------------------------
+
+
+def test_hco_owns_the_kubevirt_configuration(lab):
+    patch_hco(lab, {"evictionStrategy": "LiveMigrateIfPossible"})
+    try:
+        wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrateIfPossible", "propagation")
+        lab.kubectl("patch", "kubevirt", "kubevirt", "-n", "kubevirt", "--type", "merge",
+                    "-p", '{"spec":{"configuration":{"evictionStrategy":"None"}}}')
+        wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrateIfPossible", "HCO to revert the edit")
+    finally:
+        patch_hco(lab, {"evictionStrategy": "LiveMigrate"})
+        wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrate", "restore")
+
+
+def test_hco_obsolete_cpus_and_node_labeller(lab, nodes_restored):
+    label = "cpu-model.node.kubevirt.io/Penryn"
+    skipped, followed = workers(lab)[:2]
+
+    def labels(node):
+        return get(lab, None, "node", node)["metadata"]["labels"]
+
+    assert labels(followed).get(label) == "true"
+    assert "cpu-model.node.kubevirt.io/Conroe" not in labels(followed)  # built-in obsolete model
+    lab.kubectl("annotate", "node", skipped, "node-labeller.kubevirt.io/skip-node=true", "--overwrite")
+    try:
+        patch_hco(lab, {"obsoleteCPUs": {"cpuModels": ["Penryn"], "minCPUModel": "Haswell-noTSX"}})
+        wait(lambda: kubevirt_configuration(lab).get("obsoleteCPUModels", {}).get("Penryn") is True, "propagation")
+        models = kubevirt_configuration(lab)["obsoleteCPUModels"]
+        assert models.get("486") is True and models.get("Opteron_G2-v1") is True
+        hco = get(lab, HCO[4], "hyperconverged", HCO[2])
+        assert hco["spec"]["obsoleteCPUs"]["minCPUModel"] == "Haswell-noTSX"  # accepted, ignored
+        wait(lambda: label not in labels(followed), "the obsolete model's label to go")
+        assert labels(skipped).get(label) == "true"
+        lab.kubectl("annotate", "node", skipped, "node-labeller.kubevirt.io/skip-node-")
+        wait(lambda: label not in labels(skipped), "labelling to resume on the skipped node")
+    finally:
+        lab.kubectl("annotate", "node", skipped, "node-labeller.kubevirt.io/skip-node-", check=False)
+        lab.kubectl("patch", "hyperconverged", HCO[2], "-n", HCO[4], "--type", "json",
+                    "-p", '[{"op":"remove","path":"/spec/obsoleteCPUs"}]', check=False)
+    wait(lambda: labels(followed).get(label) == "true", "the label to come back")
+
+
+# -- NodeMaintenance ---------------------------------------------------------------------------
+
+
+def node_maintenance(name, node, group="nodemaintenance.medik8s.io"):
+    return {
+        "apiVersion": f"{group}/v1beta1",
+        "kind": "NodeMaintenance",
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "reason": "contract test"},
+    }
+
+
+def create(lab, obj, check=True):
+    return lab.kubectl("create", "-f", "-", input=json.dumps(obj), check=check)
+
+
+def taint_keys(lab, node):
+    return {(t["key"], t["effect"]) for t in get(lab, None, "node", node)["spec"].get("taints") or []}
+
+
+MAINTENANCE_TAINTS = {("node.kubernetes.io/unschedulable", "NoSchedule"), ("medik8s.io/drain", "NoSchedule")}
+EXCLUDE_LABEL = "remediation.medik8s.io/exclude-from-remediation"
+
+
+def test_node_maintenance_round_trip(lab, namespace, nodes_restored):
+    apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("maint", claim="disk", eviction="LiveMigrate"))
+    before = wait_vmi_running(lab, namespace, "maint")
+    node = status(before)["nodeName"]
+    name = f"nm-{namespace}"
+    create(lab, node_maintenance(name, node))
+    try:
+        nm = wait(
+            lambda: (m := get(lab, None, "nodemaintenances.nodemaintenance.medik8s.io", name))
+            and status(m).get("phase") == "Succeeded" and m,
+            "the NodeMaintenance to succeed",
+        )
+        st = status(nm)
+        assert st["drainProgress"] == 100 and st["pendingPods"] == [] and st["lastUpdate"]
+        assert st["evictionPods"] >= 1 and st["totalpods"] >= st["evictionPods"] + 1  # + virt-handler
+        assert MAINTENANCE_TAINTS <= taint_keys(lab, node)
+        node_obj = get(lab, None, "node", node)
+        assert node_obj["spec"]["unschedulable"] is True
+        assert node_obj["metadata"]["labels"][EXCLUDE_LABEL] == "true"
+        assert "foregroundDeleteNodeMaintenance" in nm["metadata"]["finalizers"]
+        after = wait_vmi_running(lab, namespace, "maint")
+        assert after["metadata"]["uid"] == before["metadata"]["uid"] and status(after)["nodeName"] != node
+        assert lab.kubectl("get", "nm", name, "-o", "name").stdout.strip().endswith(name)
+    finally:
+        lab.kubectl("delete", "nodemaintenances.nodemaintenance.medik8s.io", name, "--wait=true", "--timeout=120s")
+    node_obj = get(lab, None, "node", node)
+    assert not node_obj["spec"].get("unschedulable")
+    assert not MAINTENANCE_TAINTS & taint_keys(lab, node)
+    assert EXCLUDE_LABEL not in node_obj["metadata"]["labels"]
+    assert status(get(lab, namespace, "vmi", "maint"))["nodeName"] != node  # VMs do not move back
+
+
+def test_node_maintenance_legacy_group_round_trip(lab, nodes_restored):
+    node = workers(lab)[-1]
+    name = "legacy-maintenance"
+    group = "nodemaintenances.nodemaintenance.kubevirt.io"
+    create(lab, node_maintenance(name, node, group="nodemaintenance.kubevirt.io"))
+    try:
+        wait(lambda: status(get(lab, None, group, name)).get("phase") == "Succeeded", "the legacy CR to succeed")
+        assert MAINTENANCE_TAINTS <= taint_keys(lab, node)
+    finally:
+        lab.kubectl("delete", group, name, "--wait=true", "--timeout=120s")
+    assert not MAINTENANCE_TAINTS & taint_keys(lab, node)
+    assert not get(lab, None, "node", node)["spec"].get("unschedulable")
+
+
+def test_node_maintenance_blocked_by_a_non_migratable_vm(lab, namespace, nodes_restored):
+    apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("blocker", claim="disk", eviction="LiveMigrate"))
+    before = wait_vmi_running(lab, namespace, "blocker")
+    node = status(before)["nodeName"]
+    (pod,) = launcher_pods(lab, namespace, before["metadata"]["uid"])
+    name = f"nm-{namespace}"
+    create(lab, node_maintenance(name, node))
+    try:
+        nm = wait(
+            lambda: (m := get(lab, None, "nm", name)) and "not live-migratable" in status(m).get("lastError", "") and m,
+            "the NodeMaintenance to report the refusal",
+        )
+        assert status(nm)["phase"] == "Running"
+        assert pod["metadata"]["name"] in status(nm)["pendingPods"]
+        assert status(nm)["drainProgress"] < 100
+        virtctl(lab, namespace, "blocker", "stop")
+        wait(lambda: status(get(lab, None, "nm", name)).get("phase") == "Succeeded", "the drain to finish")
+    finally:
+        lab.kubectl("delete", "nm", name, "--wait=true", "--timeout=120s")
+
+
+def test_node_maintenance_webhook_refusals(lab, nodes_restored):
+    node = workers(lab)[0]
+    unknown = create(lab, node_maintenance("nm-unknown", "no-such-node"), check=False)
+    assert unknown.returncode != 0 and "no node with name no-such-node found" in unknown.stderr
+    create(lab, node_maintenance("nm-first", node))
+    try:
+        second = create(lab, node_maintenance("nm-second", node), check=False)
+        assert second.returncode != 0 and "already exists" in second.stderr
+        legacy = create(lab, node_maintenance("nm-legacy", node, group="nodemaintenance.kubevirt.io"), check=False)
+        assert legacy.returncode != 0 and "already exists" in legacy.stderr
+        moved = lab.kubectl("patch", "nm", "nm-first", "--type", "merge",
+                            "-p", json.dumps({"spec": {"nodeName": workers(lab)[-1]}}), check=False)
+        assert moved.returncode != 0 and "isn't allowed" in moved.stderr
+    finally:
+        lab.kubectl("delete", "nm", "nm-first", "--wait=true", "--timeout=120s")
+
+
+# -- robustness -----------------------------------------------------------------------------------
+
+
+def test_simulator_survives_an_apiserver_restart(lab, namespace):
+    apply(lab, namespace, vm("before-restart"))
+    wait_vmi_running(lab, namespace, "before-restart")
+    lab.restart_apiserver()
+    apply(lab, namespace, vm("after-restart"))
+    wait_vmi_running(lab, namespace, "after-restart")
+    virtctl(lab, namespace, "before-restart", "stop")
+    wait_vm_stopped(lab, namespace, "before-restart")
+
+
+# -- node failure (last: it deletes and re-creates a node) --------------------------------------
+
+
+def test_vmis_keep_their_place_on_a_failed_node_until_it_is_deleted(lab, namespace, nodes_restored):
+    target = workers(lab)[-1]
+    cordon_all_but(lab, [target])
+    apply(lab, namespace, vm("keeper", run_strategy="Always"), vm("manual", run_strategy="Manual"))
+    virtctl(lab, namespace, "manual", "start")
+    keeper = wait_vmi_running(lab, namespace, "keeper")
+    manual = wait_vmi_running(lab, namespace, "manual")
+    assert status(keeper)["nodeName"] == status(manual)["nodeName"] == target
+    lab.restore_nodes()
+    try:
+        lab.node_fail(target)
+        wait(
+            lambda: get(lab, None, "node", target)["metadata"]["labels"].get("kubevirt.io/schedulable") == "false",
+            "virt-handler's heartbeat label to drop",
+        )
+        for name, uid in (("keeper", keeper["metadata"]["uid"]), ("manual", manual["metadata"]["uid"])):
+            vmi = get(lab, namespace, "vmi", name)
+            assert (vmi["metadata"]["uid"], status(vmi)["nodeName"], status(vmi)["phase"]) == (uid, target, "Running")
+
+        lab.kubectl("delete", "node", target)
+        moved = wait_vmi_running(lab, namespace, "keeper", other_than_uid=keeper["metadata"]["uid"])
+        assert status(moved)["nodeName"] != target
+        wait_vm_stopped(lab, namespace, "manual")
+    finally:
+        lab.cli("up")
+        lab.node_recover(target)
+        wait(
+            lambda: get(lab, None, "node", target)["metadata"]["labels"].get("kubevirt.io/schedulable") == "true",
+            "the node to be a KubeVirt node again",
+        )

@@ -1,0 +1,108 @@
+"""hco_obsolete_cpus against the lab: present/absent/exclusive idempotence, check and diff mode,
+what HCO passes on to KubeVirt, the min_cpu_model warning, and the error without a HyperConverged."""
+
+import copy
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from lab.wait import wait_for
+
+HCO = ("hco.kubevirt.io", "v1beta1", "kubevirt-hyperconverged", "hyperconvergeds", "kubevirt-hyperconverged")
+BUILTIN_SAMPLE = ("486", "qemu64-v1", "Opteron_G2")
+
+
+def hco(k8s):
+    return client.CustomObjectsApi(k8s).get_namespaced_custom_object(*HCO)
+
+
+def kubevirt_obsolete(k8s):
+    items = client.CustomObjectsApi(k8s).list_cluster_custom_object("kubevirt.io", "v1", "kubevirts")["items"]
+    return set(m for m, on in (items[0]["spec"]["configuration"].get("obsoleteCPUModels") or {}).items() if on)
+
+
+def rv(k8s):
+    return hco(k8s)["metadata"]["resourceVersion"]
+
+
+@pytest.fixture
+def clean_hco(k8s):
+    """Start from an empty obsolete-CPU list and put the original back afterwards."""
+    custom = client.CustomObjectsApi(k8s)
+    original = copy.deepcopy(hco(k8s)["spec"].get("obsoleteCPUs"))
+    custom.patch_namespaced_custom_object(*HCO, {"spec": {"obsoleteCPUs": None}})
+    yield
+    custom.patch_namespaced_custom_object(*HCO, {"spec": {"obsoleteCPUs": original}})
+
+
+def test_present_absent_exclusive(k8s, run_module, clean_hco):
+    args = {"cpu_models": ["Penryn", "Nehalem"]}
+    version = rv(k8s)
+    checked = run_module("hco_obsolete_cpus", args, check=True, diff=True)
+    assert checked["changed"] is True and checked["cpu_models"] == ["Penryn", "Nehalem"]
+    assert checked["diff"] == {"before": {"cpuModels": [], "minCPUModel": None},
+                               "after": {"cpuModels": ["Penryn", "Nehalem"], "minCPUModel": None}}
+    assert rv(k8s) == version, "check mode wrote nothing"
+
+    result = run_module("hco_obsolete_cpus", args)
+    assert result["changed"] is True
+    assert hco(k8s)["spec"]["obsoleteCPUs"]["cpuModels"] == ["Penryn", "Nehalem"]
+    assert len(result["builtin"]) == 34 and all(m in result["builtin"] for m in BUILTIN_SAMPLE)
+    assert result["effective"] == result["builtin"] + ["Penryn", "Nehalem"]
+    assert result["hyperconverged"] == {"name": "kubevirt-hyperconverged", "namespace": "kubevirt-hyperconverged",
+                                        "api_version": "hco.kubevirt.io/v1beta1"}
+    wait_for(lambda: {"Penryn", "Nehalem"} <= kubevirt_obsolete(k8s), 30, "HCO to pass the models to KubeVirt")
+    assert set(BUILTIN_SAMPLE) <= kubevirt_obsolete(k8s)
+    version = rv(k8s)
+    assert run_module("hco_obsolete_cpus", {"cpu_models": ["Nehalem"]})["changed"] is False
+    assert rv(k8s) == version
+
+    result = run_module("hco_obsolete_cpus", {"cpu_models": ["Penryn", "Haswell"], "state": "absent"}, diff=True)
+    assert result["changed"] is True and result["cpu_models"] == ["Nehalem"]
+    assert result["diff"]["before"]["cpuModels"] == ["Penryn", "Nehalem"]
+    assert run_module("hco_obsolete_cpus", {"cpu_models": ["Penryn"], "state": "absent"})["changed"] is False
+
+    result = run_module("hco_obsolete_cpus", {"cpu_models": ["SandyBridge", "Westmere"], "exclusive": True})
+    assert result["cpu_models"] == ["SandyBridge", "Westmere"]
+    version = rv(k8s)
+    assert run_module("hco_obsolete_cpus", {"cpu_models": ["SandyBridge", "Westmere"],
+                                            "exclusive": True})["changed"] is False
+    assert rv(k8s) == version
+    wait_for(lambda: "Nehalem" not in kubevirt_obsolete(k8s), 30, "HCO to drop Nehalem from KubeVirt")
+
+
+def test_min_cpu_model_is_set_with_a_warning(k8s, run_module, clean_hco):
+    result = run_module("hco_obsolete_cpus", {"min_cpu_model": "Penryn", "namespace": "kubevirt-hyperconverged"})
+    assert result["changed"] is True and result["min_cpu_model"] == "Penryn"
+    assert "ignored by recent versions" in str(result.get("warnings"))
+    assert hco(k8s)["spec"]["obsoleteCPUs"]["minCPUModel"] == "Penryn"
+    result = run_module("hco_obsolete_cpus", {"min_cpu_model": "Penryn", "state": "absent"})
+    assert result["changed"] is True and result["min_cpu_model"] is None
+
+
+def test_error_without_hyperconverged(k8s, run_module):
+    custom = client.CustomObjectsApi(k8s)
+    saved = hco(k8s)
+    custom.delete_namespaced_custom_object(*HCO)
+
+    def gone():
+        try:
+            hco(k8s)
+            return False
+        except ApiException as exc:
+            return exc.status == 404
+
+    wait_for(gone, 30, "the HyperConverged resource to be deleted")
+    try:
+        result = run_module("hco_obsolete_cpus", {"cpu_models": ["Penryn"]})
+        assert result["failed"] is True
+        assert result["msg"] == ("No HyperConverged named kubevirt-hyperconverged exists in namespace openshift-cnv, "
+                                 "kubevirt-hyperconverged or any other namespace.")
+        result = run_module("hco_obsolete_cpus", {"cpu_models": ["Penryn"], "name": "other", "namespace": "x"})
+        assert result["msg"] == "No HyperConverged named other exists in namespace x."
+    finally:
+        body = {"apiVersion": saved["apiVersion"], "kind": saved["kind"],
+                "metadata": {"name": saved["metadata"]["name"], "namespace": saved["metadata"]["namespace"]},
+                "spec": saved["spec"]}
+        custom.create_namespaced_custom_object(*HCO[:4], body)
