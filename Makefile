@@ -64,7 +64,7 @@ integration: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration
 
 demo: venv collection
-	$(PYTEST_ENV) $(BIN)/python -m lab demo
+	$(PYTEST_ENV) $(BIN)/python -m lab.demo
 
 lab-up: venv
 	$(BIN)/python -m lab up

@@ -42,12 +42,20 @@ class Unavailable(Exception):
 
 
 def ansible_result(stdout):
-    """The one task result of ``ansible localhost -m ...`` with the json callback."""
-    try:
-        data = json.loads(stdout[stdout.index("{"):])
-        return data["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    except (ValueError, KeyError, IndexError):
+    """The result of ``ansible localhost -m ...`` (ad-hoc ``minimal`` output: ``host | STATUS => {json}``)."""
+    marker = stdout.find(" => {")
+    if marker < 0:
         return None
+    try:
+        result, _ = json.JSONDecoder().raw_decode(stdout[marker + 4:])
+    except ValueError:
+        return None
+    status = stdout[:marker].rsplit("|", 1)[-1].strip()
+    if status.startswith("FAILED") and "failed" not in result:
+        result["failed"] = True
+    if status.startswith("UNREACHABLE"):
+        result["unreachable"] = True
+    return result
 
 
 def ansible_error(measured, result):
@@ -73,8 +81,8 @@ class Env:
     def ansible_env(self, python, extra=None):
         env = dict(os.environ)
         env.update({
-            "ANSIBLE_STDOUT_CALLBACK": "json",
-            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+            "ANSIBLE_STDOUT_CALLBACK": "minimal",
+            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
             "ANSIBLE_LOCALHOST_WARNING": "0",
             "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
             "ANSIBLE_HOST_KEY_CHECKING": "0",

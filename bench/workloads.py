@@ -50,8 +50,10 @@ def is_daemon_pod(pod):
 
 
 def workers(kube):
-    nodes, _ = kube.list("Node", label_selector=WORKER_ROLE)
-    return sorted(n["metadata"]["name"] for n in nodes)
+    """The lab's workers (lab-worker-1..N), in their numeric order."""
+    nodes, _ = kube.list("Node")
+    names = [n["metadata"]["name"] for n in nodes if n["metadata"]["name"].startswith("lab-worker-")]
+    return sorted(names, key=lambda name: int(name.rsplit("-", 1)[1]))
 
 
 # -- nodes ------------------------------------------------------------------------------
@@ -85,8 +87,17 @@ def reset_node(kube, node):
               if key in MAINTENANCE_LABELS or "kubevirt_ops" in key or "kubevirt-ops" in key}
     annotations = {key: None for key in (current["metadata"].get("annotations") or {})
                    if "kubevirt_ops" in key or "kubevirt-ops" in key}
-    patch = {"spec": {"unschedulable": None, "taints": taints or None},
-             "metadata": {"labels": labels or None, "annotations": annotations or None}}
+    # Merge patch: a key set to null is removed; never send null for a whole map.
+    patch = {"spec": {"unschedulable": None}}
+    if len(taints) != len((current.get("spec") or {}).get("taints") or []):
+        patch["spec"]["taints"] = taints
+    meta = {}
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    if meta:
+        patch["metadata"] = meta
     kube.patch("Node", node, patch)
 
 

@@ -54,7 +54,9 @@ class Admission:
             return allowed(request)
         vmi = self.sim.vmis.get_by(namespace, vmi_name) or self.kube.get_or_none(k.VMIS, vmi_name, namespace)
         if vmi is None:
-            return denied(request, f"kubevirt failed getting the vmi: virtualmachineinstance {vmi_name} not found", 429)
+            return denied(
+                request, f"kubevirt failed getting the vmi: virtualmachineinstance {vmi_name} not found", 429
+            )
 
         strategy = effective_eviction_strategy(vmi, self.sim.config)
         migratable = o.vmi_migratable(vmi)
@@ -82,7 +84,11 @@ class Admission:
             if not dry_run:
                 try:
                     self.kube.patch(
-                        k.VMIS, vmi_name, {"status": {"evacuationNodeName": node}}, namespace, subresource="status"
+                        k.VMIS,
+                        vmi_name,
+                        {"status": {"evacuationNodeName": node}},
+                        namespace,
+                        subresource="status",
                     )
                 except k.ApiError as e:
                     return denied(request, f"kubevirt failed marking the vmi for eviction: {e.message}", 429)

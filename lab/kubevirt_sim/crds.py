@@ -237,7 +237,11 @@ def definitions():
                     _column("IP", ".status.interfaces[0].ipAddress"),
                     _column("NodeName", ".status.nodeName"),
                     _column("Ready", ".status.conditions[?(@.type=='Ready')].status"),
-                    _column("Live-Migratable", ".status.conditions[?(@.type=='LiveMigratable')].status", priority=1),
+                    _column(
+                        "Live-Migratable",
+                        ".status.conditions[?(@.type=='LiveMigratable')].status",
+                        priority=1,
+                    ),
                 ],
             )
         ],
@@ -292,7 +296,10 @@ def definitions():
                                         "unschedulablePendingTimeoutSeconds": _int(),
                                     }
                                 ),
-                                "obsoleteCPUModels": {"type": "object", "additionalProperties": {"type": "boolean"}},
+                                "obsoleteCPUModels": {
+                                    "type": "object",
+                                    "additionalProperties": {"type": "boolean"},
+                                },
                             }
                         )
                     }

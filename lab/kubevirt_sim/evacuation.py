@@ -87,7 +87,11 @@ class EvacuationController(Controller):
         if not failed:
             return 0.0
         last_end = max(
-            (t.get("phaseTransitionTimestamp") or "" for m in failed for t in o.status(m).get("phaseTransitionTimestamps") or []),
+            (
+                t.get("phaseTransitionTimestamp") or ""
+                for m in failed
+                for t in o.status(m).get("phaseTransitionTimestamps") or []
+            ),
             default="",
         )
         delay = min(FIRST_RETRY_SECONDS * 2 ** (len(failed) - 1), MAX_RETRY_SECONDS)

@@ -100,7 +100,9 @@ class HyperConvergedController(Controller):
             if field in (spec.get("liveMigrationConfig") or {}):
                 migrations[field] = spec["liveMigrationConfig"][field]
         desired["migrations"] = migrations
-        models = list(BUILTIN_OBSOLETE_CPU_MODELS) + list((spec.get("obsoleteCPUs") or {}).get("cpuModels") or [])
+        models = list(BUILTIN_OBSOLETE_CPU_MODELS) + list(
+            (spec.get("obsoleteCPUs") or {}).get("cpuModels") or []
+        )
         desired["obsoleteCPUModels"] = {m: True for m in models}
 
         patch = {f: v for f, v in desired.items() if configuration.get(f) != v}
@@ -119,11 +121,36 @@ class HyperConvergedController(Controller):
 
     def _update_status(self, hco):
         conditions = [
-            {"type": "ReconcileComplete", "status": "True", "reason": "ReconcileCompleted", "message": "Reconcile completed successfully"},
-            {"type": "Available", "status": "True", "reason": "ReconcileCompleted", "message": "Reconcile completed successfully"},
-            {"type": "Progressing", "status": "False", "reason": "ReconcileCompleted", "message": "Reconcile completed successfully"},
-            {"type": "Degraded", "status": "False", "reason": "ReconcileCompleted", "message": "Reconcile completed successfully"},
-            {"type": "Upgradeable", "status": "True", "reason": "ReconcileCompleted", "message": "Reconcile completed successfully"},
+            {
+                "type": "ReconcileComplete",
+                "status": "True",
+                "reason": "ReconcileCompleted",
+                "message": "Reconcile completed successfully",
+            },
+            {
+                "type": "Available",
+                "status": "True",
+                "reason": "ReconcileCompleted",
+                "message": "Reconcile completed successfully",
+            },
+            {
+                "type": "Progressing",
+                "status": "False",
+                "reason": "ReconcileCompleted",
+                "message": "Reconcile completed successfully",
+            },
+            {
+                "type": "Degraded",
+                "status": "False",
+                "reason": "ReconcileCompleted",
+                "message": "Reconcile completed successfully",
+            },
+            {
+                "type": "Upgradeable",
+                "status": "True",
+                "reason": "ReconcileCompleted",
+                "message": "Reconcile completed successfully",
+            },
         ]
         current = o.status(hco)
         patch = {}
@@ -136,5 +163,9 @@ class HyperConvergedController(Controller):
             patch["versions"] = versions
         if patch:
             self.kube.patch(
-                k.HYPERCONVERGEDS, o.meta(hco, "name"), {"status": patch}, o.meta(hco, "namespace"), subresource="status"
+                k.HYPERCONVERGEDS,
+                o.meta(hco, "name"),
+                {"status": patch},
+                o.meta(hco, "namespace"),
+                subresource="status",
             )

@@ -127,7 +127,9 @@ def serve(host, cert_file, key_file, routes, client_ca_pem=None, port=0):
     ctx.load_cert_chain(str(cert_file), str(key_file))
     if client_ca_pem:
         ctx.verify_mode = ssl.CERT_OPTIONAL
-        ctx.load_verify_locations(cadata=client_ca_pem.decode() if isinstance(client_ca_pem, bytes) else client_ca_pem)
+        ctx.load_verify_locations(
+            cadata=client_ca_pem.decode() if isinstance(client_ca_pem, bytes) else client_ca_pem
+        )
     server = _Server((host, port), _Handler, ctx, routes)
     server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     threading.Thread(target=server.serve_forever, name=f"https-{host}", daemon=True).start()

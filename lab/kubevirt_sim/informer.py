@@ -111,11 +111,15 @@ class Informer:
                     log.debug("%s: resource version too old, listing again", self.name)
                     self._resource_version = None
                     continue
-                log.warning("%s: %s; retrying in %.1fs", self.name, e, backoff)
+                # 429/503 are the apiserver (re)starting or a CRD just being served.
+                level = logging.INFO if e.status in (429, 503) else logging.WARNING
+                log.log(level, "%s: %s; retrying in %.1fs", self.name, e, backoff)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10)
             except Exception as e:  # connection refused/reset while the apiserver restarts
-                log.warning("%s: watch interrupted (%s); retrying in %.1fs", self.name, type(e).__name__, backoff)
+                log.warning(
+                    "%s: watch interrupted (%s); retrying in %.1fs", self.name, type(e).__name__, backoff
+                )
                 time.sleep(backoff + random.random() * 0.2)
                 backoff = min(backoff * 2, 10)
 

@@ -234,11 +234,15 @@ class Kube:
             body=obj,
         )
 
-    def patch(self, res, name, patch, namespace=None, subresource=None, patch_type=MERGE_PATCH, dry_run=False):
+    def patch(
+        self, res, name, patch, namespace=None, subresource=None, patch_type=MERGE_PATCH, dry_run=False
+    ):
         q = {"fieldManager": FIELD_MANAGER}
         if dry_run:
             q["dryRun"] = "All"
-        return self.request("PATCH", res.path(namespace, name, subresource), q, body=patch, content_type=patch_type)
+        return self.request(
+            "PATCH", res.path(namespace, name, subresource), q, body=patch, content_type=patch_type
+        )
 
     def apply(self, res, obj):
         """Server-side apply under the simulator's field manager (idempotent create/update)."""

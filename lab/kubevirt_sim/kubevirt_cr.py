@@ -62,7 +62,12 @@ class KubeVirtStatus(Controller):
             "observedKubeVirtVersion": KUBEVIRT_VERSION,
             "targetKubeVirtVersion": KUBEVIRT_VERSION,
             "conditions": [
-                {"type": "Available", "status": "True", "reason": "AllComponentsReady", "message": "All components are ready."},
+                {
+                    "type": "Available",
+                    "status": "True",
+                    "reason": "AllComponentsReady",
+                    "message": "All components are ready.",
+                },
                 {"type": "Progressing", "status": "False", "reason": "AllComponentsReady"},
                 {"type": "Degraded", "status": "False", "reason": "AllComponentsReady"},
             ],

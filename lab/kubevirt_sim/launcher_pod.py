@@ -115,7 +115,9 @@ def _volumes(vmi_spec):
         elif "dataVolume" in volume:
             claim = volume["dataVolume"].get("name")
         if claim:
-            volumes.append({"name": f"vol-{volume.get('name')}", "persistentVolumeClaim": {"claimName": claim}})
+            volumes.append(
+                {"name": f"vol-{volume.get('name')}", "persistentVolumeClaim": {"claimName": claim}}
+            )
     return volumes
 
 

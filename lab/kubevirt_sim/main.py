@@ -62,10 +62,17 @@ class Simulator:
         self.config = ClusterConfig(self.kubevirts, migration_bandwidth)
         self.budgets = DisruptionBudgets(self)
 
-        self.pods.add_index("created-by", lambda p: [o.labels(p)[o.CREATED_BY_LABEL]] if o.CREATED_BY_LABEL in o.labels(p) else [])
-        self.pods.add_index("migration", lambda p: [o.labels(p)[o.MIGRATION_JOB_LABEL]] if o.is_migration_target(p) else [])
+        self.pods.add_index(
+            "created-by",
+            lambda p: [o.labels(p)[o.CREATED_BY_LABEL]] if o.CREATED_BY_LABEL in o.labels(p) else [],
+        )
+        self.pods.add_index(
+            "migration", lambda p: [o.labels(p)[o.MIGRATION_JOB_LABEL]] if o.is_migration_target(p) else []
+        )
         self.pods.add_index("node", lambda p: [o.pod_node(p)] if o.pod_node(p) else [])
-        self.vmis.add_index("node", lambda v: [o.status(v)["nodeName"]] if o.status(v).get("nodeName") else [])
+        self.vmis.add_index(
+            "node", lambda v: [o.status(v)["nodeName"]] if o.status(v).get("nodeName") else []
+        )
         self.vmis.add_index(
             "claim", lambda v: [f"{o.meta(v, 'namespace')}/{c}" for c in o.claim_names(o.spec(v))]
         )

@@ -74,7 +74,11 @@ class MigrationController(Controller):
                 self.enqueue(k.key_of(m))
         if event == "DELETED":
             owner = next(
-                (r["name"] for r in o.meta(pod, "ownerReferences") or [] if r.get("kind") == "VirtualMachineInstance"),
+                (
+                    r["name"]
+                    for r in o.meta(pod, "ownerReferences") or []
+                    if r.get("kind") == "VirtualMachineInstance"
+                ),
                 None,
             )
             if owner:
@@ -177,7 +181,9 @@ class MigrationController(Controller):
         finalizers = o.meta(migration, "finalizers") or []
         if o.MIGRATION_FINALIZER not in finalizers:
             meta_patch["finalizers"] = finalizers + [o.MIGRATION_FINALIZER]
-        self.kube.patch(k.VMIMS, o.meta(migration, "name"), {"metadata": meta_patch}, o.meta(migration, "namespace"))
+        self.kube.patch(
+            k.VMIMS, o.meta(migration, "name"), {"metadata": meta_patch}, o.meta(migration, "namespace")
+        )
         self._set_phase(migration, ["Pending"])
 
     def _pending(self, migration, vmi):
@@ -330,12 +336,16 @@ class MigrationController(Controller):
         if vmi is not None and (o.status(vmi).get("migrationState") or {}).get("migrationUid") == uid:
             state = dict(o.status(vmi)["migrationState"])
             state.update({"endTimestamp": o.now(), "completed": True, "failed": True})
-            self._patch_vmi(vmi, status={"migrationState": state}, labels={o.MIGRATION_TARGET_NODE_LABEL: None})
+            self._patch_vmi(
+                vmi, status={"migrationState": state}, labels={o.MIGRATION_TARGET_NODE_LABEL: None}
+            )
         self._set_phase(
             migration,
             ["Failed"],
             migration_state=state,
-            conditions=[{"type": "Failed", "status": "True", "reason": "MigrationFailed", "message": message}],
+            conditions=[
+                {"type": "Failed", "status": "True", "reason": "MigrationFailed", "message": message}
+            ],
         )
         self._release(uid)
         self._delete_target_pods(uid)
@@ -347,8 +357,12 @@ class MigrationController(Controller):
             vmi = self.sim.vmis.get(self._vmi_key(migration))
             if vmi is not None and (o.status(vmi).get("migrationState") or {}).get("migrationUid") == uid:
                 state = dict(o.status(vmi)["migrationState"])
-                state.update({"endTimestamp": o.now(), "completed": True, "failed": True, "abortStatus": "Succeeded"})
-                self._patch_vmi(vmi, status={"migrationState": state}, labels={o.MIGRATION_TARGET_NODE_LABEL: None})
+                state.update(
+                    {"endTimestamp": o.now(), "completed": True, "failed": True, "abortStatus": "Succeeded"}
+                )
+                self._patch_vmi(
+                    vmi, status={"migrationState": state}, labels={o.MIGRATION_TARGET_NODE_LABEL: None}
+                )
         self._delete_target_pods(uid)
         self._release(uid)
         finalizers = o.meta(migration, "finalizers") or []
@@ -370,7 +384,8 @@ class MigrationController(Controller):
         finished = [
             m
             for m in self.sim.vmims.by_index("vmi", self._vmi_key(migration))
-            if o.status(m).get("phase") in o.FINAL_MIGRATION_PHASES and o.meta(m, "uid") != o.meta(migration, "uid")
+            if o.status(m).get("phase") in o.FINAL_MIGRATION_PHASES
+            and o.meta(m, "uid") != o.meta(migration, "uid")
         ]
         finished.sort(key=lambda m: o.meta(m, "creationTimestamp") or "")
         for m in finished[: max(0, len(finished) + 1 - KEEP_FINISHED_PER_VMI)]:
@@ -390,7 +405,11 @@ class MigrationController(Controller):
             if conditions is not None and phase == phases[-1]:
                 status["conditions"] = conditions
             self.kube.patch(
-                k.VMIMS, o.meta(migration, "name"), {"status": status}, o.meta(migration, "namespace"), subresource="status"
+                k.VMIMS,
+                o.meta(migration, "name"),
+                {"status": status},
+                o.meta(migration, "namespace"),
+                subresource="status",
             )
             self._written[uid] = phase
 

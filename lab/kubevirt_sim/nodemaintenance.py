@@ -83,7 +83,9 @@ class NodeMaintenanceController(Controller):
             self._stop_drain(key)
             if phase != "Failed":
                 self._patch_status(
-                    resource, name, {"phase": "Failed", "lastError": f'nodes "{node_name}" not found', "lastUpdate": o.now()}
+                    resource,
+                    name,
+                    {"phase": "Failed", "lastError": f'nodes "{node_name}" not found', "lastUpdate": o.now()},
                 )
             return None
         self._prepare_node(node_name)
@@ -186,7 +188,10 @@ class NodeMaintenanceController(Controller):
                 return
             stop = threading.Event()
             thread = threading.Thread(
-                target=self._drain, args=(key, resource, name, node_name, stop), name=f"drain-{name}", daemon=True
+                target=self._drain,
+                args=(key, resource, name, node_name, stop),
+                name=f"drain-{name}",
+                daemon=True,
             )
             self._drains[key] = (thread, stop)
             thread.start()
@@ -223,7 +228,9 @@ class NodeMaintenanceController(Controller):
                 pending = [o.meta(p, "name") for p in evictable]
                 total = max(totals["evictionPods"], len(pending))
                 progress = 100 if total == 0 else max(0, min(100, (total - len(pending)) * 100 // total))
-                status = dict(totals, phase="Running", drainProgress=progress, pendingPods=pending, lastError=last_error)
+                status = dict(
+                    totals, phase="Running", drainProgress=progress, pendingPods=pending, lastError=last_error
+                )
                 if not pending:
                     status.update(phase="Succeeded", drainProgress=100, pendingPods=[], lastError="")
                 if status != written:

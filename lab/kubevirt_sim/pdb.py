@@ -88,4 +88,7 @@ class DisruptionBudgets:
         if pdb is None or o.labels(pdb).get(o.CREATED_BY_LABEL) != o.meta(vmi, "uid"):
             return False
         st = o.status(pdb)
-        return st.get("observedGeneration", 0) >= o.meta(pdb, "generation", 1) and st.get("currentHealthy", 0) >= 1
+        return (
+            st.get("observedGeneration", 0) >= o.meta(pdb, "generation", 1)
+            and st.get("currentHealthy", 0) >= 1
+        )

@@ -53,7 +53,10 @@ class Provisioner(Controller):
 
     def _ours(self, pvc):
         anns = o.annotations(pvc)
-        if anns.get(STORAGE_PROVISIONER) == PROVISIONER or anns.get("volume.beta.kubernetes.io/storage-provisioner") == PROVISIONER:
+        if (
+            anns.get(STORAGE_PROVISIONER) == PROVISIONER
+            or anns.get("volume.beta.kubernetes.io/storage-provisioner") == PROVISIONER
+        ):
             return True
         return o.spec(pvc).get("storageClassName") == STORAGE_CLASS
 
@@ -91,7 +94,9 @@ class Provisioner(Controller):
         }
         try:
             self.kube.create(k.PVS, pv)
-            self.log.info("%s: provisioned %s (%s, %s)", key, pv_name, size, ",".join(pv["spec"]["accessModes"]))
+            self.log.info(
+                "%s: provisioned %s (%s, %s)", key, pv_name, size, ",".join(pv["spec"]["accessModes"])
+            )
         except k.ApiError as e:
             if not e.already_exists:
                 raise
@@ -103,6 +108,9 @@ class Provisioner(Controller):
             return None
         if o.annotations(pv).get(PROVISIONED_BY) != PROVISIONER:
             return None
-        if o.status(pv).get("phase") == "Released" and o.spec(pv).get("persistentVolumeReclaimPolicy") == "Delete":
+        if (
+            o.status(pv).get("phase") == "Released"
+            and o.spec(pv).get("persistentVolumeReclaimPolicy") == "Delete"
+        ):
             self.kube.delete(k.PVS, name)
         return None

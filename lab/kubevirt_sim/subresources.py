@@ -45,7 +45,9 @@ def host_address():
     """A non-loopback, non-link-local IPv4 address of this host, or None."""
     candidates = []
     try:
-        out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, timeout=5).stdout
+        out = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, timeout=5
+        ).stdout
         candidates = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", out)
     except (OSError, subprocess.SubprocessError):
         pass
@@ -64,7 +66,15 @@ def host_address():
 
 
 def _status(code, reason, message):
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 class SubresourceAPI:
@@ -89,10 +99,17 @@ class SubresourceAPI:
             f"/apis/{GROUP}/{VERSION}": self._resource_list,
             f"/apis/{GROUP}": self._group,
             "/apis": lambda: {"kind": "APIGroupList", "apiVersion": "v1", "groups": [self._group()]},
-            f"/apis/{GROUP}/{VERSION}/version": lambda: {"gitVersion": KUBEVIRT_VERSION, "platform": "linux/amd64"},
+            f"/apis/{GROUP}/{VERSION}/version": lambda: {
+                "gitVersion": KUBEVIRT_VERSION,
+                "platform": "linux/amd64",
+            },
             f"/apis/{GROUP}/{VERSION}/healthz": lambda: {"apiserver": "ok"},
             # The aggregator merges every API server's OpenAPI documents.
-            "/openapi/v2": lambda: {"swagger": "2.0", "info": {"title": "KubeVirt API", "version": VERSION}, "paths": {}},
+            "/openapi/v2": lambda: {
+                "swagger": "2.0",
+                "info": {"title": "KubeVirt API", "version": VERSION},
+                "paths": {},
+            },
             "/openapi/v3": lambda: {"paths": {}},
         }
         document = documents.get(request.path.rstrip("/"))
@@ -102,14 +119,31 @@ class SubresourceAPI:
 
     def _group(self):
         gv = {"groupVersion": f"{GROUP}/{VERSION}", "version": VERSION}
-        return {"kind": "APIGroup", "apiVersion": "v1", "name": GROUP, "versions": [gv], "preferredVersion": gv}
+        return {
+            "kind": "APIGroup",
+            "apiVersion": "v1",
+            "name": GROUP,
+            "versions": [gv],
+            "preferredVersion": gv,
+        }
 
     def _resource_list(self):
         resources = [
-            {"name": f"virtualmachines/{a}", "singularName": "", "namespaced": True, "kind": "VirtualMachine", "verbs": ["update"]}
+            {
+                "name": f"virtualmachines/{a}",
+                "singularName": "",
+                "namespaced": True,
+                "kind": "VirtualMachine",
+                "verbs": ["update"],
+            }
             for a in ACTIONS
         ]
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{GROUP}/{VERSION}", "resources": resources}
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{GROUP}/{VERSION}",
+            "resources": resources,
+        }
 
     def _action_route(self, request):
         match = _ACTION_PATH.match(request.path)
@@ -203,7 +237,9 @@ class SubresourceAPI:
     def start(self, address, serving, timeout=60.0):
         """Serve on ``address`` and register the APIService; returns True once Available."""
         self._load_front_proxy_settings()
-        _, port = https_server.serve(address, serving.cert_file, serving.key_file, self.routes(), self.client_ca)
+        _, port = https_server.serve(
+            address, serving.cert_file, serving.key_file, self.routes(), self.client_ca
+        )
         self._register(address, port, serving.ca_pem)
         deadline = time.monotonic() + timeout
         reason = "no status yet"
@@ -224,7 +260,11 @@ class SubresourceAPI:
         self.kube.apply(
             k.SERVICES,
             {
-                "metadata": {"name": SERVICE, "namespace": KUBEVIRT_NAMESPACE, "labels": {"kubevirt.io": "virt-api"}},
+                "metadata": {
+                    "name": SERVICE,
+                    "namespace": KUBEVIRT_NAMESPACE,
+                    "labels": {"kubevirt.io": "virt-api"},
+                },
                 "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port, "protocol": "TCP"}]},
             },
         )
@@ -238,7 +278,12 @@ class SubresourceAPI:
                     "namespace": KUBEVIRT_NAMESPACE,
                     "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"},
                 },
-                "subsets": [{"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
+                "subsets": [
+                    {
+                        "addresses": [{"ip": address}],
+                        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+                    }
+                ],
             },
         )
         self.kube.apply(

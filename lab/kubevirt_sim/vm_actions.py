@@ -40,7 +40,9 @@ class ActionError(Exception):
 
 
 def _conflict(name, message):
-    return ActionError(409, "Conflict", f'Operation cannot be fulfilled on virtualmachine.kubevirt.io "{name}": {message}')
+    return ActionError(
+        409, "Conflict", f'Operation cannot be fulfilled on virtualmachine.kubevirt.io "{name}": {message}'
+    )
 
 
 def _internal(message):
@@ -52,7 +54,9 @@ class VMActions:
         self.kube = kube
 
     def run(self, action, namespace, name, options):
-        handler = {"start": self.start, "stop": self.stop, "restart": self.restart, "migrate": self.migrate}[action]
+        handler = {"start": self.start, "stop": self.stop, "restart": self.restart, "migrate": self.migrate}[
+            action
+        ]
         dry_run = "All" in (options.get("dryRun") or [])
         try:
             handler(namespace, name, options, dry_run)

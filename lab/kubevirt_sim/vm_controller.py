@@ -74,7 +74,7 @@ class VMController(Controller):
             requests = self._sync_run_strategy(vm, vmi, strategy, requests)
             if requests is None:
                 return None  # the spec was changed; the watch brings the VM back
-        self._update_status(vm, self.sim.vmis.get(key) if vmi is not None else None, strategy, requests)
+        self._update_status(vm, vmi, strategy, requests)
         return None
 
     def _awaiting_cache(self, key, vmi):
@@ -178,9 +178,7 @@ class VMController(Controller):
 
     def _stop(self, key, vmi):
         uid = o.meta(vmi, "uid")
-        self.kube.delete(
-            k.VMIS, o.meta(vmi, "name"), o.meta(vmi, "namespace"), preconditions={"uid": uid}
-        )
+        self.kube.delete(k.VMIS, o.meta(vmi, "name"), o.meta(vmi, "namespace"), preconditions={"uid": uid})
         self.expectations.expect(key, ("deleted", uid))
         self.log.info("%s: stopping VMI %s", key, uid)
 
@@ -219,7 +217,11 @@ class VMController(Controller):
             pvc = {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
-                "metadata": {"name": name, "namespace": namespace, "ownerReferences": [k.owner_reference(vm)]},
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "ownerReferences": [k.owner_reference(vm)],
+                },
                 "spec": pvc_spec,
             }
             try:
@@ -235,7 +237,9 @@ class VMController(Controller):
         desired = {
             "printableStatus": self._printable_status(vm, vmi, strategy),
             "created": vmi is not None,
-            "ready": vmi is not None and o.status(vmi).get("phase") == "Running" and o.condition_true(vmi, "Ready"),
+            "ready": vmi is not None
+            and o.status(vmi).get("phase") == "Running"
+            and o.condition_true(vmi, "Ready"),
             "runStrategy": strategy,
             "conditions": self._conditions(vmi),
             "observedGeneration": o.meta(vm, "generation"),
@@ -263,10 +267,19 @@ class VMController(Controller):
     @staticmethod
     def _conditions(vmi):
         if vmi is None:
-            return [{"type": "Ready", "status": "False", "reason": "VMINotExists", "message": "VMI does not exist"}]
+            return [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "VMINotExists",
+                    "message": "VMI does not exist",
+                }
+            ]
         conditions = []
         for c in o.status(vmi).get("conditions") or []:
-            conditions.append({key: c.get(key) for key in ("type", "status", "reason", "message") if c.get(key)})
+            conditions.append(
+                {key: c.get(key) for key in ("type", "status", "reason", "message") if c.get(key)}
+            )
         if not any(c["type"] == "Ready" for c in conditions):
             conditions.insert(0, {"type": "Ready", "status": "False", "reason": "VMINotReady"})
         return conditions

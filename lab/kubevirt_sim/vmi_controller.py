@@ -161,9 +161,15 @@ class VMIController(Controller):
 
         ready = phase == "Running" and o.pod_ready(pod)
         conditions = [
-            {"type": "Ready", "status": "True"}
-            if ready
-            else {"type": "Ready", "status": "False", "reason": "PodNotReady" if node else "PodNotScheduled"},
+            (
+                {"type": "Ready", "status": "True"}
+                if ready
+                else {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "PodNotReady" if node else "PodNotScheduled",
+                }
+            ),
             migratable,
         ]
         if o.pod_unschedulable(pod):
@@ -181,7 +187,9 @@ class VMIController(Controller):
 
         pod_ip = o.status(pod).get("podIP")
         if pod_ip:
-            interfaces = [{"name": "default", "ipAddress": pod_ip, "ipAddresses": [pod_ip], "infoSource": "domain"}]
+            interfaces = [
+                {"name": "default", "ipAddress": pod_ip, "ipAddresses": [pod_ip], "infoSource": "domain"}
+            ]
             if st.get("interfaces") != interfaces:
                 patch["interfaces"] = interfaces
         if node:
@@ -198,7 +206,9 @@ class VMIController(Controller):
             self._patch_status(vmi, patch, precondition="phase" in patch)
         if current_node and o.labels(vmi).get(o.NODE_NAME_LABEL) != current_node:
             self.kube.patch(
-                k.VMIS, o.meta(vmi, "name"), {"metadata": {"labels": {o.NODE_NAME_LABEL: current_node}}},
+                k.VMIS,
+                o.meta(vmi, "name"),
+                {"metadata": {"labels": {o.NODE_NAME_LABEL: current_node}}},
                 o.meta(vmi, "namespace"),
             )
 
@@ -227,7 +237,9 @@ class VMIController(Controller):
             o.status(vmi).get("conditions"),
             [{"type": "Ready", "status": "False", "reason": reason, "message": message}],
         )
-        self._patch_status(vmi, {"phase": phase, "reason": reason, "conditions": conditions}, precondition=True)
+        self._patch_status(
+            vmi, {"phase": phase, "reason": reason, "conditions": conditions}, precondition=True
+        )
 
     def _finalize(self, vmi, pods):
         """A VMI being deleted: its pods go first, then our finalizer."""

@@ -131,6 +131,11 @@ class Controller:
                 if again is not None:
                     self.queue.add_after(key, again)
             except ApiError as e:
+                if e.status == 403 and "is being terminated" in e.message:
+                    # The namespace is going away with everything in it: nothing to do.
+                    self.log.debug("%s: %s", key, e.message)
+                    self.queue.forget(key)
+                    continue
                 if e.conflict or e.not_found or e.already_exists:
                     self.log.debug("%s: %s, retrying", key, e)
                 else:

@@ -78,13 +78,13 @@ def maintenance_window(window, now=None):
         try:
             moment = datetime.datetime.fromisoformat(str(now).replace("Z", "+00:00"))
         except ValueError as exc:
-            raise AnsibleFilterError("maintenance_window: 'now' (%s) is not an ISO 8601 timestamp." % now) from exc
+            raise AnsibleFilterError("maintenance_window: 'now' (%s) is not an ISO 8601 timestamp." % now) from None
         if moment.tzinfo is None:
             raise AnsibleFilterError("maintenance_window: 'now' (%s) needs a UTC offset, for example +00:00." % now)
     try:
         return window_status(window, moment)
     except InvalidInputError as exc:
-        raise AnsibleFilterError(exc.msg) from exc
+        raise AnsibleFilterError(exc.msg) from None  # the sentence says it all; a chained cause would repeat it
 
 
 class FilterModule:

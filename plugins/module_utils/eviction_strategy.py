@@ -68,6 +68,8 @@ class VmChange:
         if running == self.effective_after():
             return
         strategy = vm_run_strategy(self.vm)
+        if strategy == "Halted":
+            return  # its VMI is on its way out; the next start uses the new value
         if strategy not in RESTARTABLE:
             self.skipped_restart = strategy
             return

@@ -4,7 +4,7 @@
 """Field-level JSON patches that cannot clobber a concurrent edit.
 
 Every write of a single field is a JSON patch that first ``test``s the value it replaces
-(or, when the field is absent, the object's resourceVersion). When someone else changed
+(or, when the field is absent, the object that would enclose it). When someone else changed
 the field in between, the API server refuses the patch; ``update_guarded`` then reads the
 object again, recomputes what to do from the fresh copy and tries once more. Status
 updates by controllers do not disturb a value test, so busy objects are patched at the
@@ -67,8 +67,9 @@ def set_field(obj, path, value):
             return []
         return [{"op": "test", "path": pointer(path), "value": old},
                 {"op": "replace", "path": pointer(path), "value": value}]
-    # Absent: nothing to test but the whole object's version. "add" on the first missing
-    # (or null) level creates what is missing below it.
+    # Absent: test the closest enclosing object that exists (a concurrent add changes it,
+    # while controllers' status updates do not), or the object's version at the top level.
+    # "add" on the first missing (or null) level creates what is missing below it.
     depth = 0
     node = obj
     for key in path[:-1]:
@@ -80,7 +81,8 @@ def set_field(obj, path, value):
     nested = value
     for key in reversed(path[depth + 1:]):
         nested = {key: nested}
-    return [resource_version_test(obj), {"op": "add", "path": pointer(path[:depth + 1]), "value": nested}]
+    guard = resource_version_test(obj) if depth == 0 else {"op": "test", "path": pointer(path[:depth]), "value": node}
+    return [guard, {"op": "add", "path": pointer(path[:depth + 1]), "value": nested}]
 
 
 def _apply_locally(obj, operations):
@@ -113,7 +115,7 @@ def set_fields(obj, changes):
 
 
 def merge_operations(*groups):
-    """Concatenate operation lists, keeping one resourceVersion test at the front."""
+    """Concatenate operation lists, keeping one resourceVersion test (at the front)."""
     tests, rest = [], []
     for group in groups:
         for op in group:
@@ -126,13 +128,16 @@ def merge_operations(*groups):
 
 
 def is_guard_failure(exc):
-    """True when the API server refused a patch because its ``test`` (or precondition) failed."""
+    """True when a patch may have been refused because its ``test`` (or precondition) failed.
+
+    A failed JSON-patch test is answered with a bare 422 ("the server rejected our request
+    due to an error in our request"), like other invalid patches; ``update_guarded`` tells
+    them apart by reading the object again: if nothing it tested has changed, the 422 was
+    about something else and is raised.
+    """
     if isinstance(exc, ConflictError):
         return True
-    if isinstance(exc, ApiError) and exc.status == 422:
-        message = (exc.details.get("server_message") or exc.msg or "").lower()
-        return "test" in message
-    return False
+    return isinstance(exc, ApiError) and exc.status == 422
 
 
 def update_guarded(client, kind, obj, plan, write=True, subresource=None, attempts=MAX_ATTEMPTS):
@@ -144,15 +149,19 @@ def update_guarded(client, kind, obj, plan, write=True, subresource=None, attemp
     """
     meta = obj.get("metadata") or {}
     name, namespace = meta.get("name"), meta.get("namespace")
+    refused = None
     for attempt in range(attempts):
         operations, outcome = plan(obj)
         if not operations or not write:
             return outcome, obj
+        if refused is not None and operations == refused[0]:
+            raise refused[1]  # the object is as we tested it: the patch itself is wrong
         try:
             return outcome, client.patch(kind, name, operations, namespace=namespace, patch_type="json",
                                          subresource=subresource)
         except MaintenanceError as exc:
             if not is_guard_failure(exc) or attempt == attempts - 1:
                 raise
+            refused = (operations, exc) if exc.status == 422 else None
         obj = client.get(kind, name, namespace)
     raise AssertionError("unreachable")  # pragma: no cover

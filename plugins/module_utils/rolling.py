@@ -115,7 +115,7 @@ def _lock_problem(client, lock):
         return None
     state = ClusterLock(client, lock["name"], lock.get("namespace") or "kube-system").read()
     if state.holder and not state.free and state.holder != lock.get("holder"):
-        return ("Another maintenance run holds the cluster lock %s/%s: %s." % (
+        return ("Another maintenance run is in progress: the cluster lock %s/%s is held by %s." % (
             lock.get("namespace") or "kube-system", lock["name"], state.describe_holder()))
     return None
 

@@ -355,4 +355,3 @@ def run(module):
             wait_for_targets(client, selection, changing, params["wait_timeout"])
     result["vms"] = [p.result() for p in plans]
     return result
-

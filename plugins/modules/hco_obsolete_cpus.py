@@ -22,7 +22,7 @@ description:
   - The change is a patch of that one list that the API server refuses if someone changed it in the meantime;
     the resource is then read again and the change recomputed.
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   cpu_models:
     description:

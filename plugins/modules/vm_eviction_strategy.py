@@ -27,7 +27,7 @@ description:
     the VMIs whose effective strategy changes. The cluster default applies to every VMI without its own value at
     its next eviction, without a restart.
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   scope:
     description:

@@ -29,7 +29,7 @@ description:
     C(Always) VM).
   - The VMs are listed once and changed concurrently.
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   run_strategy:
     description:
@@ -43,8 +43,8 @@ options:
     choices: [start, stop, restart]
   wait:
     description:
-      - Wait until each changed VM's VMI is C(Running) (run strategy C(Always) or C(RerunOnFailure), start,
-        restart: a new VMI), has started (C(Once)) or is gone (C(Halted), stop).
+      - Wait until the VMI of each changed VM is C(Running) (after run strategy C(Always) or C(RerunOnFailure),
+        start, or restart, which waits for a new VMI), has started (C(Once)), or is gone (C(Halted), stop).
       - C(Manual) does not change the VMI, so setting it waits for nothing.
 extends_documentation_fragment:
   - kubevirt_ops.maintenance.vm_selection

@@ -93,6 +93,8 @@ def clean_error_problems(result, names=(), rc=None):
         problems.append("a Python traceback")
     if len(text) > MAX_SENTENCE:
         problems.append("msg is %d characters long" % len(text))
+    if text.count(text[:40]) > 1:
+        problems.append("msg repeats itself")
     if not text.rstrip(")").endswith((".", "!", "?", ".'", '."')):
         problems.append("msg does not end like a sentence")
     for name in names:

@@ -140,3 +140,19 @@ def cordoned(k8s):
 
 def dumps(obj):
     return json.dumps(obj, indent=1, sort_keys=True, default=str)
+
+
+def wait_for_default_service_account(k8s, namespace, timeout=120):
+    """Pods (launcher pods too) are refused in a new namespace until its default ServiceAccount exists."""
+    core = client.CoreV1Api(k8s)
+
+    def exists():
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    wait_for(exists, timeout, "the default ServiceAccount of %s" % namespace)

@@ -31,8 +31,7 @@ class FakeResponse:
         return self.data
 
     def stream(self, _amt=None, decode_content=True):
-        for chunk in self._chunks or []:
-            yield chunk
+        yield from self._chunks or []
 
     def release_conn(self):
         pass

@@ -1,6 +1,6 @@
-"""Contract tests of the lab's KubeVirt simulator against docs' behaviour page.
+"""Contract tests of the lab's KubeVirt simulator against the project's behaviour page.
 
-Every row of every table in ``kubevirt-behavior.md`` (eviction strategies, run
+Every row of every table in the behaviour page (``kubevirt-behavior.md``: eviction strategies, run
 strategies and the start/stop/restart actions) and the facts around them are
 checked the way a user would check them on a real cluster: with kubectl (drain,
 get, the ``subresources.kubevirt.io`` actions) and the plain Kubernetes API.
@@ -88,7 +88,14 @@ def vm(
 
 
 def apply(lab, namespace, *objects):
-    lab.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+    lab.kubectl(
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
+    )
 
 
 def get(lab, namespace, kind, name):
@@ -165,7 +172,9 @@ def virtctl(lab, namespace, name, action, check=True):
 
 
 def workers(lab):
-    nodes = json.loads(lab.kubectl("get", "nodes", "-l", "kubevirt.io/schedulable=true", "-o", "json").stdout)["items"]
+    nodes = json.loads(
+        lab.kubectl("get", "nodes", "-l", "kubevirt.io/schedulable=true", "-o", "json").stdout
+    )["items"]
     return sorted(n["metadata"]["name"] for n in nodes if not n["spec"].get("unschedulable"))
 
 
@@ -190,12 +199,6 @@ def cordon_all_but(lab, keep):
     return others
 
 
-@pytest.fixture
-def nodes_restored(lab, restore_nodes):
-    """Every test that touches nodes leaves them uncordoned."""
-    yield
-
-
 # -- the simulator is up --------------------------------------------------------------------
 
 
@@ -208,7 +211,9 @@ def test_simulator_ready_and_cluster_crs(lab):
     assert condition(hco, "Available")["status"] == "True"
     assert hco["spec"]["evictionStrategy"] == "LiveMigrate"
     assert kubevirt_configuration(lab)["evictionStrategy"] == "LiveMigrate"
-    apiservice = json.loads(lab.kubectl("get", "apiservice", "v1.subresources.kubevirt.io", "-o", "json").stdout)
+    apiservice = json.loads(
+        lab.kubectl("get", "apiservice", "v1.subresources.kubevirt.io", "-o", "json").stdout
+    )
     assert condition(apiservice, "Available")["status"] == "True"
 
 
@@ -251,7 +256,14 @@ def test_vm_runs_in_a_launcher_pod_shaped_like_upstream(lab, namespace):
     affinity = {
         "nodeAffinity": {
             "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 1, "preference": {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}}
+                {
+                    "weight": 1,
+                    "preference": {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}
+                        ]
+                    },
+                }
             ]
         }
     }
@@ -286,7 +298,11 @@ def test_vm_runs_in_a_launcher_pod_shaped_like_upstream(lab, namespace):
     assert pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == "3Gi"
     owner = pod["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"]) == ("VirtualMachineInstance", vmi["metadata"]["uid"])
-    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in pod["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
     assert claims == ["disk"]
 
     obj = get(lab, namespace, "vm", "shape")
@@ -318,7 +334,9 @@ def test_live_migratable_condition(lab, namespace, case, expected):
     elif case == "gpu":
         kwargs["devices"] = {"gpus": [{"name": "gpu", "deviceName": "nvidia.com/GA102"}]}
     elif case == "passthrough":
-        kwargs["extra_spec"] = {"domain": {"cpu": {"model": "host-passthrough"}, "memory": {"guest": "1Gi"}, "devices": {}}}
+        kwargs["extra_spec"] = {
+            "domain": {"cpu": {"model": "host-passthrough"}, "memory": {"guest": "1Gi"}, "devices": {}}
+        }
     apply(lab, namespace, *objects, vm("m", **kwargs))
     vmi = wait_vmi_running(lab, namespace, "m")
     c = condition(vmi, "LiveMigratable")
@@ -339,17 +357,28 @@ def test_kubectl_get_vm_vmi_vmim_columns(lab, namespace):
     assert ["NAMESPACE", "NAME", "AGE", "PHASE", "IP", "NODENAME", "READY"] in headers
     assert ["NAMESPACE", "NAME", "PHASE", "VMI"] in headers
     assert re.search(rf"{namespace}\s+virtualmachine.kubevirt.io/cols\s+\S+\s+Running\s+True", out)
-    assert re.search(rf"{namespace}\s+virtualmachineinstance.kubevirt.io/cols\s+\S+\s+Running\s+[\d.]+\s+lab-\S+\s+True", out)
-    assert re.search(rf"{namespace}\s+virtualmachineinstancemigration.kubevirt.io/kubevirt-migrate-vm-\S+\s+Succeeded\s+cols", out)
+    assert re.search(
+        rf"{namespace}\s+virtualmachineinstance.kubevirt.io/cols\s+\S+\s+Running\s+[\d.]+\s+lab-\S+\s+True",
+        out,
+    )
+    assert re.search(
+        rf"{namespace}\s+virtualmachineinstancemigration.kubevirt.io/kubevirt-migrate-vm-\S+\s+Succeeded\s+cols",
+        out,
+    )
 
 
 # -- eviction strategy table ---------------------------------------------------------------------
 
 
-def test_live_migrate_migratable_drain_migrates_keeping_the_vmi(lab, namespace, nodes_restored):
+def test_live_migrate_migratable_drain_migrates_keeping_the_vmi(lab, namespace, restore_nodes):
     """LiveMigrate + migratable: webhook marks, PDB answers 429, a migration follows,
     the source pod goes away and the drain sees it gone."""
-    apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("lm", eviction="LiveMigrate", claim="disk", memory="2Gi"))
+    apply(
+        lab,
+        namespace,
+        pvc("disk", "ReadWriteMany"),
+        vm("lm", eviction="LiveMigrate", claim="disk", memory="2Gi"),
+    )
     before = wait_vmi_running(lab, namespace, "lm")
     source = status(before)["nodeName"]
     assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-lm")["spec"]["minAvailable"] == 1
@@ -378,7 +407,7 @@ def test_live_migrate_migratable_drain_migrates_keeping_the_vmi(lab, namespace, 
     assert len(items(lab, namespace, "vmim")) == 1
 
 
-def test_live_migrate_not_migratable_blocks_the_drain(lab, namespace, k8s, nodes_restored):
+def test_live_migrate_not_migratable_blocks_the_drain(lab, namespace, k8s, restore_nodes):
     """LiveMigrate + not migratable: the webhook denies with 429 forever; stopping the VM unblocks."""
     apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("stuck", eviction="LiveMigrate", claim="disk"))
     before = wait_vmi_running(lab, namespace, "stuck")
@@ -390,7 +419,9 @@ def test_live_migrate_not_migratable_blocks_the_drain(lab, namespace, k8s, nodes
     (pod,) = launcher_pods(lab, namespace, before["metadata"]["uid"])
     with pytest.raises(ApiException) as refused:
         client.CoreV1Api(k8s).create_namespaced_pod_eviction(
-            pod["metadata"]["name"], namespace, {"metadata": {"name": pod["metadata"]["name"], "namespace": namespace}}
+            pod["metadata"]["name"],
+            namespace,
+            {"metadata": {"name": pod["metadata"]["name"], "namespace": namespace}},
         )
     assert refused.value.status == 429
     now = get(lab, namespace, "vmi", "stuck")
@@ -406,8 +437,13 @@ def test_live_migrate_not_migratable_blocks_the_drain(lab, namespace, k8s, nodes
     wait_vm_stopped(lab, namespace, "stuck")
 
 
-def test_live_migrate_if_possible_migratable_migrates(lab, namespace, nodes_restored):
-    apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("lmip", eviction="LiveMigrateIfPossible", claim="disk"))
+def test_live_migrate_if_possible_migratable_migrates(lab, namespace, restore_nodes):
+    apply(
+        lab,
+        namespace,
+        pvc("disk", "ReadWriteMany"),
+        vm("lmip", eviction="LiveMigrateIfPossible", claim="disk"),
+    )
     before = wait_vmi_running(lab, namespace, "lmip")
     assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-lmip") is not None
     result = drain(lab, status(before)["nodeName"])
@@ -417,8 +453,15 @@ def test_live_migrate_if_possible_migratable_migrates(lab, namespace, nodes_rest
     assert status(after)["nodeName"] != status(before)["nodeName"]
 
 
-def test_live_migrate_if_possible_not_migratable_shuts_down_and_always_recreates(lab, namespace, nodes_restored):
-    apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("lmipx", eviction="LiveMigrateIfPossible", claim="disk"))
+def test_live_migrate_if_possible_not_migratable_shuts_down_and_always_recreates(
+    lab, namespace, restore_nodes
+):
+    apply(
+        lab,
+        namespace,
+        pvc("disk", "ReadWriteOnce"),
+        vm("lmipx", eviction="LiveMigrateIfPossible", claim="disk"),
+    )
     before = wait_vmi_running(lab, namespace, "lmipx")
     assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-lmipx") is None
     node = status(before)["nodeName"]
@@ -428,7 +471,7 @@ def test_live_migrate_if_possible_not_migratable_shuts_down_and_always_recreates
     assert items(lab, namespace, "vmim") == []
 
 
-def test_external_marks_the_vmi_and_the_budget_blocks(lab, namespace, nodes_restored):
+def test_external_marks_the_vmi_and_the_budget_blocks(lab, namespace, restore_nodes):
     """External: marked for evacuation, PDB answers 429, nothing migrates it by itself."""
     apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("ext", eviction="External", claim="disk"))
     before = wait_vmi_running(lab, namespace, "ext")
@@ -443,7 +486,7 @@ def test_external_marks_the_vmi_and_the_budget_blocks(lab, namespace, nodes_rest
 
 
 @pytest.mark.parametrize("claim_mode", ["ReadWriteMany", "ReadWriteOnce"])
-def test_none_shuts_down_whatever_the_migratability(lab, namespace, nodes_restored, claim_mode):
+def test_none_shuts_down_whatever_the_migratability(lab, namespace, restore_nodes, claim_mode):
     apply(lab, namespace, pvc("disk", claim_mode), vm("none", eviction="None", claim="disk"))
     before = wait_vmi_running(lab, namespace, "none")
     assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-none") is None
@@ -454,7 +497,7 @@ def test_none_shuts_down_whatever_the_migratability(lab, namespace, nodes_restor
     assert items(lab, namespace, "vmim") == []
 
 
-def test_unset_strategy_follows_the_cluster_default(lab, namespace, nodes_restored):
+def test_unset_strategy_follows_the_cluster_default(lab, namespace, restore_nodes):
     """No strategy on the VM: HCO's LiveMigrate (via the KubeVirt CR) applies; with the
     cluster default None the VM is shut down instead."""
     apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("dflt", claim="disk"))
@@ -467,21 +510,26 @@ def test_unset_strategy_follows_the_cluster_default(lab, namespace, nodes_restor
 
     patch_hco(lab, {"evictionStrategy": "None"})
     try:
-        wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "None", "KubeVirt CR default None")
+        wait(
+            lambda: kubevirt_configuration(lab).get("evictionStrategy") == "None", "KubeVirt CR default None"
+        )
         wait(lambda: get(lab, namespace, "pdb", "kubevirt-disruption-budget-dflt") is None, "the PDB to go")
         drain(lab, status(migrated)["nodeName"])
         after = wait_vmi_running(lab, namespace, "dflt", other_than_uid=before["metadata"]["uid"])
         assert status(after)["nodeName"] != status(migrated)["nodeName"]
     finally:
         patch_hco(lab, {"evictionStrategy": "LiveMigrate"})
-        wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrate", "KubeVirt CR default back")
+        wait(
+            lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrate",
+            "KubeVirt CR default back",
+        )
 
 
 @pytest.mark.parametrize(
     "run_strategy, recreated",
     [("Always", True), ("RerunOnFailure", True), ("Manual", False), ("Once", False)],
 )
-def test_run_strategy_after_shutdown_by_eviction(lab, namespace, nodes_restored, run_strategy, recreated):
+def test_run_strategy_after_shutdown_by_eviction(lab, namespace, restore_nodes, run_strategy, recreated):
     objects = [vm("evicted", run_strategy=run_strategy, eviction="None")]
     apply(lab, namespace, *objects)
     if run_strategy == "Manual":
@@ -515,11 +563,16 @@ def test_run_strategies_decide_whether_a_vmi_exists(lab, namespace):
     for name in ("always", "once", "rerun"):
         wait_vmi_running(lab, namespace, name)
     for name in ("manual", "halted"):
-        wait(lambda n=name: status(get(lab, namespace, "vm", n)).get("printableStatus") == "Stopped", f"{name} Stopped")
+        wait(
+            lambda n=name: status(get(lab, namespace, "vm", n)).get("printableStatus") == "Stopped",
+            f"{name} Stopped",
+        )
         assert get(lab, namespace, "vmi", name) is None
 
 
-@pytest.mark.parametrize("run_strategy, recreated", [("Always", True), ("RerunOnFailure", False), ("Once", False)])
+@pytest.mark.parametrize(
+    "run_strategy, recreated", [("Always", True), ("RerunOnFailure", False), ("Once", False)]
+)
 def test_clean_guest_shutdown(lab, namespace, run_strategy, recreated):
     """Always re-creates after any stop; RerunOnFailure and Once not after a clean shutdown."""
     apply(lab, namespace, vm("guest", run_strategy=run_strategy))
@@ -565,7 +618,9 @@ def test_action_table(lab, namespace, before, action, after, effect):
     if effect in ("unchanged", "stopped", "recreated"):
         uid = wait_vmi_running(lab, namespace, "act")["metadata"]["uid"]
     else:
-        wait(lambda: status(get(lab, namespace, "vm", "act")).get("printableStatus") == "Stopped", "VM Stopped")
+        wait(
+            lambda: status(get(lab, namespace, "vm", "act")).get("printableStatus") == "Stopped", "VM Stopped"
+        )
 
     result = virtctl(lab, namespace, "act", action, check=False)
     if effect in ("unchanged", "none"):
@@ -588,7 +643,9 @@ def test_action_table(lab, namespace, before, action, after, effect):
 
 
 def test_deprecated_running_field(lab, namespace):
-    apply(lab, namespace, vm("on", run_strategy=None, running=True), vm("off", run_strategy=None, running=False))
+    apply(
+        lab, namespace, vm("on", run_strategy=None, running=True), vm("off", run_strategy=None, running=False)
+    )
     wait_vmi_running(lab, namespace, "on")
     assert status(get(lab, namespace, "vm", "on"))["runStrategy"] == "Always"
     wait(lambda: status(get(lab, namespace, "vm", "off")).get("printableStatus") == "Stopped", "off Stopped")
@@ -602,11 +659,28 @@ def test_deprecated_running_field(lab, namespace):
 
     # both at once is refused by the admission webhook; replacing one with the other is fine
     both = lab.kubectl(
-        "patch", "vm", "on", "-n", namespace, "--type", "merge", "-p", '{"spec":{"runStrategy":"Manual"}}', check=False
+        "patch",
+        "vm",
+        "on",
+        "-n",
+        namespace,
+        "--type",
+        "merge",
+        "-p",
+        '{"spec":{"runStrategy":"Manual"}}',
+        check=False,
     )
     assert both.returncode != 0 and "mutually exclusive" in both.stderr
     lab.kubectl(
-        "patch", "vm", "on", "-n", namespace, "--type", "merge", "-p", '{"spec":{"runStrategy":"Manual","running":null}}'
+        "patch",
+        "vm",
+        "on",
+        "-n",
+        namespace,
+        "--type",
+        "merge",
+        "-p",
+        '{"spec":{"runStrategy":"Manual","running":null}}',
     )
     assert get(lab, namespace, "vm", "on")["spec"]["runStrategy"] == "Manual"
 
@@ -615,8 +689,15 @@ def test_eviction_strategy_change_reaches_the_vmi_after_a_restart(lab, namespace
     apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("change", eviction="None", claim="disk"))
     before = wait_vmi_running(lab, namespace, "change")
     lab.kubectl(
-        "patch", "vm", "change", "-n", namespace, "--type", "merge",
-        "-p", '{"spec":{"template":{"spec":{"evictionStrategy":"LiveMigrate"}}}}',
+        "patch",
+        "vm",
+        "change",
+        "-n",
+        namespace,
+        "--type",
+        "merge",
+        "-p",
+        '{"spec":{"template":{"spec":{"evictionStrategy":"LiveMigrate"}}}}',
     )
     wait(lambda: get(lab, namespace, "vm", "change")["metadata"]["generation"] == 2, "the VM spec change")
     assert get(lab, namespace, "vmi", "change")["spec"]["evictionStrategy"] == "None"
@@ -642,12 +723,21 @@ def watch_migrations(k8s, namespace, stop):
             if resource_version:
                 kwargs["resource_version"] = resource_version
             for event in watch.Watch().stream(
-                api.list_namespaced_custom_object, GROUP, VERSION, namespace, "virtualmachineinstancemigrations", **kwargs
+                api.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                "virtualmachineinstancemigrations",
+                **kwargs,
             ):
                 obj = event["object"]
                 resource_version = obj["metadata"]["resourceVersion"]
                 events.append(
-                    (obj["metadata"]["name"], status(obj).get("phase") or "", obj["metadata"].get("annotations") or {})
+                    (
+                        obj["metadata"]["name"],
+                        status(obj).get("phase") or "",
+                        obj["metadata"].get("annotations") or {},
+                    )
                 )
 
     thread = threading.Thread(target=run, daemon=True)
@@ -655,15 +745,32 @@ def watch_migrations(k8s, namespace, stop):
     return events, thread
 
 
-def test_migration_phases_and_target_placement(lab, namespace, k8s, nodes_restored):
+def test_migration_phases_and_target_placement(lab, namespace, k8s, restore_nodes):
     pool = workers(lab)[:3]
     apply(
         lab,
         namespace,
         pvc("disk", "ReadWriteMany"),
-        vm("mig", claim="disk", node_selector=None, extra_spec={"affinity": {"nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": pool}]}]}}}}),
+        vm(
+            "mig",
+            claim="disk",
+            node_selector=None,
+            extra_spec={
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "kubernetes.io/hostname", "operator": "In", "values": pool}
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                }
+            },
+        ),
     )
     before = wait_vmi_running(lab, namespace, "mig")
     source = status(before)["nodeName"]
@@ -689,17 +796,29 @@ def test_migration_phases_and_target_placement(lab, namespace, k8s, nodes_restor
     for _, phase, _ in events:
         if phase and (not phases or phases[-1] != phase):
             phases.append(phase)
-    expected = ["Pending", "Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running", "Succeeded"]
+    expected = [
+        "Pending",
+        "Scheduling",
+        "Scheduled",
+        "PreparingTarget",
+        "TargetReady",
+        "Running",
+        "Succeeded",
+    ]
     assert [p for p in phases if p in expected] == expected
     (migration,) = items(lab, namespace, "vmim")
     target_pod = status(migration)["migrationState"]["targetPod"]
     pod = get(lab, namespace, "pod", target_pod)
-    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert all({"key": "metadata.name", "operator": "NotIn", "values": [source]} in t["matchFields"] for t in terms)
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert all(
+        {"key": "metadata.name", "operator": "NotIn", "values": [source]} in t["matchFields"] for t in terms
+    )
     assert pod["metadata"]["labels"]["kubevirt.io/migrationJobUID"] == migration["metadata"]["uid"]
 
 
-def test_migration_with_nowhere_to_go_stays_scheduling(lab, namespace, nodes_restored):
+def test_migration_with_nowhere_to_go_stays_scheduling(lab, namespace, restore_nodes):
     apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("nowhere", claim="disk"))
     before = wait_vmi_running(lab, namespace, "nowhere")
     source = status(before)["nodeName"]
@@ -707,8 +826,16 @@ def test_migration_with_nowhere_to_go_stays_scheduling(lab, namespace, nodes_res
     virtctl(lab, namespace, "nowhere", "migrate")
 
     def target_unschedulable():
-        pods = [p for p in launcher_pods(lab, namespace, before["metadata"]["uid"]) if "kubevirt.io/migrationJobUID" in p["metadata"]["labels"]]
-        return pods and condition(pods[0], "PodScheduled") and condition(pods[0], "PodScheduled")["reason"] == "Unschedulable"
+        pods = [
+            p
+            for p in launcher_pods(lab, namespace, before["metadata"]["uid"])
+            if "kubevirt.io/migrationJobUID" in p["metadata"]["labels"]
+        ]
+        return (
+            pods
+            and condition(pods[0], "PodScheduled")
+            and condition(pods[0], "PodScheduled")["reason"] == "Unschedulable"
+        )
 
     wait(target_unschedulable, "the target pod to be reported unschedulable")
     (migration,) = items(lab, namespace, "vmim")
@@ -723,12 +850,17 @@ def test_migration_with_nowhere_to_go_stays_scheduling(lab, namespace, nodes_res
     assert moved["metadata"]["uid"] == before["metadata"]["uid"]
 
 
-def test_failing_migration_leaves_the_vm_on_its_node(lab, namespace, nodes_restored):
+def test_failing_migration_leaves_the_vm_on_its_node(lab, namespace, restore_nodes):
     apply(
         lab,
         namespace,
         pvc("disk", "ReadWriteMany"),
-        vm("flaky", claim="disk", eviction="LiveMigrate", annotations={"kubevirt-ops.lab/fail-migration": "true"}),
+        vm(
+            "flaky",
+            claim="disk",
+            eviction="LiveMigrate",
+            annotations={"kubevirt-ops.lab/fail-migration": "true"},
+        ),
     )
     before = wait_vmi_running(lab, namespace, "flaky")
     virtctl(lab, namespace, "flaky", "migrate")
@@ -753,8 +885,12 @@ def test_migration_webhook_refusals(lab, namespace):
     wait_vmi_running(lab, namespace, "pinned")
 
     def migrate(vmi_name):
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VirtualMachineInstanceMigration",
-                "metadata": {"generateName": "m-"}, "spec": {"vmiName": vmi_name}}
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"generateName": "m-"},
+            "spec": {"vmiName": vmi_name},
+        }
         return lab.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(body), check=False)
 
     refused = migrate("pinned")
@@ -764,20 +900,33 @@ def test_migration_webhook_refusals(lab, namespace):
     assert items(lab, namespace, "vmim") == []
 
 
-def test_migration_concurrency_caps_are_never_exceeded(lab, namespace, k8s, nodes_restored):
+def test_migration_concurrency_caps_are_never_exceeded(lab, namespace, k8s, restore_nodes):
     per_cluster, per_node = 3, 2
-    patch_hco(lab, {"liveMigrationConfig": {"parallelMigrationsPerCluster": per_cluster, "parallelOutboundMigrationsPerNode": per_node}})
+    patch_hco(
+        lab,
+        {
+            "liveMigrationConfig": {
+                "parallelMigrationsPerCluster": per_cluster,
+                "parallelOutboundMigrationsPerNode": per_node,
+            }
+        },
+    )
     stop = threading.Event()
     try:
         wait(
-            lambda: kubevirt_configuration(lab).get("migrations", {}).get("parallelMigrationsPerCluster") == per_cluster,
+            lambda: kubevirt_configuration(lab).get("migrations", {}).get("parallelMigrationsPerCluster")
+            == per_cluster,
             "the KubeVirt CR to take the caps",
         )
         sources = workers(lab)[:2]
         cordon_all_but(lab, sources)
         names = [f"cap-{i}" for i in range(6)]
-        apply(lab, namespace, *[pvc(f"{n}-disk", "ReadWriteMany") for n in names],
-              *[vm(n, claim=f"{n}-disk", eviction="LiveMigrate", memory="3Gi") for n in names])
+        apply(
+            lab,
+            namespace,
+            *[pvc(f"{n}-disk", "ReadWriteMany") for n in names],
+            *[vm(n, claim=f"{n}-disk", eviction="LiveMigrate", memory="3Gi") for n in names],
+        )
         before = {n: wait_vmi_running(lab, namespace, n)["metadata"]["uid"] for n in names}
         lab.restore_nodes()
 
@@ -785,7 +934,9 @@ def test_migration_concurrency_caps_are_never_exceeded(lab, namespace, k8s, node
         drains = [
             subprocess.Popen(
                 ["kubectl", f"--kubeconfig={lab.kubeconfig}", "drain", node, *DRAIN_FLAGS, "--timeout=600s"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
             for node in sources
         ]
@@ -793,7 +944,8 @@ def test_migration_concurrency_caps_are_never_exceeded(lab, namespace, k8s, node
             _, err = d.communicate(timeout=900)
             assert d.returncode == 0, err
         wait(
-            lambda: sum(1 for m in items(lab, namespace, "vmim") if status(m).get("phase") == "Succeeded") >= len(names),
+            lambda: sum(1 for m in items(lab, namespace, "vmim") if status(m).get("phase") == "Succeeded")
+            >= len(names),
             "every migration to succeed",
         )
         stop.set()
@@ -816,13 +968,21 @@ def test_migration_concurrency_caps_are_never_exceeded(lab, namespace, k8s, node
             assert status(vmi)["nodeName"] not in sources
     finally:
         stop.set()
-        patch_hco(lab, {"liveMigrationConfig": {"parallelMigrationsPerCluster": 5, "parallelOutboundMigrationsPerNode": 2}})
+        patch_hco(
+            lab,
+            {
+                "liveMigrationConfig": {
+                    "parallelMigrationsPerCluster": 5,
+                    "parallelOutboundMigrationsPerNode": 2,
+                }
+            },
+        )
 
 
 # -- drains of launcher pods -------------------------------------------------------------------
 
 
-def test_drain_needs_delete_emptydir_data_and_skips_virt_handler(lab, namespace, nodes_restored):
+def test_drain_needs_delete_emptydir_data_and_skips_virt_handler(lab, namespace, restore_nodes):
     apply(lab, namespace, vm("local", eviction="None"))
     before = wait_vmi_running(lab, namespace, "local")
     node = status(before)["nodeName"]
@@ -832,7 +992,11 @@ def test_drain_needs_delete_emptydir_data_and_skips_virt_handler(lab, namespace,
     refused = drain(lab, node, timeout="20s", check=False, extra=("--delete-emptydir-data", "--force"))
     assert refused.returncode != 0 and "DaemonSet" in refused.stderr
     drain(lab, node)
-    handler = [p for p in items(lab, "kubevirt", "pods", "kubevirt.io=virt-handler") if p["spec"].get("nodeName") == node]
+    handler = [
+        p
+        for p in items(lab, "kubevirt", "pods", "kubevirt.io=virt-handler")
+        if p["spec"].get("nodeName") == node
+    ]
     assert handler, "virt-handler stays on a drained node"
 
 
@@ -842,16 +1006,31 @@ def test_drain_needs_delete_emptydir_data_and_skips_virt_handler(lab, namespace,
 def test_hco_owns_the_kubevirt_configuration(lab):
     patch_hco(lab, {"evictionStrategy": "LiveMigrateIfPossible"})
     try:
-        wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrateIfPossible", "propagation")
-        lab.kubectl("patch", "kubevirt", "kubevirt", "-n", "kubevirt", "--type", "merge",
-                    "-p", '{"spec":{"configuration":{"evictionStrategy":"None"}}}')
-        wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrateIfPossible", "HCO to revert the edit")
+        wait(
+            lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrateIfPossible",
+            "propagation",
+        )
+        lab.kubectl(
+            "patch",
+            "kubevirt",
+            "kubevirt",
+            "-n",
+            "kubevirt",
+            "--type",
+            "merge",
+            "-p",
+            '{"spec":{"configuration":{"evictionStrategy":"None"}}}',
+        )
+        wait(
+            lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrateIfPossible",
+            "HCO to revert the edit",
+        )
     finally:
         patch_hco(lab, {"evictionStrategy": "LiveMigrate"})
         wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrate", "restore")
 
 
-def test_hco_obsolete_cpus_and_node_labeller(lab, nodes_restored):
+def test_hco_obsolete_cpus_and_node_labeller(lab, restore_nodes):
     label = "cpu-model.node.kubevirt.io/Penryn"
     skipped, followed = workers(lab)[:2]
 
@@ -863,7 +1042,10 @@ def test_hco_obsolete_cpus_and_node_labeller(lab, nodes_restored):
     lab.kubectl("annotate", "node", skipped, "node-labeller.kubevirt.io/skip-node=true", "--overwrite")
     try:
         patch_hco(lab, {"obsoleteCPUs": {"cpuModels": ["Penryn"], "minCPUModel": "Haswell-noTSX"}})
-        wait(lambda: kubevirt_configuration(lab).get("obsoleteCPUModels", {}).get("Penryn") is True, "propagation")
+        wait(
+            lambda: kubevirt_configuration(lab).get("obsoleteCPUModels", {}).get("Penryn") is True,
+            "propagation",
+        )
         models = kubevirt_configuration(lab)["obsoleteCPUModels"]
         assert models.get("486") is True and models.get("Opteron_G2-v1") is True
         hco = get(lab, HCO[4], "hyperconverged", HCO[2])
@@ -874,8 +1056,18 @@ def test_hco_obsolete_cpus_and_node_labeller(lab, nodes_restored):
         wait(lambda: label not in labels(skipped), "labelling to resume on the skipped node")
     finally:
         lab.kubectl("annotate", "node", skipped, "node-labeller.kubevirt.io/skip-node-", check=False)
-        lab.kubectl("patch", "hyperconverged", HCO[2], "-n", HCO[4], "--type", "json",
-                    "-p", '[{"op":"remove","path":"/spec/obsoleteCPUs"}]', check=False)
+        lab.kubectl(
+            "patch",
+            "hyperconverged",
+            HCO[2],
+            "-n",
+            HCO[4],
+            "--type",
+            "json",
+            "-p",
+            '[{"op":"remove","path":"/spec/obsoleteCPUs"}]',
+            check=False,
+        )
     wait(lambda: labels(followed).get(label) == "true", "the label to come back")
 
 
@@ -903,7 +1095,7 @@ MAINTENANCE_TAINTS = {("node.kubernetes.io/unschedulable", "NoSchedule"), ("medi
 EXCLUDE_LABEL = "remediation.medik8s.io/exclude-from-remediation"
 
 
-def test_node_maintenance_round_trip(lab, namespace, nodes_restored):
+def test_node_maintenance_round_trip(lab, namespace, restore_nodes):
     apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("maint", claim="disk", eviction="LiveMigrate"))
     before = wait_vmi_running(lab, namespace, "maint")
     node = status(before)["nodeName"]
@@ -912,7 +1104,8 @@ def test_node_maintenance_round_trip(lab, namespace, nodes_restored):
     try:
         nm = wait(
             lambda: (m := get(lab, None, "nodemaintenances.nodemaintenance.medik8s.io", name))
-            and status(m).get("phase") == "Succeeded" and m,
+            and status(m).get("phase") == "Succeeded"
+            and m,
             "the NodeMaintenance to succeed",
         )
         st = status(nm)
@@ -927,7 +1120,9 @@ def test_node_maintenance_round_trip(lab, namespace, nodes_restored):
         assert after["metadata"]["uid"] == before["metadata"]["uid"] and status(after)["nodeName"] != node
         assert lab.kubectl("get", "nm", name, "-o", "name").stdout.strip().endswith(name)
     finally:
-        lab.kubectl("delete", "nodemaintenances.nodemaintenance.medik8s.io", name, "--wait=true", "--timeout=120s")
+        lab.kubectl(
+            "delete", "nodemaintenances.nodemaintenance.medik8s.io", name, "--wait=true", "--timeout=120s"
+        )
     node_obj = get(lab, None, "node", node)
     assert not node_obj["spec"].get("unschedulable")
     assert not MAINTENANCE_TAINTS & taint_keys(lab, node)
@@ -935,13 +1130,16 @@ def test_node_maintenance_round_trip(lab, namespace, nodes_restored):
     assert status(get(lab, namespace, "vmi", "maint"))["nodeName"] != node  # VMs do not move back
 
 
-def test_node_maintenance_legacy_group_round_trip(lab, nodes_restored):
+def test_node_maintenance_legacy_group_round_trip(lab, restore_nodes):
     node = workers(lab)[-1]
     name = "legacy-maintenance"
     group = "nodemaintenances.nodemaintenance.kubevirt.io"
     create(lab, node_maintenance(name, node, group="nodemaintenance.kubevirt.io"))
     try:
-        wait(lambda: status(get(lab, None, group, name)).get("phase") == "Succeeded", "the legacy CR to succeed")
+        wait(
+            lambda: status(get(lab, None, group, name)).get("phase") == "Succeeded",
+            "the legacy CR to succeed",
+        )
         assert MAINTENANCE_TAINTS <= taint_keys(lab, node)
     finally:
         lab.kubectl("delete", group, name, "--wait=true", "--timeout=120s")
@@ -949,7 +1147,7 @@ def test_node_maintenance_legacy_group_round_trip(lab, nodes_restored):
     assert not get(lab, None, "node", node)["spec"].get("unschedulable")
 
 
-def test_node_maintenance_blocked_by_a_non_migratable_vm(lab, namespace, nodes_restored):
+def test_node_maintenance_blocked_by_a_non_migratable_vm(lab, namespace, restore_nodes):
     apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("blocker", claim="disk", eviction="LiveMigrate"))
     before = wait_vmi_running(lab, namespace, "blocker")
     node = status(before)["nodeName"]
@@ -958,7 +1156,9 @@ def test_node_maintenance_blocked_by_a_non_migratable_vm(lab, namespace, nodes_r
     create(lab, node_maintenance(name, node))
     try:
         nm = wait(
-            lambda: (m := get(lab, None, "nm", name)) and "not live-migratable" in status(m).get("lastError", "") and m,
+            lambda: (m := get(lab, None, "nm", name))
+            and "not live-migratable" in status(m).get("lastError", "")
+            and m,
             "the NodeMaintenance to report the refusal",
         )
         assert status(nm)["phase"] == "Running"
@@ -970,7 +1170,7 @@ def test_node_maintenance_blocked_by_a_non_migratable_vm(lab, namespace, nodes_r
         lab.kubectl("delete", "nm", name, "--wait=true", "--timeout=120s")
 
 
-def test_node_maintenance_webhook_refusals(lab, nodes_restored):
+def test_node_maintenance_webhook_refusals(lab, restore_nodes):
     node = workers(lab)[0]
     unknown = create(lab, node_maintenance("nm-unknown", "no-such-node"), check=False)
     assert unknown.returncode != 0 and "no node with name no-such-node found" in unknown.stderr
@@ -978,10 +1178,20 @@ def test_node_maintenance_webhook_refusals(lab, nodes_restored):
     try:
         second = create(lab, node_maintenance("nm-second", node), check=False)
         assert second.returncode != 0 and "already exists" in second.stderr
-        legacy = create(lab, node_maintenance("nm-legacy", node, group="nodemaintenance.kubevirt.io"), check=False)
+        legacy = create(
+            lab, node_maintenance("nm-legacy", node, group="nodemaintenance.kubevirt.io"), check=False
+        )
         assert legacy.returncode != 0 and "already exists" in legacy.stderr
-        moved = lab.kubectl("patch", "nm", "nm-first", "--type", "merge",
-                            "-p", json.dumps({"spec": {"nodeName": workers(lab)[-1]}}), check=False)
+        moved = lab.kubectl(
+            "patch",
+            "nm",
+            "nm-first",
+            "--type",
+            "merge",
+            "-p",
+            json.dumps({"spec": {"nodeName": workers(lab)[-1]}}),
+            check=False,
+        )
         assert moved.returncode != 0 and "isn't allowed" in moved.stderr
     finally:
         lab.kubectl("delete", "nm", "nm-first", "--wait=true", "--timeout=120s")
@@ -1003,7 +1213,7 @@ def test_simulator_survives_an_apiserver_restart(lab, namespace):
 # -- node failure (last: it deletes and re-creates a node) --------------------------------------
 
 
-def test_vmis_keep_their_place_on_a_failed_node_until_it_is_deleted(lab, namespace, nodes_restored):
+def test_vmis_keep_their_place_on_a_failed_node_until_it_is_deleted(lab, namespace, restore_nodes):
     target = workers(lab)[-1]
     cordon_all_but(lab, [target])
     apply(lab, namespace, vm("keeper", run_strategy="Always"), vm("manual", run_strategy="Manual"))
@@ -1015,12 +1225,17 @@ def test_vmis_keep_their_place_on_a_failed_node_until_it_is_deleted(lab, namespa
     try:
         lab.node_fail(target)
         wait(
-            lambda: get(lab, None, "node", target)["metadata"]["labels"].get("kubevirt.io/schedulable") == "false",
+            lambda: get(lab, None, "node", target)["metadata"]["labels"].get("kubevirt.io/schedulable")
+            == "false",
             "virt-handler's heartbeat label to drop",
         )
         for name, uid in (("keeper", keeper["metadata"]["uid"]), ("manual", manual["metadata"]["uid"])):
             vmi = get(lab, namespace, "vmi", name)
-            assert (vmi["metadata"]["uid"], status(vmi)["nodeName"], status(vmi)["phase"]) == (uid, target, "Running")
+            assert (vmi["metadata"]["uid"], status(vmi)["nodeName"], status(vmi)["phase"]) == (
+                uid,
+                target,
+                "Running",
+            )
 
         lab.kubectl("delete", "node", target)
         moved = wait_vmi_running(lab, namespace, "keeper", other_than_uid=keeper["metadata"]["uid"])
@@ -1030,6 +1245,7 @@ def test_vmis_keep_their_place_on_a_failed_node_until_it_is_deleted(lab, namespa
         lab.cli("up")
         lab.node_recover(target)
         wait(
-            lambda: get(lab, None, "node", target)["metadata"]["labels"].get("kubevirt.io/schedulable") == "true",
+            lambda: get(lab, None, "node", target)["metadata"]["labels"].get("kubevirt.io/schedulable")
+            == "true",
             "the node to be a KubeVirt node again",
         )

@@ -20,6 +20,7 @@ from vm_fixtures import (
     launcher_pod,
     list_vms,
     own_eviction,
+    settled,
     uid,
     versions,
     wait_migratable_known,
@@ -49,6 +50,8 @@ def test_200_vms_across_namespaces_by_selector(k8s, namespaces, run_module):
     for i in range(3):
         wait_vmi(k8s, spaces[i], "run-%d" % i)
     args = {"all_namespaces": True, "label_selector": "tier=db", "strategy": "LiveMigrateIfPossible"}
+    for ns in spaces:
+        settled(k8s, ns)
     before = dict((ns, versions(k8s, ns)) for ns in spaces)
 
     checked = run_module("vm_eviction_strategy", args, check=True)
@@ -70,6 +73,8 @@ def test_200_vms_across_namespaces_by_selector(k8s, namespaces, run_module):
                 assert vm["metadata"]["resourceVersion"] != before[ns][key]
             else:
                 assert vm["metadata"]["resourceVersion"] == before[ns][key], "%s is not selected" % key
+    for ns in spaces:
+        settled(k8s, ns)
     after = dict((ns, versions(k8s, ns)) for ns in spaces)
 
     again = run_module("vm_eviction_strategy", args)
@@ -176,7 +181,7 @@ def test_cluster_scope_changes_the_effective_strategy_of_vmis_without_their_own(
 
 def test_bad_input(k8s, namespace, run_module):
     create_vm(k8s, namespace, "a", run_strategy="Halted")
-    before = versions(k8s, namespace)
+    before = settled(k8s, namespace)
     failed = run_module("vm_eviction_strategy", {"name": "a", "strategy": "None"})
     assert failed["failed"] and failed["msg"].startswith("Option name=a needs namespace")
     failed = run_module("vm_eviction_strategy", {"namespace": namespace})

@@ -11,6 +11,7 @@ from vm_fixtures import (
     get_vmi,
     phase,
     run_strategy_of,
+    settled,
     uid,
     versions,
     wait_vmi,
@@ -81,7 +82,7 @@ def test_transition_table(k8s, namespace, act):
         assert run_strategy_of(get_vm(k8s, namespace, name)) == strategy
 
     # Halted (and a stopped Manual VM): stop and restart are no-ops
-    before = versions(k8s, namespace)
+    before = settled(k8s, namespace)
     for action in ("stop", "restart"):
         result = act(namespace, action)
         assert result["changed"] is False and all(v["action"] is None for v in result["vms"])
@@ -94,7 +95,7 @@ def test_run_strategy_changes_and_running_conversion(k8s, namespace, run_module)
     create_vm(k8s, namespace, "legacy-off", running=False)
     create_vm(k8s, namespace, "once", run_strategy="Halted")
     old = uid(wait_vmi(k8s, namespace, "legacy-on"))
-    before = versions(k8s, namespace)
+    before = settled(k8s, namespace)
 
     checked = run_module("vm_run_strategy", {"namespace": namespace, "run_strategy": "Always"}, check=True, diff=True)
     assert checked["changed"] is True and versions(k8s, namespace) == before

@@ -83,6 +83,24 @@ def versions(k8s, namespace=None, label_selector=None):
                 for v in list_vms(k8s, namespace, label_selector))
 
 
+def settled(k8s, namespace=None, label_selector=None, timeout=60):
+    """Until the VM controller has caught up with every VM (status observed, nothing moving), so that
+    resourceVersions compared afterwards change only by what the test does."""
+    last = {}
+
+    def quiet():
+        vms = list_vms(k8s, namespace, label_selector)
+        observed = all((v.get("status") or {}).get("observedGeneration") == v["metadata"].get("generation")
+                       and (v.get("status") or {}).get("printableStatus") in ("Running", "Stopped") for v in vms)
+        now = dict(("%s/%s" % (v["metadata"]["namespace"], v["metadata"]["name"]), v["metadata"]["resourceVersion"])
+                   for v in vms)
+        same = now == last.get("versions")
+        last["versions"] = now
+        return observed and same and now
+
+    return wait_for(quiet, timeout, "the VMs to settle", interval=1.0)
+
+
 def run_strategy_of(vm):
     return vm["spec"].get("runStrategy")
 

@@ -149,4 +149,3 @@ def test_hco_obsolete_cpus(api, capsys):
 def test_hco_obsolete_cpus_without_hco(api, capsys):
     result = run(hco_obsolete_cpus, {"cpu_models": ["Penryn"]}, capsys)
     assert result["failed"] and result["msg"].startswith("No HyperConverged named kubevirt-hyperconverged exists")
-

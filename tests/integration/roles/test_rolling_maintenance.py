@@ -1,0 +1,271 @@
+"""The rolling_maintenance role on the lab, run as an operator runs it (ansible-playbook).
+
+Each test names its own cluster lock, so a lock left by one test never blocks another, and
+puts every worker back in service afterwards. The lab needs at least 4 workers.
+"""
+
+import datetime
+import json
+import os
+import uuid
+
+import pytest
+from kubernetes import client
+
+import runs
+import workloads
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+PLAYBOOK = os.path.join(REPO, "playbooks", "rolling_maintenance.yml")
+HOSTS_PLAYBOOK = os.path.join(REPO, "playbooks", "rolling_maintenance_hosts.yml")
+WORKERS = ["lab-worker-1", "lab-worker-2", "lab-worker-3", "lab-worker-4"]
+LOCK_NAMESPACE = "kube-system"
+DAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+
+
+@pytest.fixture
+def lock_name():
+    return "test-rolling-%s" % uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def workers_back(lab, k8s):
+    """Ends any maintenance a test left on the workers, even when the test failed."""
+    yield
+    for name in WORKERS:
+        runs.module(lab.kubeconfig, "node_maintenance", {"name": name, "state": "absent"})
+    lab.restore_nodes()
+
+
+@pytest.fixture
+def task_files(tmp_path):
+    """Node task files: one that works (and takes a moment), one that fails on a chosen node."""
+    ok = tmp_path / "ok.yml"
+    ok.write_text(
+        "- name: Pretend to work on the node\n"
+        "  ansible.builtin.wait_for:\n"
+        "    timeout: \"{{ node_task_seconds | default(1) | int }}\"\n")
+    failing = tmp_path / "failing.yml"
+    failing.write_text(
+        "- name: Update the firmware\n"
+        "  ansible.builtin.fail:\n"
+        "    msg: firmware update of {{ rolling_maintenance_node }} exited 1\n"
+        "  when: rolling_maintenance_node == (fail_on_node | default(''))\n")
+    return {"ok": str(ok), "failing": str(failing)}
+
+
+def base_vars(tmp_path, lock, **extra):
+    values = {
+        "rolling_maintenance_lock_name": lock,
+        "rolling_maintenance_report_dir": str(tmp_path / "reports"),
+        "rolling_maintenance_drain_timeout": 300,
+        "rolling_maintenance_ready_timeout": 120,
+        "rolling_maintenance_verify_timeout": 180,
+        "rolling_maintenance_lock_ttl": 900,
+    }
+    values.update(extra)
+    return values
+
+
+def node_marks(k8s):
+    """What maintenance changes on a node, per worker (resourceVersions move with heartbeats)."""
+    marks = {}
+    for node in client.CoreV1Api(k8s).list_node().items:
+        if node.metadata.name not in WORKERS:
+            continue
+        marks[node.metadata.name] = (
+            bool(node.spec.unschedulable),
+            sorted((t.key, t.effect) for t in node.spec.taints or []),
+            sorted((node.metadata.annotations or {}).items()),
+            sorted((node.metadata.labels or {}).items()),
+        )
+    return marks
+
+
+def maintenances(k8s):
+    data = client.CustomObjectsApi(k8s).list_cluster_custom_object("nodemaintenance.medik8s.io", "v1beta1",
+                                                                    "nodemaintenances")
+    return sorted(item["metadata"]["name"] for item in data.get("items") or [])
+
+
+def lease(k8s, name):
+    try:
+        return client.CoordinationV1Api(k8s).read_namespaced_lease(name, LOCK_NAMESPACE)
+    except client.exceptions.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def in_service(k8s, name):
+    node = client.CoreV1Api(k8s).read_node(name)
+    taints = [t.key for t in node.spec.taints or []]
+    return not node.spec.unschedulable and "medik8s.io/drain" not in taints
+
+
+def failure_messages(run):
+    return [result.get("msg", "") for _task, result in run.failures()]
+
+
+def report_of(tmp_path):
+    reports = sorted((tmp_path / "reports").glob("rolling-maintenance-*/report.json"))
+    assert reports, "no report was written"
+    with open(str(reports[-1])) as handle:
+        return json.load(handle)
+
+
+@pytest.fixture
+def four_vms(k8s, namespace):
+    """One migratable VM pinned nowhere, per worker on average."""
+    names = ["vm-%d" % i for i in range(1, 5)]
+    for name in names:
+        workloads.create_vm(k8s, namespace, name, memory="512Mi")
+    workloads.wait_vms_running(k8s, namespace, names)
+    return names
+
+
+def test_bad_input_is_refused_with_a_clear_message(lab, k8s, tmp_path, lock_name):
+    before = node_marks(k8s)
+    bad_order = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=["lab-worker-1"], rolling_maintenance_order="sideways"))
+    assert bad_order.returncode != 0
+    text = " ".join(failure_messages(bad_order))
+    assert "rolling_maintenance_order" in text and "given, fewest_vms_first" in text, text
+
+    both = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=["lab-worker-1"],
+        rolling_maintenance_node_selector="node-role.kubernetes.io/worker"))
+    assert both.returncode != 0
+    assert any("either as rolling_maintenance_nodes" in m and "not both" in m for m in failure_messages(both))
+
+    bad_window = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=["lab-worker-1"],
+        rolling_maintenance_window={"days": ["someday"], "start": "01:00", "end": "02:00"}))
+    assert bad_window.returncode != 0
+    assert any("someday" in m and "rolling_maintenance_window" in m for m in failure_messages(bad_window)), \
+        failure_messages(bad_window)
+    assert node_marks(k8s) == before
+    assert lease(k8s, lock_name) is None
+
+
+def test_closed_window_changes_nothing(lab, k8s, tmp_path, lock_name, workers_back):
+    today = DAYS[datetime.datetime.now(datetime.timezone.utc).weekday()]
+    # Open only on a day that is neither today nor tomorrow (a window opening late today could be open now).
+    other_days = [d for d in DAYS if d != today][2:4]
+    before = node_marks(k8s), maintenances(k8s)
+    run = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_node_selector="node-role.kubernetes.io/worker",
+        rolling_maintenance_window={"days": other_days, "start": "01:00", "end": "02:00", "timezone": "UTC"}))
+    assert run.returncode == 0, run.output[-3000:]
+    assert "Outside the maintenance window" in run.output and "Nothing was changed." in run.output
+    assert (node_marks(k8s), maintenances(k8s)) == before
+    assert lease(k8s, lock_name) is None
+    assert not (tmp_path / "reports").exists()
+
+    strict = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_node_selector="node-role.kubernetes.io/worker",
+        rolling_maintenance_window_closed="fail",
+        rolling_maintenance_window={"days": other_days, "start": "01:00", "end": "02:00"}))
+    assert strict.returncode != 0
+    assert any("Outside the maintenance window" in m for m in failure_messages(strict))
+    assert (node_marks(k8s), maintenances(k8s)) == before
+
+
+def test_blocker_on_node_3_fails_preflight_before_node_1_is_touched(lab, k8s, namespace, tmp_path, lock_name,
+                                                                   workers_back):
+    workloads.create_vm(k8s, namespace, "stuck", migratable=False, eviction="LiveMigrate", memory="512Mi",
+                        node_selector={"kubernetes.io/hostname": "lab-worker-3"})
+    workloads.wait_vms_running(k8s, namespace, ["stuck"])
+    before = node_marks(k8s), maintenances(k8s)
+    run = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(tmp_path, lock_name, rolling_maintenance_nodes=WORKERS))
+    assert run.returncode != 0
+    messages = failure_messages(run)
+    assert any("Preflight found" in m and "VM %s/stuck cannot leave node lab-worker-3" % namespace in m
+               for m in messages), messages
+    assert "Nothing was changed" in run.output
+    assert (node_marks(k8s), maintenances(k8s)) == before
+    assert not any(task.startswith("Enter maintenance") for task, _result in run.results())
+    # The lock was never taken, so nothing is left behind.
+    held = lease(k8s, lock_name)
+    assert held is None or not held.spec.holder_identity
+
+
+def test_two_concurrent_runs_exactly_one_proceeds(lab, k8s, tmp_path, lock_name, task_files, workers_back):
+    extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=["lab-worker-1"],
+                      rolling_maintenance_node_tasks=task_files["ok"], node_task_seconds=8)
+    first = runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra)
+    second = runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra)
+    try:
+        codes = [first.wait(600), second.wait(600)]
+        outputs = [first.output(), second.output()]
+    finally:
+        first.close()
+        second.close()
+    assert codes.count(0) == 1, (codes, [o[-2000:] for o in outputs])
+    loser = outputs[codes.index(max(codes))]
+    assert "kube-system/%s" % lock_name in loser and "held by" in loser, loser[-3000:]
+    assert "Nothing was changed" in loser
+    winner = outputs[codes.index(0)]
+    assert "[1/1 lab-worker-1] done" in winner
+    assert in_service(k8s, "lab-worker-1")
+    assert not lease(k8s, lock_name).spec.holder_identity
+
+
+def test_failure_on_node_2_stops_the_run_and_a_rerun_finishes_it(lab, k8s, tmp_path, lock_name, task_files,
+                                                                 four_vms, namespace, workers_back):
+    running_before = sorted(workloads.vm_nodes(k8s, namespace))
+    extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=WORKERS,
+                      rolling_maintenance_node_tasks=task_files["failing"], fail_on_node="lab-worker-2")
+    run = runs.playbook(lab.kubeconfig, PLAYBOOK, extra)
+    assert run.returncode != 0
+    final = failure_messages(run)[-1]
+    assert "Done: lab-worker-1." in final, final
+    assert "Failed and left cordoned (in maintenance): lab-worker-2." in final
+    assert "Not started: lab-worker-3, lab-worker-4." in final
+    assert "The cluster lock was released." in final
+    assert '"rolling_maintenance_nodes": ["lab-worker-2", "lab-worker-3", "lab-worker-4"]' in final
+    assert any("firmware update of lab-worker-2 exited 1" in m for m in failure_messages(run))
+    assert in_service(k8s, "lab-worker-1")
+    assert not in_service(k8s, "lab-worker-2")
+    assert in_service(k8s, "lab-worker-3") and in_service(k8s, "lab-worker-4")
+    assert not lease(k8s, lock_name).spec.holder_identity
+    report = report_of(tmp_path)
+    assert report["status"] == "failed" and report["untouched"] == ["lab-worker-3", "lab-worker-4"]
+    assert [n["status"] for n in report["nodes"]] == ["done", "failed"]
+    assert report["nodes"][1]["phases"]["tasks"]["failed"]
+
+    # What the message says to run: the remaining nodes; the node left in maintenance is finished first.
+    rerun = runs.playbook(lab.kubeconfig, PLAYBOOK, dict(extra, fail_on_node="", rolling_maintenance_nodes=[
+        "lab-worker-2", "lab-worker-3", "lab-worker-4"]))
+    assert rerun.returncode == 0, rerun.output[-4000:]
+    assert "Node lab-worker-2 was left in maintenance by an earlier run" in rerun.output
+    assert all(in_service(k8s, name) for name in WORKERS)
+    assert sorted(workloads.vm_nodes(k8s, namespace)) == running_before
+    report = report_of(tmp_path)
+    assert report["status"] == "succeeded"
+    assert [n["node"] for n in report["nodes"]] == ["lab-worker-2", "lab-worker-3", "lab-worker-4"]
+
+
+def test_host_based_play_with_the_inventory_plugin(lab, k8s, tmp_path, lock_name, task_files, workers_back):
+    inventory = tmp_path / "lab.nodes.yml"
+    inventory.write_text("plugin: kubevirt_ops.maintenance.nodes\n")
+    listed = runs._run([os.path.join(runs.BIN, "ansible-inventory"), "-i", str(inventory), "--list"],
+                       lab.kubeconfig, None, 300)
+    assert listed.returncode == 0, listed.output[-3000:]
+    hosts = json.loads(listed.stdout)
+    assert sorted(hosts["workers"]["hosts"]) == sorted(WORKERS)
+    assert hosts["control_plane"]["hosts"] == ["lab-cp-1"]
+    assert hosts["_meta"]["hostvars"]["lab-worker-1"]["node_simulated"] is True
+
+    argv = [os.path.join(runs.BIN, "ansible-playbook"), "-i", str(inventory), HOSTS_PLAYBOOK, "-e", json.dumps(
+        base_vars(tmp_path, lock_name, rolling_maintenance_target="lab-worker-3:lab-worker-4",
+                  rolling_maintenance_node_tasks=task_files["ok"], rolling_maintenance_reboot=True))]
+    run = runs._run(argv, lab.kubeconfig, None, 900)
+    assert run.returncode == 0, run.output[-4000:]
+    assert "lab-worker-3] done" in run.output and "lab-worker-4] done" in run.output
+    assert "Reboot simulated" in run.output
+    report = report_of(tmp_path)
+    assert report["status"] == "succeeded" and [n["node"] for n in report["nodes"]] == ["lab-worker-3", "lab-worker-4"]
+    assert all(in_service(k8s, name) for name in WORKERS)
+    assert not lease(k8s, lock_name).spec.holder_identity

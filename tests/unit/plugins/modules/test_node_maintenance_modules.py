@@ -1,0 +1,253 @@
+"""node_maintenance, node_maintenance_info and node_decommission end to end (argument spec,
+wrapper, plan, drain engine) against the in-memory API server; what they return must be
+what their RETURN documentation says."""
+
+import json
+
+import pytest
+import yaml
+
+from drain_cluster import ReplicaSetSimulator, cluster, kubevirt_cr, launcher, node, pdb, pod, vm, vmi
+
+from ansible.module_utils import basic
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import drain
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes
+from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
+    node_decommission,
+    node_maintenance,
+    node_maintenance_info,
+)
+
+try:
+    from ansible.module_utils.testing import patch_module_args
+except ImportError:  # ansible-core < 2.19
+    import contextlib
+
+    from ansible.module_utils.common.text.converters import to_bytes
+
+    @contextlib.contextmanager
+    def patch_module_args(args):
+        old = basic._ANSIBLE_ARGS
+        basic._ANSIBLE_ARGS = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+        try:
+            yield
+        finally:
+            basic._ANSIBLE_ARGS = old
+
+STANDARD_KEYS = {"changed", "failed", "msg", "warnings", "invocation", "diff", "deprecations"}
+
+
+@pytest.fixture
+def api(monkeypatch):
+    monkeypatch.setattr(drain, "BACKOFF_START", 0.05)
+    monkeypatch.setattr(drain, "BACKOFF_CAP", 0.4)
+    client, server = cluster(workers=3)
+    server.add("KubeVirt", kubevirt_cr("LiveMigrate"))
+    monkeypatch.setattr(module_mod.MaintenanceModule, "client", property(lambda self: client))
+    return server
+
+
+def run(module, args, capsys, check=False, diff=False):
+    args = dict(args)
+    if check:
+        args["_ansible_check_mode"] = True
+    if diff:
+        args["_ansible_diff"] = True
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            module.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def assert_documented(result, module):
+    doc = yaml.safe_load(module.RETURN)
+
+    def check(value, spec, where):
+        if value is None:
+            return
+        if spec.get("type") == "list" and spec.get("contains"):
+            for item in value:
+                check(item, {"type": "dict", "contains": spec["contains"]}, where + "[]")
+        elif spec.get("type") == "dict" and spec.get("contains"):
+            for key in value:
+                assert key in spec["contains"], "%s.%s is returned but not documented" % (where, key)
+                check(value[key], spec["contains"][key], where + "." + key)
+
+    for key, value in result.items():
+        if key in STANDARD_KEYS:
+            continue
+        assert key in doc, "%s is returned but not documented" % key
+        check(value, doc[key], key)
+    for key, spec in doc.items():
+        if spec.get("returned") == "always":
+            assert key in result, "%s is documented as always returned" % key
+
+
+def add_vm(server, name, node_name="worker-1", run_strategy="Always", **vmi_args):
+    instance = vmi(name, node_name=node_name, **vmi_args)
+    server.add("VirtualMachine", vm(name, run_strategy=run_strategy))
+    server.add("VirtualMachineInstance", instance)
+    server.add("Pod", launcher(instance))
+    return instance
+
+
+def versions(server):
+    return dict((key, obj["metadata"]["resourceVersion"]) for key, obj in server.objects.items())
+
+
+def test_check_mode_diff_run_rerun_and_absent(api, capsys):
+    for i in range(4):
+        api.add("Pod", pod("web-%d" % i))
+    api.add("PodDisruptionBudget", pdb("web", allowed=1, expected=4, desired=3))
+    ReplicaSetSimulator(api)
+    add_vm(api, "batch", eviction="None", run_strategy="Manual")
+    before = versions(api)
+
+    checked = run(node_maintenance, {"name": "worker-1"}, capsys, check=True, diff=True)
+    assert versions(api) == before and [r for r in api.requests if r[0] != "GET"] == []
+    assert checked["changed"] is True and checked["phase"] == "Succeeded"
+    assert checked["plan"]["evict"][:1] == ["ns1/virt-launcher-batch-abcde"]
+    assert checked["vms"]["shut_down"] == [{"namespace": "ns1", "name": "batch", "source": "worker-1",
+                                            "run_strategy": "Manual", "outcome": "stay_stopped"}]
+    assert checked["diff"]["after"]["unschedulable"] is True
+    assert_documented(checked, node_maintenance)
+
+    result = run(node_maintenance, {"name": "worker-1", "reason": "bios"}, capsys, diff=True)
+    assert result["changed"] is True and result["phase"] == "Succeeded", result
+    assert result["eviction_pods"] == 5 and result["pending_pods"] == [] and result["drain_progress"] == 100
+    assert result["vms"]["shut_down"][0]["name"] == "batch"
+    assert_documented(result, node_maintenance)
+    worker = api.get("Node", "worker-1")
+    assert worker["spec"]["unschedulable"] is True
+    assert nodes.maintenance_record(worker)["phase"] == "Succeeded"
+
+    again = run(node_maintenance, {"name": "worker-1", "reason": "bios"}, capsys)
+    assert again["changed"] is False and again["phase"] == "Succeeded"
+
+    info = run(node_maintenance_info, {"name": "worker-1"}, capsys)
+    assert info["nodes"][0]["in_maintenance"] is True and info["nodes"][0]["maintenance_phase"] == "Succeeded"
+    assert_documented(info, node_maintenance_info)
+
+    left = run(node_maintenance, {"name": "worker-1", "state": "absent"}, capsys, diff=True)
+    assert left["changed"] is True and "do not move back by themselves" in left["msg"]
+    assert_documented(left, node_maintenance)
+    worker = api.get("Node", "worker-1")
+    assert not worker["spec"].get("unschedulable") and not worker["spec"].get("taints")
+    assert run(node_maintenance, {"name": "worker-1", "state": "absent"}, capsys)["changed"] is False
+
+
+def test_blockers_fail_before_any_write_and_match_info(api, capsys):
+    add_vm(api, "db", migratable=False)
+    info = run(node_maintenance_info, {"label_selector": "node-role.kubernetes.io/worker"}, capsys)
+    assert [n["name"] for n in info["nodes"]] == ["worker-1", "worker-2", "worker-3"]
+    blockers = info["nodes"][0]["plan"]["blockers"]
+    assert len(blockers) == 1 and blockers[0].startswith("VM ns1/db cannot leave node worker-1")
+    before = versions(api)
+    failed = run(node_maintenance, {"name": "worker-1"}, capsys)
+    assert failed["failed"] and failed["blockers"] == blockers
+    assert failed["msg"] == "Node worker-1 cannot enter maintenance (non_migratable=fail): %s" % blockers[0]
+    assert versions(api) == before
+
+
+def test_shutdown_policy_deletes_exactly_the_blocking_vmis(api, capsys):
+    blocking = add_vm(api, "db", migratable=False)
+    add_vm(api, "web", eviction="LiveMigrateIfPossible", migratable=False)
+
+    def vmi_deleted(method, kind, name):
+        if method == "DELETE" and kind == "VirtualMachineInstance":
+            api.objects.pop(("Pod", "ns1", "virt-launcher-%s-abcde" % name), None)
+            api.rv += 1
+            api.events.append((api.rv, "Pod", "DELETED", launcher(blocking)))
+
+    api.before_write = vmi_deleted
+    result = run(node_maintenance, {"name": "worker-1", "non_migratable": "shutdown", "wait_timeout": 30}, capsys)
+    assert result["phase"] == "Succeeded", result
+    deletes = [r for r in api.requests if r[0] == "DELETE"]
+    assert deletes == [("DELETE", "VirtualMachineInstance", "db")]
+    assert sorted(v["name"] for v in result["vms"]["shut_down"]) == ["db", "web"]
+
+
+def test_bad_input_is_one_sentence_and_changes_nothing(api, capsys):
+    before = versions(api)
+    for args, message in [
+        ({"name": "worker-9"}, "Node worker-9 does not exist."),
+        ({"name": "worker-1", "pod_selector": "app in (web"},
+         "Option pod_selector has an invalid label selector term 'app in (web': "),
+        ({"name": "worker-1", "method": "cr"}, "method=cr needs the NodeMaintenance CRD"),
+    ]:
+        api.served.discard("NodeMaintenance")
+        api.served.discard("LegacyNodeMaintenance")
+        failed = run(node_maintenance, args, capsys)
+        assert failed["failed"] and failed["msg"].startswith(message), failed["msg"]
+    failed = run(node_maintenance_info, {"label_selector": "node-role.kubernetes.io/wroker"}, capsys)
+    assert failed["msg"] == "No node matches label_selector 'node-role.kubernetes.io/wroker'."
+    api.add("Pod", pod("web-a"))
+    before = versions(api)
+    api.denied.add(("create", "pods/eviction"))
+    failed = run(node_maintenance, {"name": "worker-1"}, capsys)
+    assert failed["msg"] == ("Cannot drain node worker-1: permission denied: the current user may not create "
+                             "pods/eviction, create pods/eviction in namespace ns1.")
+    assert versions(api) == before
+
+
+def test_timeout_leaves_the_node_cordoned_and_explains(api, capsys):
+    api.add("Pod", pod("web-a"))
+    api.add("PodDisruptionBudget", pdb("web", allowed=0, expected=4, desired=3))
+    failed = run(node_maintenance, {"name": "worker-1", "wait_timeout": 2}, capsys)
+    assert failed["failed"] and failed["phase"] == "Failed"
+    assert failed["msg"] == failed["last_error"] == (
+        "Timed out after 2s draining node worker-1: 1 pod left: pod ns1/web-a: PodDisruptionBudget ns1/web allows "
+        "0 disruptions (4 of 4 pods healthy, 3 required).")
+    assert api.get("Node", "worker-1")["spec"]["unschedulable"] is True
+    assert nodes.maintenance_record(api.get("Node", "worker-1"))["phase"] == "Failed"
+
+
+def test_method_cr_creates_ours_and_reports_its_status(api, capsys):
+    api.add("Pod", pod("web-a"))
+    result = run(node_maintenance, {"name": "worker-1", "method": "cr", "wait": False, "reason": "fw"}, capsys)
+    assert result["method"] == "cr" and result["changed"] is True
+    assert_documented(result, node_maintenance)
+    cr = api.get("NodeMaintenance", "kubevirt-ops-worker-1")
+    assert cr["spec"] == {"nodeName": "worker-1", "reason": "fw"}
+    cr["status"] = {"phase": "Succeeded", "drainProgress": 100, "totalpods": 1, "evictionPods": 1, "pendingPods": []}
+    again = run(node_maintenance, {"name": "worker-1"}, capsys)
+    assert again["changed"] is False and again["method"] == "cr" and again["phase"] == "Succeeded"
+    assert again["total_pods"] == 1 and again["drain_progress"] == 100
+    left = run(node_maintenance, {"name": "worker-1", "state": "absent", "wait": False}, capsys)
+    assert left["changed"] is True and api.get("NodeMaintenance", "kubevirt-ops-worker-1") is None
+
+
+def test_someone_elses_node_maintenance_is_left_alone(api, capsys):
+    api.add("NodeMaintenance", {"apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
+                                "metadata": {"name": "by-hand"}, "spec": {"nodeName": "worker-2"}})
+    failed = run(node_maintenance, {"name": "worker-2", "state": "absent"}, capsys)
+    assert failed["msg"].startswith("Node worker-2 is held by NodeMaintenance by-hand")
+    failed = run(node_maintenance, {"name": "worker-2"}, capsys)
+    assert "already held by NodeMaintenance by-hand" in failed["msg"]
+
+
+def test_decommission(api, capsys):
+    api.add("Pod", pod("web-a"))
+    add_vm(api, "batch", eviction="None", run_strategy="Manual")
+    checked = run(node_decommission, {"name": "worker-1"}, capsys, check=True)
+    assert checked["changed"] and checked["deleted"] and api.get("Node", "worker-1") is not None
+    assert_documented(checked, node_decommission)
+    result = run(node_decommission, {"name": "worker-1"}, capsys)
+    assert result["deleted"] is True and result["evicted_pods"] == 2, result
+    assert result["vms"]["not_restarted"] == [{"namespace": "ns1", "name": "batch", "run_strategy": "Manual"}]
+    assert api.get("Node", "worker-1") is None
+    assert_documented(result, node_decommission)
+    again = run(node_decommission, {"name": "worker-1"}, capsys)
+    assert again["changed"] is False and again["deleted"] is False
+
+
+def test_decommission_of_an_unreachable_node(api, capsys):
+    api.add("Node", node("worker-9", ready=False))
+    api.add("Pod", pod("web-z", node_name="worker-9"))
+    failed = run(node_decommission, {"name": "worker-9"}, capsys)
+    assert failed["msg"].startswith("Node worker-9 is not Ready (its Ready condition is Unknown (NodeStatusUnknown)")
+    assert api.get("Pod", "web-z", "ns1") is not None
+    result = run(node_decommission, {"name": "worker-9", "assume_powered_off": True}, capsys)
+    assert result["deleted"] and result["evicted_pods"] == 1
+    assert ("DELETE", "Pod", "web-z") in api.requests

@@ -1,0 +1,250 @@
+"""Bad input that needs no cluster: every module's argument checks, selections, connection
+settings, HTTP refusals and the maintenance window. Each case must fail with one clear
+sentence naming what is wrong, and write nothing to the (in-memory) API server.
+
+Each case is also recorded for the reliability table (tests/output/reliability/).
+"""
+
+import datetime
+import json
+import os
+import re
+
+import pytest
+
+from kubevirt_objects import cluster, hyperconverged
+
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils import basic
+from ansible_collections.kubevirt_ops.maintenance.plugins.filter.maintenance_window import maintenance_window
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
+    cluster_lock,
+    hco_obsolete_cpus,
+    maintenance_preflight,
+    node_decommission,
+    node_labeller,
+    node_maintenance,
+    node_maintenance_info,
+    vm_eviction_strategy,
+    vm_run_strategy,
+)
+
+try:
+    from ansible.module_utils.testing import patch_module_args
+except ImportError:  # ansible-core < 2.19
+    import contextlib
+
+    from ansible.module_utils.common.text.converters import to_bytes
+
+    @contextlib.contextmanager
+    def patch_module_args(args):
+        old = basic._ANSIBLE_ARGS
+        basic._ANSIBLE_ARGS = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+        try:
+            yield
+        finally:
+            basic._ANSIBLE_ARGS = old
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+RECORDS = os.path.join(REPO, "tests", "output", "reliability")
+
+
+def record(case, ok):
+    """One line of the reliability table (the format of tests/integration/reliability.py)."""
+    os.makedirs(RECORDS, exist_ok=True)
+    name = "unit: " + case
+    path = os.path.join(RECORDS, "bad_input--%s.json" % re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:150])
+    with open(path, "w") as handle:
+        json.dump({"kind": "bad_input", "name": name, "group": "unit (no cluster)", "ok": ok, "pdb_violations": 0,
+                   "vms_lost": 0,
+                   "recorded_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")},
+                  handle)
+
+
+def assert_one_sentence(msg, *names):
+    assert isinstance(msg, str) and msg.strip(), msg
+    assert "\n" not in msg.strip(), msg
+    assert "Traceback" not in msg, msg
+    assert len(msg) < 700, msg
+    head = msg.strip()[:40]
+    assert msg.count(head) == 1, "the message repeats itself: %r" % msg
+    for name in names:
+        assert name in msg, "%r does not name %r" % (msg, name)
+
+
+@pytest.fixture
+def api(monkeypatch):
+    client, server = cluster(namespaces=("ns1",))
+    server.add("HyperConverged", hyperconverged())
+    server.add("Node", {"metadata": {"name": "worker-1", "labels": {"node-role.kubernetes.io/worker": ""}},
+                        "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    server.requests[:] = []
+    monkeypatch.setattr(module_mod.MaintenanceModule, "client", property(lambda self: client))
+    return server
+
+
+def run_module(module, args, capsys):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as info:
+            module.main()
+    out = capsys.readouterr().out
+    return info.value.code, json.loads(out)
+
+
+# (case id, module, args, words the sentence must contain)
+MODULE_CASES = [
+    ("node_maintenance unknown method", node_maintenance, {"name": "worker-1", "method": "magic"}, ["method", "magic"]),
+    ("node_maintenance unknown state", node_maintenance, {"name": "worker-1", "state": "gone"}, ["state", "gone"]),
+    ("node_maintenance unknown non_migratable policy", node_maintenance,
+     {"name": "worker-1", "non_migratable": "ignore"}, ["non_migratable", "ignore"]),
+    ("node_maintenance without a node", node_maintenance, {}, ["name"]),
+    ("node_maintenance invalid pod_selector", node_maintenance, {"name": "worker-1", "pod_selector": "app in ("},
+     ["pod_selector"]),
+    ("node_maintenance_info name and label_selector", node_maintenance_info,
+     {"name": "worker-1", "label_selector": "a=b"}, ["name", "label_selector"]),
+    ("node_maintenance_info invalid label_selector", node_maintenance_info, {"label_selector": "a=b=c"},
+     ["label_selector"]),
+    ("node_decommission without a node", node_decommission, {}, ["name"]),
+    ("vm_eviction_strategy unknown strategy", vm_eviction_strategy,
+     {"name": "vm1", "namespace": "ns1", "strategy": "Migrate"}, ["strategy", "Migrate"]),
+    ("vm_eviction_strategy present without strategy", vm_eviction_strategy, {"name": "vm1", "namespace": "ns1"},
+     ["strategy"]),
+    ("vm_eviction_strategy unknown scope", vm_eviction_strategy, {"scope": "namespace", "strategy": "None"},
+     ["scope", "namespace"]),
+    ("vm_eviction_strategy name and all_namespaces", vm_eviction_strategy,
+     {"name": "vm1", "all_namespaces": True, "strategy": "None"}, ["name", "all_namespaces"]),
+    ("vm_eviction_strategy unknown namespace", vm_eviction_strategy,
+     {"namespace": "nope", "strategy": "None"}, ["nope"]),
+    ("vm_run_strategy run_strategy and action", vm_run_strategy,
+     {"name": "vm1", "namespace": "ns1", "run_strategy": "Always", "action": "stop"}, ["run_strategy", "action"]),
+    ("vm_run_strategy unknown run strategy", vm_run_strategy,
+     {"name": "vm1", "namespace": "ns1", "run_strategy": "Sometimes"}, ["run_strategy", "Sometimes"]),
+    ("vm_run_strategy unknown action", vm_run_strategy, {"name": "vm1", "namespace": "ns1", "action": "pause"},
+     ["action", "pause"]),
+    ("vm_run_strategy neither run strategy nor action", vm_run_strategy, {"name": "vm1", "namespace": "ns1"},
+     ["run_strategy", "action"]),
+    ("vm_run_strategy name without namespace", vm_run_strategy, {"name": "vm1", "run_strategy": "Always"},
+     ["vm1", "namespace"]),
+    ("vm_run_strategy no selection", vm_run_strategy, {"run_strategy": "Always"}, ["namespace"]),
+    ("hco_obsolete_cpus exclusive with absent", hco_obsolete_cpus,
+     {"cpu_models": ["486"], "state": "absent", "exclusive": True}, ["exclusive"]),
+    ("hco_obsolete_cpus unknown HyperConverged", hco_obsolete_cpus, {"name": "nope", "cpu_models": ["486"]},
+     ["nope"]),
+    ("node_labeller without skip", node_labeller, {"name": "worker-1"}, ["skip"]),
+    ("node_labeller unknown node", node_labeller, {"name": "no-such-node", "skip": True}, ["no-such-node"]),
+    ("cluster_lock zero TTL", cluster_lock, {"ttl": 0}, ["TTL"]),
+    ("cluster_lock release without holder", cluster_lock, {"state": "absent"}, ["holder"]),
+    ("maintenance_preflight nodes and label_selector", maintenance_preflight,
+     {"nodes": ["worker-1"], "label_selector": "a=b"}, ["nodes", "label_selector"]),
+    ("maintenance_preflight neither nodes nor selector", maintenance_preflight, {}, ["nodes", "label_selector"]),
+]
+
+
+@pytest.mark.parametrize("case, module, args, names", MODULE_CASES, ids=[c[0] for c in MODULE_CASES])
+def test_module_bad_input(case, module, args, names, api, capsys):
+    record(case, False)
+    code, result = run_module(module, args, capsys)
+    assert code != 0 and result.get("failed"), result
+    assert_one_sentence(result["msg"], *names)
+    assert api.writes() == [], "written despite bad input: %s" % api.writes()
+    record(case, True)
+
+
+# -- connection settings -------------------------------------------------------------------------
+
+GOOD_KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: abc}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+KUBECONFIG_CASES = [
+    ("kubeconfig that is not YAML", "clusters: [unclosed\n  - {", {}, ["not valid YAML"]),
+    ("kubeconfig that is a list", "- a\n- b\n", {}, ["not a kubeconfig"]),
+    ("kubeconfig with an unknown context", GOOD_KUBECONFIG, {"context": "nope"}, ["nope"]),
+    ("kubeconfig without a server", GOOD_KUBECONFIG.replace('server: "https://127.0.0.1:6443"', "insecure: true"),
+     {}, ["no server"]),
+    ("kubeconfig without current-context", GOOD_KUBECONFIG.replace("current-context: x", ""), {}, ["context"]),
+    ("missing CA certificate file", GOOD_KUBECONFIG, {"ca_cert": "/nonexistent/ca.crt"}, ["/nonexistent/ca.crt"]),
+    ("missing client key file", GOOD_KUBECONFIG, {"client_cert": "/nonexistent/c.crt",
+                                                   "client_key": "/nonexistent/c.key"}, ["/nonexistent/c"]),
+]
+
+
+@pytest.mark.parametrize("case, content, extra, names", KUBECONFIG_CASES, ids=[c[0] for c in KUBECONFIG_CASES])
+def test_bad_connection_settings(case, content, extra, names, tmp_path, capsys):
+    record(case, False)
+    path = tmp_path / "kubeconfig"
+    path.write_text(content)
+    code, result = run_module(node_labeller, dict({"name": "worker-1", "skip": True, "kubeconfig": str(path)},
+                                                  **extra), capsys)
+    assert code != 0 and result.get("failed"), result
+    assert_one_sentence(result["msg"], *names)
+    record(case, True)
+
+
+def test_missing_kubeconfig_file(tmp_path, capsys):
+    case = "kubeconfig file that does not exist"
+    record(case, False)
+    missing = str(tmp_path / "nope" / "kubeconfig")
+    code, result = run_module(node_labeller, {"name": "worker-1", "skip": True, "kubeconfig": missing}, capsys)
+    assert code != 0 and result.get("failed")
+    assert_one_sentence(result["msg"], missing, "does not exist")
+    record(case, True)
+
+
+# -- the API server refuses ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("status, words", [(401, ["credentials were rejected"]), (403, ["permission denied"])],
+                         ids=["expired or invalid token (401)", "RBAC denied (403)"])
+def test_api_refusal_is_one_sentence(status, words, api, capsys):
+    case = "API answers %d" % status
+    record(case, False)
+    api.fail_next[("GET", "Node")] = status
+    code, result = run_module(node_labeller, {"name": "worker-1", "skip": True}, capsys)
+    assert code != 0 and result.get("failed")
+    assert_one_sentence(result["msg"], "Node worker-1", *words)
+    assert api.writes() == []
+    record(case, True)
+
+
+# -- the maintenance window of the role -----------------------------------------------------------
+
+WINDOW_CASES = [
+    ("window start 25:00", {"start": "25:00", "end": "06:00"}, ["25:00", "HH:MM"]),
+    ("window end without minutes", {"start": "22:00", "end": "6"}, ["'6'", "HH:MM"]),
+    ("window unknown day", {"days": ["someday"], "start": "22:00", "end": "06:00"}, ["someday"]),
+    ("window unknown time zone", {"start": "22:00", "end": "06:00", "timezone": "Mars/Olympus_Mons"},
+     ["Mars/Olympus_Mons"]),
+]
+
+
+@pytest.mark.parametrize("case, window, names", WINDOW_CASES, ids=[c[0] for c in WINDOW_CASES])
+def test_bad_window(case, window, names):
+    record(case, False)
+    with pytest.raises(AnsibleFilterError) as info:
+        maintenance_window(window)
+    assert_one_sentence(info.value.message, *names)
+    record(case, True)
+
+
+def test_window_now_not_a_timestamp():
+    case = "window 'now' that is not a timestamp"
+    record(case, False)
+    with pytest.raises(AnsibleFilterError) as info:
+        maintenance_window({"start": "22:00", "end": "06:00"}, now="saturday night")
+    assert_one_sentence(info.value.message, "saturday night", "ISO 8601")
+    record(case, True)
+
+
+def test_window_now_without_offset():
+    case = "window 'now' without a UTC offset"
+    record(case, False)
+    with pytest.raises(AnsibleFilterError) as info:
+        maintenance_window({"start": "22:00", "end": "06:00"}, now="2024-05-04T23:00:00")
+    assert_one_sentence(info.value.message, "UTC offset")
+    record(case, True)
