@@ -17,21 +17,11 @@ from pathlib import Path
 
 from bench import bootstrap, labs, peers as peers_mod, report, scale as scale_mod, scenarios as sc
 from bench import workloads as w
-from bench.audit import AuditLog
+from bench.context import Context
 from bench.bootstrap import say
-from bench.kube import Kube
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
-
-
-class Context:
-    def __init__(self, lab_dir, kubeconfig, kube, timeout):
-        self.lab_dir = Path(lab_dir)
-        self.kube = kube
-        self.audit = AuditLog(self.lab_dir / "audit.log")
-        self.env = peers_mod.Env(lab_dir, kubeconfig, kube, REPO / ".build" / "collections", timeout)
-        self.workers = w.workers(kube)
 
 
 def parse_args(argv):
@@ -100,9 +90,8 @@ def main(argv=None):
             if not labs.is_up(lab_dir):
                 labs.up(lab_dir, 4)
                 started_lab = True
-            kubeconfig = lab_dir / "kubeconfig"
-            kube = Kube(kubeconfig)
-            ctx = Context(lab_dir, kubeconfig, kube, args.timeout)
+            ctx = Context(lab_dir, args.timeout)
+            kube = ctx.kube
             drain_peers = [p for p in peers_mod.all_peers(nmo_build=not args.no_nmo_build) if p.key in wanted_peers]
             roll_peers = [p for p in peers_mod.rolling_peers() if p.key in wanted_peers]
             ready = {}

@@ -159,7 +159,7 @@ class Admission:
             return denied(request, f"invalid nodeName, no node with name {node_name} found", 422, "Invalid")
         for resource in (k.NODEMAINTENANCES, k.LEGACY_NODEMAINTENANCES):
             try:
-                existing = self.kube.list(resource).get("items", [])
+                existing = self.kube.list(resource).get("items") or []
             except k.ApiError:
                 continue
             for other in existing:

@@ -387,7 +387,8 @@ def apply_all(kube, timeout=120):
     for name in names:
         while True:
             crd = kube.get(k.CRDS, name)
-            conditions = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+            # Right after creation the status (even its conditions) may still be null.
+            conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
             if conditions.get("Established") == "True":
                 break
             if time.monotonic() > deadline:

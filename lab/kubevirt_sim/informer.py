@@ -127,7 +127,7 @@ class Informer:
         listing = self.kube.list(
             self.resource, label_selector=self.label_selector, field_selector=self.field_selector
         )
-        fresh = {key_of(o): self._complete(o) for o in listing.get("items", [])}
+        fresh = {key_of(o): self._complete(o) for o in listing.get("items") or []}
         events = []
         with self._lock:
             for key, old in list(self._objects.items()):

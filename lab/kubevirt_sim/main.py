@@ -180,7 +180,7 @@ def run(args):
     serving = certs.create(
         state_dir / "certs",
         serving_ips,
-        [f"virt-api.kubevirt.svc", "virt-api.kubevirt.svc.cluster.local", "localhost"],
+        ["virt-api.kubevirt.svc", "virt-api.kubevirt.svc.cluster.local", "localhost"],
     )
     webhook_port = webhook.start(sim, serving)
 

@@ -210,7 +210,7 @@ class NodeMaintenanceController(Controller):
         written = {}
         while not stop.is_set():
             try:
-                pods = self.kube.list(k.PODS, field_selector=f"spec.nodeName={node_name}").get("items", [])
+                pods = self.kube.list(k.PODS, field_selector=f"spec.nodeName={node_name}").get("items") or []
                 evictable = [p for p in pods if _evictable(p)]
                 if totals is None:
                     totals = {"totalpods": len(pods), "evictionPods": len(evictable)}

@@ -221,7 +221,7 @@ class VMIController(Controller):
             return None
         pods = self.kube.list(
             k.PODS, namespace, label_selector=f"{o.CREATED_BY_LABEL}={o.meta(vmi, 'uid')}"
-        ).get("items", [])
+        ).get("items") or []
         if self._active_pod(vmi, pods) is not None:
             return 0.5  # the cache is behind
         self._fail(vmi, pods, "PodTerminated", "the virt-launcher pod is gone (evicted or deleted)")

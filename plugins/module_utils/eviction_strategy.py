@@ -19,6 +19,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import (
     cluster_eviction_strategy,
     kubevirt_cr,
+    live_migratable,
     vm_claim_names,
     vm_not_migratable_reason,
     vm_run_strategy,
@@ -84,7 +85,12 @@ class VmChange:
 def _select_non_migratable(client, selection, selected, vmis, warn):
     """Only the VMs that cannot live-migrate (those a LiveMigrate drain would block on)."""
     pvcs = {}
-    needs_pvcs = any(vm_claim_names(vm) and not run_strategy.vmi_active(vmis.get(vms.key(vm))) for vm in selected)
+
+    def judged_by_disks(vm):
+        vmi = vmis.get(vms.key(vm))
+        return not run_strategy.vmi_active(vmi) or live_migratable(vmi)[0] is None
+
+    needs_pvcs = any(vm_claim_names(vm) and judged_by_disks(vm) for vm in selected)
     if needs_pvcs:
         items, _rv = client.list("PersistentVolumeClaim", namespace=selection.list_namespace)
         pvcs = vms.index_by_key(items)

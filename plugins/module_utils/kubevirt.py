@@ -216,11 +216,9 @@ def describe_not_migratable(reason, message=None):
     if not reason and not message:
         return "its LiveMigratable condition is not reported yet"
     text = reason or "not live-migratable"
-    hint = NOT_MIGRATABLE_HINTS.get(reason)
-    if hint:
-        text += ": " + hint
-    if message:
-        text += " (%s)" % message.rstrip(".")
+    detail = message or NOT_MIGRATABLE_HINTS.get(reason)
+    if detail:
+        text += ": " + detail.rstrip(".")
     return text
 
 

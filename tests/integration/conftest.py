@@ -57,8 +57,13 @@ def run_ansible_module(kubeconfig, module, args, check=False, diff=False, env=No
 
 @pytest.fixture
 def run_module(lab):
-    """run_module('node_labeller', {'name': 'lab-worker-1', 'skip': True}, check=False, diff=False)."""
+    """run_module('node_labeller', {'name': 'lab-worker-1', 'skip': True}, check=False, diff=False).
+
+    The result comes from the test-only ``result_log`` callback (runs.py), which needs no
+    collection besides ansible-core (the ``json`` stdout callback lives in ansible.posix).
+    """
+    import runs
+
     def _run(module, args, check=False, diff=False, env=None):
-        result, _proc = run_ansible_module(lab.kubeconfig, module, args, check=check, diff=diff, env=env)
-        return result
+        return runs.module(lab.kubeconfig, module, args, check=check, diff=diff, env=env).result()
     return _run

@@ -169,3 +169,13 @@ def test_cluster_scope_rejects_vm_selection():
         eviction_strategy.run(module(client, scope="cluster", strategy="None", namespace="ns1"))
     assert "do not apply to scope=cluster" in info.value.msg
     assert server.requests == []
+
+
+def test_a_vmi_without_the_condition_yet_is_judged_by_its_disks():
+    client, server = cluster()
+    server.add("PersistentVolumeClaim", pvc("rwo", modes=["ReadWriteOnce"]))
+    server.add("VirtualMachine", vm("starting", claims=["rwo"]))
+    server.add("VirtualMachineInstance", vmi("starting", phase="Scheduling"))
+    mod = module(client, namespace="ns1", only_non_migratable=True, strategy="None")
+    result = eviction_strategy.run(mod)
+    assert [v["name"] for v in result["vms"]] == ["starting"] and mod.warnings == []
