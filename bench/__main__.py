@@ -28,7 +28,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=3, help="runs per scenario and peer (median reported)")
     p.add_argument("--scenarios", default="1,2,3,4,5", help="comma-separated: 1,2,3,4,5 (default all)")
-    p.add_argument("--peers", default="kubectl,k8s_drain,ours_drain,ours_cr,nmo,ours_role",
+    p.add_argument("--peers", default="kubectl,k8s_drain,ours_drain,ours_cr,nmo,ours_role,ours_role_drain",
                    help="comma-separated peer keys to run (default all)")
     p.add_argument("--lab-dir", type=Path, default=Path(os.environ.get("KUBEVIRT_OPS_BENCH_LAB_DIR")
                                                         or labs.default_dir("bench-lab")),

@@ -414,9 +414,14 @@ class KubectlRolling(Kubectl):
 class OursRole(Peer):
     """The ``rolling_maintenance`` role, through ``bench/playbooks/rolling.yml``."""
 
-    key = "ours_role"
-    label = "rolling_maintenance role"
     clients = ("kubevirt_ops.maintenance",)
+
+    def __init__(self, method="auto"):
+        self.method = method
+        self.key = "ours_role" if method == "auto" else f"ours_role_{method}"
+        self.label = "rolling_maintenance role" + ("" if method == "auto" else f" (method {method})")
+        # auto picks the NodeMaintenance CR when its CRD exists (the lab has it).
+        self.needs_nm_controller = True if method in ("auto", "cr") else None
 
     def prepare(self, env):
         if not (REPO / "roles" / "rolling_maintenance" / "tasks" / "main.yml").exists():
@@ -426,7 +431,8 @@ class OursRole(Peer):
         import tempfile
 
         report_dir = tempfile.mkdtemp(prefix="bench-rolling-report-")
-        extra = {"bench_nodes": nodes, "bench_report_dir": report_dir, "bench_drain_timeout": env.timeout}
+        extra = {"bench_nodes": nodes, "bench_report_dir": report_dir, "bench_drain_timeout": env.timeout,
+                 "bench_method": self.method}
         argv = [str(env.our_bin / "ansible-playbook"), "-i", "localhost,", "-c", "local",
                 str(REPO / "bench" / "playbooks" / "rolling.yml"), "-e", json.dumps(extra)]
         penv = env.our_ansible_env()
@@ -450,4 +456,4 @@ def _timeline(report_dir):
 
 
 def rolling_peers():
-    return [OursRole(), KubectlRolling()]
+    return [OursRole(), OursRole("drain"), KubectlRolling()]

@@ -42,7 +42,7 @@ class RollingScenario:
     nodes: int = 4
     vms_per_node: int = 10
     vm_memory: str = "4Gi"
-    peers: tuple = ("ours_role", "kubectl")
+    peers: tuple = ("ours_role", "ours_role_drain", "kubectl")
 
 
 SCENARIOS = {

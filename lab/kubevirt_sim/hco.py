@@ -81,7 +81,7 @@ class HyperConvergedController(Controller):
         return self.sim.hcos.keys()
 
     def _default_eviction_strategy(self):
-        kubevirt_nodes = [n for n in self.sim.nodes.list() if o.labels(n).get(o.SCHEDULABLE_LABEL)]
+        kubevirt_nodes = [n for n in self.sim.nodes.list() if o.labels(n).get(o.SCHEDULABLE_LABEL) == "true"]
         return "LiveMigrate" if len(kubevirt_nodes) > 1 else "None"
 
     def reconcile(self, key):

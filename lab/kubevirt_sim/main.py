@@ -121,8 +121,11 @@ def wait_for_apiserver(kube, timeout=180):
             time.sleep(1)
 
 
-def wait_for_kubevirt_nodes(sim, timeout=90):
-    """Give virt-handler time to land, so the first VM does not meet 'no schedulable node'."""
+def wait_for_kubevirt_nodes(sim, timeout=20):
+    """Give virt-handler time to land, so the first VM does not meet 'no schedulable node'.
+
+    The start-up waits (this one and the APIService's) stay well below the minute
+    ``lab up`` allows for the ready file."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         nodes = sim.nodes.list()

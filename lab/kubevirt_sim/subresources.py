@@ -234,7 +234,7 @@ class SubresourceAPI:
         self.user_headers = names("requestheader-username-headers", ["X-Remote-User"])
         self.group_headers = names("requestheader-group-headers", ["X-Remote-Group"])
 
-    def start(self, address, serving, timeout=60.0):
+    def start(self, address, serving, timeout=25.0):
         """Serve on ``address`` and register the APIService; returns True once Available."""
         self._load_front_proxy_settings()
         _, port = https_server.serve(

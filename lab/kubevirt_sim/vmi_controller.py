@@ -100,7 +100,7 @@ class VMIController(Controller):
         self.pod_expectations.observed(key)
 
         if phase == "Running" and o.annotations(vmi).get(o.GUEST_SHUTDOWN_ANNOTATION) == "true":
-            self._delete_pods(pods)
+            # The phase first: once final, the next pass removes the pod.
             self._finish(vmi, "Succeeded", "GuestShutdown", "the guest shut itself down")
             return None
         if o.pod_phase(active) in ("Failed", "Succeeded"):
@@ -219,9 +219,8 @@ class VMIController(Controller):
         vmi = self.kube.get_or_none(k.VMIS, name, namespace)
         if vmi is None or o.deleting(vmi) or o.vmi_is_final(vmi):
             return None
-        pods = self.kube.list(
-            k.PODS, namespace, label_selector=f"{o.CREATED_BY_LABEL}={o.meta(vmi, 'uid')}"
-        ).get("items") or []
+        selector = f"{o.CREATED_BY_LABEL}={o.meta(vmi, 'uid')}"
+        pods = self.kube.list(k.PODS, namespace, label_selector=selector).get("items") or []
         if self._active_pod(vmi, pods) is not None:
             return 0.5  # the cache is behind
         self._fail(vmi, pods, "PodTerminated", "the virt-launcher pod is gone (evicted or deleted)")

@@ -92,6 +92,8 @@ def clean_error_problems(result, names=(), rc=None):
     if not isinstance(msg, str) or not msg.strip():
         return problems + ["no msg"]
     text = msg.strip()
+    if text.startswith("Validation of arguments failed:"):
+        text = " ".join(text.split())  # ansible-core's role argument check: its heading, then its sentence
     if "\n" in text:
         problems.append("msg spans several lines")
     exception = str(result.get("exception") or "")

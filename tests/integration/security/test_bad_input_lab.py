@@ -148,14 +148,8 @@ def cases():
              {"name": "lab-worker-1"}, names=["lab-worker-1"], setup="cordon_other_workers"),
         Case("node_maintenance: non-migratable VM with LiveMigrate", "node_maintenance", "node_maintenance",
              {"name": BLOCKED}, names=[BLOCKED, "rwo-vm"]),
-        Case("node_maintenance: invalid pod_selector", "node_maintenance", "node_maintenance",
-             {"name": "lab-worker-1", "pod_selector": "app in ("}, names=["pod_selector"]),
-        Case("node_maintenance: invalid method", "node_maintenance", "node_maintenance",
-             {"name": "lab-worker-1", "method": "reboot"}, names=["method", "reboot"]),
         Case("node_maintenance_info: unknown node", "node_maintenance_info", "node_maintenance_info",
              {"name": "no-such-node"}, names=["no-such-node"]),
-        Case("node_maintenance_info: invalid label_selector", "node_maintenance_info", "node_maintenance_info",
-             {"label_selector": "role in (a,"}, names=["label_selector"]),
         Case("node_decommission: control-plane node (etcd quorum)", "node_decommission", "node_decommission",
              {"name": "lab-cp-1"}, names=["lab-cp-1"]),
         Case("node_decommission: non-migratable VM with LiveMigrate", "node_decommission", "node_decommission",
@@ -176,10 +170,6 @@ def cases():
              {"namespace": "no-such-namespace", "strategy": "LiveMigrate"}, names=["no-such-namespace"]),
         Case("vm_eviction_strategy: invalid strategy name", "vm_eviction_strategy", "vm_eviction_strategy",
              {"name": "ok-vm", "namespace": NS, "strategy": "LiveMigration"}, names=["LiveMigration"]),
-        Case("vm_eviction_strategy: VM name without namespace", "vm_eviction_strategy", "vm_eviction_strategy",
-             {"name": "ok-vm", "strategy": "None"}, names=["ok-vm", "namespace"]),
-        Case("vm_eviction_strategy: cluster scope, invalid strategy name", "vm_eviction_strategy",
-             "vm_eviction_strategy", {"scope": "cluster", "strategy": "Bogus"}, names=["Bogus"]),
         Case("vm_run_strategy: unknown VM", "vm_run_strategy", "vm_run_strategy",
              {"name": "no-such-vm", "namespace": NS, "run_strategy": "Always"}, names=["no-such-vm"]),
         Case("vm_run_strategy: unknown namespace", "vm_run_strategy", "vm_run_strategy",
@@ -300,7 +290,6 @@ def test_bad_input(case, world, k8s, lab, tmp_path):
         kubeconfig = world["kubeconfigs"][case.kubeconfig]
     names = _fill(list(case.names), world)
     with prepared(case, k8s):
-        safety.wait_stable(1.0)
         before = safety.ResourceVersions(k8s)
         if case.playbook:
             extra = _fill(dict(case.extra_vars, rolling_maintenance_report_dir=str(tmp_path / "reports")), world)

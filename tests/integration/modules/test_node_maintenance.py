@@ -1,0 +1,464 @@
+"""node_maintenance, node_maintenance_info and node_decommission on the lab.
+
+Workloads are put on one node by cordoning the other nodes while they start. Every test
+leaves the nodes as it found them (our taints, label, record and NodeMaintenances removed,
+nodes uncordoned), also when it fails.
+"""
+
+import json
+import os
+import signal
+import uuid
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+import runs
+from safety import PdbWatcher, ResourceVersions
+
+from lab import nodes as lab_nodes
+from lab.wait import wait_for
+
+GROUP, VERSION = "kubevirt.io", "v1"
+RECORD = "maintenance.kubevirt-ops.io/node-maintenance"
+EXCLUDE_LABEL = "remediation.medik8s.io/exclude-from-remediation"
+OUR_TAINTS = ("medik8s.io/drain", "node.kubernetes.io/unschedulable")
+NM_GROUPS = ("nodemaintenance.medik8s.io", "nodemaintenance.kubevirt.io")
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def core(k8s):
+    return client.CoreV1Api(k8s)
+
+
+def custom(k8s):
+    return client.CustomObjectsApi(k8s)
+
+
+def workers(k8s):
+    items = core(k8s).list_node(label_selector="node-role.kubernetes.io/worker").items
+    return sorted(n.metadata.name for n in items if not n.spec.unschedulable)
+
+
+def ours(cr):
+    return ((cr.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/managed-by") == \
+        "kubevirt_ops.maintenance"
+
+
+def node_maintenances(k8s):
+    found = []
+    for group in NM_GROUPS:
+        try:
+            found.extend((group, cr) for cr in custom(k8s).list_cluster_custom_object(
+                group, "v1beta1", "nodemaintenances")["items"])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return found
+
+
+def clear_maintenance(k8s):
+    """Remove what this collection (or a NodeMaintenance of ours) left on any node."""
+    for group, cr in node_maintenances(k8s):
+        if ours(cr):
+            try:
+                custom(k8s).delete_cluster_custom_object(group, "v1beta1", "nodemaintenances", cr["metadata"]["name"])
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+    wait_for(lambda: not any(ours(cr) for _g, cr in node_maintenances(k8s)), 120, "our NodeMaintenances to go")
+    for node in core(k8s).list_node().items:
+        annotations = node.metadata.annotations or {}
+        taints = node.spec.taints or []
+        if RECORD not in annotations and not any(t.key == "medik8s.io/drain" for t in taints):
+            continue
+        core(k8s).patch_node(node.metadata.name, {
+            "metadata": {"annotations": {RECORD: None}, "labels": {EXCLUDE_LABEL: None}},
+            "spec": {"unschedulable": None,
+                     "taints": [t.to_dict() for t in taints if t.key not in OUR_TAINTS] or None},
+        })
+
+
+def remove_vms(k8s, namespace):
+    """Delete the test's VMs and wait until their VMIs and pods are gone, so that what a test
+    started (a VM that blocks a drain, say) cannot show up in the next test's plan."""
+    for vm in custom(k8s).list_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachines")["items"]:
+        custom(k8s).delete_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachines",
+                                                    vm["metadata"]["name"])
+
+    def gone():
+        left = custom(k8s).list_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachineinstances")
+        return not left["items"] and not core(k8s).list_namespaced_pod(
+            namespace, label_selector="kubevirt.io=virt-launcher").items
+
+    wait_for(gone, 180, "the VMs of %s to be gone" % namespace)
+
+
+@pytest.fixture(autouse=True)
+def leave_nodes_as_found(lab, k8s, restore_nodes, namespace):
+    clear_maintenance(k8s)
+    yield
+    try:
+        remove_vms(k8s, namespace)
+    finally:
+        clear_maintenance(k8s)
+
+
+class OnlyNode:
+    """Cordon every other schedulable node, so that what starts now lands on ``node``."""
+
+    def __init__(self, k8s, node):
+        self.k8s = k8s
+        self.node = node
+        self.others = []
+
+    def __enter__(self):
+        for node in core(self.k8s).list_node().items:
+            if node.metadata.name != self.node and not node.spec.unschedulable:
+                core(self.k8s).patch_node(node.metadata.name, {"spec": {"unschedulable": True}})
+                self.others.append(node.metadata.name)
+        return self
+
+    def __exit__(self, *exc):
+        for name in self.others:
+            core(self.k8s).patch_node(name, {"spec": {"unschedulable": None}})
+
+
+def create_vm(k8s, namespace, name, eviction="LiveMigrate", run_strategy="Always", migratable=True):
+    spec = {"domain": {"devices": {"disks": []}, "resources": {"requests": {"memory": "256Mi", "cpu": "50m"}}},
+            "terminationGracePeriodSeconds": 0, "volumes": []}
+    if eviction:
+        spec["evictionStrategy"] = eviction
+    if not migratable:
+        core(k8s).create_namespaced_persistent_volume_claim(namespace, {
+            "metadata": {"name": name + "-root"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+        spec["volumes"].append({"name": "root", "persistentVolumeClaim": {"claimName": name + "-root"}})
+        spec["domain"]["devices"]["disks"].append({"name": "root", "disk": {"bus": "virtio"}})
+    # Manual VMs start as Always and switch once running (Manual never starts a VM by itself).
+    body = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": name},
+            "spec": {"runStrategy": "Always" if run_strategy == "Manual" else run_strategy,
+                     "template": {"spec": spec}}}
+    custom(k8s).create_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachines", body)
+    return run_strategy
+
+
+def vmi(k8s, namespace, name):
+    try:
+        return custom(k8s).get_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachineinstances", name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def running_on(k8s, namespace, name):
+    found = vmi(k8s, namespace, name)
+    status = (found or {}).get("status") or {}
+    conditions = dict((c.get("type"), c.get("status")) for c in status.get("conditions") or [])
+    if status.get("phase") == "Running" and "LiveMigratable" in conditions:
+        return status.get("nodeName")
+    return None
+
+
+def start_vms(k8s, namespace, node, specs):
+    """specs: {name: (eviction, run_strategy, migratable)}; all Running on ``node`` afterwards."""
+    with OnlyNode(k8s, node):
+        for name, (eviction, run_strategy, migratable) in specs.items():
+            create_vm(k8s, namespace, name, eviction, run_strategy, migratable)
+        wait_for(lambda: all(running_on(k8s, namespace, n) == node for n in specs), 180,
+                 "VMs %s to run on %s" % (", ".join(specs), node))
+    for name, (_eviction, run_strategy, _migratable) in specs.items():
+        if run_strategy == "Manual":
+            custom(k8s).patch_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachines", name,
+                                                       {"spec": {"runStrategy": "Manual"}})
+
+
+def start_deployment(k8s, namespace, node, name, replicas, max_unavailable=None):
+    labels = {"app": name}
+    with OnlyNode(k8s, node):
+        client.AppsV1Api(k8s).create_namespaced_deployment(namespace, {
+            "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+                                           "terminationGracePeriodSeconds": 0}}}})
+        wait_for(lambda: len(ready_pods(k8s, namespace, name, node)) == replicas, 120,
+                 "%d pods of %s on %s" % (replicas, name, node))
+    if max_unavailable is not None:
+        client.PolicyV1Api(k8s).create_namespaced_pod_disruption_budget(namespace, {
+            "metadata": {"name": name},
+            "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": labels}}})
+
+        def observed():
+            pdb = client.PolicyV1Api(k8s).read_namespaced_pod_disruption_budget(name, namespace)
+            return pdb.status and pdb.status.observed_generation and pdb.status.disruptions_allowed == max_unavailable
+
+        wait_for(observed, 60, "PodDisruptionBudget %s/%s to be observed" % (namespace, name))
+
+
+def ready_pods(k8s, namespace, app, node=None):
+    pods = core(k8s).list_namespaced_pod(namespace, label_selector="app=%s" % app).items
+    return [p for p in pods if (node is None or p.spec.node_name == node) and p.status.phase == "Running"
+            and not p.metadata.deletion_timestamp
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+
+def pods_on(k8s, node, namespace):
+    return [p.metadata.name for p in core(k8s).list_namespaced_pod(
+        namespace, field_selector="spec.nodeName=%s" % node).items]
+
+
+def node_state(k8s, name):
+    node = core(k8s).read_node(name)
+    return {
+        "unschedulable": bool(node.spec.unschedulable),
+        "taints": sorted(t.key for t in node.spec.taints or []),
+        "label": (node.metadata.labels or {}).get(EXCLUDE_LABEL),
+        "record": RECORD in (node.metadata.annotations or {}),
+    }
+
+
+def by_name(entries):
+    return dict((e["name"], e) for e in entries)
+
+
+# -- the eviction table ---------------------------------------------------------------------------
+
+EXPECTED_OUTCOMES = {
+    "mig": "migrate",
+    "lmip-mig": "migrate",
+    "lmip-always": "restart_elsewhere",
+    "lmip-manual": "stay_stopped",
+    "none-rerun": "restart_elsewhere",
+    "blocker": "block",
+}
+
+
+def test_eviction_table_through_node_maintenance(k8s, namespace, run_module):
+    node = workers(k8s)[0]
+    start_vms(k8s, namespace, node, {
+        "mig": ("LiveMigrate", "Always", True),
+        "lmip-mig": ("LiveMigrateIfPossible", "Manual", True),
+        "lmip-always": ("LiveMigrateIfPossible", "Always", False),
+        "lmip-manual": ("LiveMigrateIfPossible", "Manual", False),
+        "none-rerun": ("None", "RerunOnFailure", True),
+        "blocker": ("LiveMigrate", "Always", False),
+    })
+    info = run_module("node_maintenance_info", {"name": node})
+    plan = info["nodes"][0]["plan"]
+    ours_only = dict((v["name"], v) for v in plan["vms"] if v["namespace"] == namespace)
+    assert dict((n, v["outcome"]) for n, v in ours_only.items()) == EXPECTED_OUTCOMES
+    assert ours_only["blocker"]["live_migratable"] is False
+    assert ours_only["blocker"]["reason"].startswith("DisksNotLiveMigratable")
+    blockers = plan["blockers"]
+    assert len(blockers) == 1 and blockers[0].startswith("VM %s/blocker cannot leave node %s" % (namespace, node))
+
+    # The default policy refuses before any write, with the blockers the info module found.
+    versions = ResourceVersions(k8s)
+    failed = run_module("node_maintenance", {"name": node, "method": "drain"})
+    assert failed.get("failed") and failed["blockers"] == blockers
+    checked = run_module("node_maintenance", {"name": node, "method": "drain", "non_migratable": "shutdown"},
+                         check=True, diff=True)
+    assert not checked.get("failed") and checked["changed"] is True
+    assert checked["plan"]["vms"] == plan["vms"]
+    assert set(v["name"] for v in checked["vms"]["migrated"]) >= {"mig", "lmip-mig"}
+    assert versions.changes() == []
+
+    # non_migratable=wait behaves like oc adm drain: everything else leaves, the blocker stays.
+    waited = run_module("node_maintenance", {"name": node, "method": "drain", "non_migratable": "wait",
+                                             "wait_timeout": 40})
+    assert waited.get("failed") and waited["phase"] == "Failed", waited
+    blocked = by_name(v for v in waited["vms"]["blocked"] if v["namespace"] == namespace)
+    assert list(blocked) == ["blocker"]
+    assert "is not live-migratable (DisksNotLiveMigratable" in blocked["blocker"]["reason"]
+    assert "VM %s/blocker" % namespace in waited["last_error"]
+    migrated = by_name(v for v in waited["vms"]["migrated"] if v["namespace"] == namespace)
+    assert sorted(migrated) == ["lmip-mig", "mig"]
+    for name, entry in migrated.items():
+        assert entry["source"] == node and entry["target"] not in (None, node)
+        assert vmi(k8s, namespace, name)["status"]["nodeName"] == entry["target"]
+    shut = by_name(v for v in waited["vms"]["shut_down"] if v["namespace"] == namespace)
+    assert dict((n, v["outcome"]) for n, v in shut.items()) == {
+        "lmip-always": "restart_elsewhere", "lmip-manual": "stay_stopped", "none-rerun": "restart_elsewhere"}
+    assert node_state(k8s, node)["unschedulable"] is True
+
+    # A re-run with the shutdown policy finishes the job, without breaking any budget.
+    with PdbWatcher(k8s) as watcher:
+        done = run_module("node_maintenance", {"name": node, "method": "drain", "non_migratable": "shutdown"})
+    assert done["phase"] == "Succeeded" and done["pending_pods"] == [] and done["drain_progress"] == 100, done
+    assert [(v["name"], v["outcome"]) for v in done["vms"]["shut_down"]] == [("blocker", "restart_elsewhere")]
+    assert watcher.violations == []
+    assert run_module("node_maintenance", {"name": node, "method": "drain"})["changed"] is False
+    wait_for(lambda: all(running_on(k8s, namespace, n) not in (None, node)
+                         for n in ("mig", "lmip-mig", "lmip-always", "none-rerun", "blocker")), 180,
+             "the VMs that restart to run elsewhere")
+    assert (vmi(k8s, namespace, "lmip-manual") or {}).get("status", {}).get("phase") != "Running"
+
+    left = run_module("node_maintenance", {"name": node, "state": "absent"}, diff=True)
+    assert left["changed"] is True and "do not move back by themselves" in left["msg"]
+    assert node_state(k8s, node) == {"unschedulable": False, "taints": [], "label": None, "record": False}
+    assert run_module("node_maintenance", {"name": node, "state": "absent"})["changed"] is False
+
+
+# -- PodDisruptionBudgets and an interrupted run ------------------------------------------------------
+
+def test_pdb_gated_drain_survives_being_killed(lab, k8s, namespace, run_module):
+    node = workers(k8s)[1]
+    start_deployment(k8s, namespace, node, "web", 10, max_unavailable=1)
+    with PdbWatcher(k8s) as watcher:
+        argv = [os.path.join(runs.BIN, "ansible"), "localhost", "-c", "local", "-m",
+                "kubevirt_ops.maintenance.node_maintenance",
+                "-a", json.dumps({"name": node, "method": "drain"})]
+        started = runs.Started(argv, lab.kubeconfig, {})
+        try:
+            wait_for(lambda: len(pods_on(k8s, node, namespace)) <= 8 or not started.running(), 120,
+                     "the drain to evict a few pods")
+            started.kill(signal.SIGKILL)
+            output = started.output()
+        finally:
+            started.close()
+        left_behind = len(pods_on(k8s, node, namespace))
+        assert node_state(k8s, node)["unschedulable"] is True, output
+        done = run_module("node_maintenance", {"name": node, "method": "drain"})
+    assert done["phase"] == "Succeeded", done
+    assert done["eviction_pods"] <= left_behind and done["pending_pods"] == []
+    assert pods_on(k8s, node, namespace) == []
+    assert "%s/web" % namespace in watcher.budgets_seen
+    assert watcher.violations == []
+    wait_for(lambda: len(ready_pods(k8s, namespace, "web")) == 10, 120, "the Deployment to be whole again")
+
+
+# -- the NodeMaintenance custom resource ---------------------------------------------------------
+
+def test_method_cr_round_trip(k8s, namespace, run_module):
+    node = workers(k8s)[2]
+    start_vms(k8s, namespace, node, {"vm-a": ("LiveMigrate", "Always", True)})
+    start_deployment(k8s, namespace, node, "app", 3, max_unavailable=1)
+    versions = ResourceVersions(k8s)
+    checked = run_module("node_maintenance", {"name": node, "method": "cr"}, check=True)
+    assert checked["changed"] is True and checked["method"] == "cr" and "plan" in checked
+    assert versions.changes() == []
+
+    result = run_module("node_maintenance", {"name": node, "method": "cr", "reason": "firmware"})
+    assert result["phase"] == "Succeeded" and result["method"] == "cr", result
+    assert result["pending_pods"] == [] and result["drain_progress"] == 100
+    (moved,) = [v for v in result["vms"]["migrated"] if v["namespace"] == namespace]
+    assert moved["name"] == "vm-a" and moved["source"] == node
+    assert moved["target"] == vmi(k8s, namespace, "vm-a")["status"]["nodeName"] != node
+    crs = [cr for _g, cr in node_maintenances(k8s) if cr["spec"]["nodeName"] == node]
+    assert len(crs) == 1 and ours(crs[0]) and crs[0]["spec"]["reason"] == "firmware"
+    assert run_module("node_maintenance", {"name": node})["changed"] is False
+
+    info = run_module("node_maintenance_info", {"name": node})["nodes"][0]
+    assert info["in_maintenance"] is True and info["maintenance_phase"] == "Succeeded"
+
+    left = run_module("node_maintenance", {"name": node, "state": "absent"})
+    assert left["changed"] is True and left["method"] == "cr"
+    assert [cr for _g, cr in node_maintenances(k8s) if cr["spec"]["nodeName"] == node] == []
+    assert node_state(k8s, node) == {"unschedulable": False, "taints": [], "label": None, "record": False}
+    assert run_module("node_maintenance", {"name": node, "state": "absent"})["changed"] is False
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+@pytest.fixture
+def reader(k8s):
+    """A user who may read everything and change nothing."""
+    rbac = client.RbacAuthorizationV1Api(k8s)
+    name = "kvops-test-reader-%s" % uuid.uuid4().hex[:6]
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]})
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name}]})
+    yield name
+    rbac.delete_cluster_role_binding(name)
+    rbac.delete_cluster_role(name)
+
+
+def test_bad_input_is_one_sentence_and_changes_nothing(k8s, namespace, run_module, reader):
+    node = workers(k8s)[0]
+    start_deployment(k8s, namespace, node, "small", 1)
+    versions = ResourceVersions(k8s)
+    cases = [
+        ("node_maintenance", {"name": "lab-worker-404"}, "Node lab-worker-404 does not exist."),
+        ("node_maintenance", {"name": "lab-worker-404", "state": "absent"}, "Node lab-worker-404 does not exist."),
+        ("node_maintenance_info", {"label_selector": "node-role.kubernetes.io/wroker"},
+         "No node matches label_selector 'node-role.kubernetes.io/wroker'."),
+        ("node_maintenance", {"name": node, "pod_selector": "app in (small"},
+         "Option pod_selector has an invalid label selector term 'app in (small': "),
+        ("node_maintenance", {"name": node, "impersonate_user": reader},
+         "Cannot drain node %s: permission denied: %s may not patch nodes, create pods/eviction in namespace "
+         % (node, reader)),
+        ("node_maintenance", {"name": node, "impersonate_user": "kvops-nobody"}, "Cannot list "),
+        ("node_maintenance", {"name": "lab-cp-1", "method": "drain"}, "Node lab-cp-1 cannot enter maintenance"),
+        ("node_decommission", {"name": "lab-cp-1"}, "Node lab-cp-1 cannot be decommissioned"),
+    ]
+    for module, args, message in cases:
+        result = run_module(module, args)
+        assert result.get("failed"), (module, args, result)
+        assert result["msg"].startswith(message), (module, args, result["msg"])
+        assert "Traceback" not in result["msg"] and "\n" not in result["msg"]
+    assert versions.changes() == []
+
+
+# -- decommission --------------------------------------------------------------------------------
+
+@pytest.fixture
+def extra_nodes(k8s):
+    """Two extra kwok nodes this test may delete; whatever is left of them is deleted afterwards."""
+    suffix = uuid.uuid4().hex[:5]
+    version = core(k8s).list_node().items[0].status.node_info.kubelet_version
+    plans = [lab_nodes.NodePlan("lab-extra-%s-%d" % (suffix, i), False, "10.99.%d.1" % i, "10.245.%d.0/24" % i)
+             for i in (1, 2)]
+    lab_nodes.ensure(k8s, plans, version)
+    names = [p.name for p in plans]
+
+    def ready_for_vms():
+        found = [core(k8s).read_node(n) for n in names]
+        return all(lab_nodes.is_ready(n) and (n.metadata.labels or {}).get("kubevirt.io/schedulable") == "true"
+                   for n in found)
+
+    wait_for(ready_for_vms, 180, "the extra nodes to be Ready for VMs")
+    yield names
+    for name in names:
+        try:
+            lab_nodes.recover(k8s, name, wait=False)
+        except Exception:  # noqa: BLE001 - the node may be gone already
+            pass
+        try:
+            core(k8s).delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def test_decommission_reschedules_vms(lab, k8s, namespace, run_module, extra_nodes):
+    healthy, dying = extra_nodes
+    start_vms(k8s, namespace, healthy, {"keep": ("LiveMigrate", "Always", True),
+                                        "manual": ("None", "Manual", True)})
+    start_vms(k8s, namespace, dying, {"restart": ("None", "Always", True)})
+
+    result = run_module("node_decommission", {"name": healthy})
+    assert result["deleted"] is True and result["changed"] is True, result
+    rescheduled = by_name(result["vms"]["rescheduled"])
+    assert list(rescheduled) == ["keep"] and rescheduled["keep"]["node"] not in (None, healthy)
+    assert result["vms"]["not_restarted"] == [{"namespace": namespace, "name": "manual", "run_strategy": "Manual"}]
+    assert result["evicted_pods"] >= 2
+    with pytest.raises(ApiException):
+        core(k8s).read_node(healthy)
+    assert run_module("node_decommission", {"name": healthy})["changed"] is False
+
+    lab.node_fail(dying)
+    versions = ResourceVersions(k8s)
+    refused = run_module("node_decommission", {"name": dying})
+    assert refused.get("failed") and refused["msg"].startswith("Node %s is not Ready" % dying)
+    assert "assume_powered_off=true" in refused["msg"]
+    assert versions.changes() == []
+    result = run_module("node_decommission", {"name": dying, "assume_powered_off": True})
+    assert result["deleted"] is True, result
+    assert [(v["name"], v["node"] not in (None, dying)) for v in result["vms"]["rescheduled"]] == [("restart", True)]
