@@ -71,8 +71,9 @@ def main(argv=None):
     out_json = args.output / f"{stamp}.json"
 
     def save(final=False):
-        labels = {p.key: p.label for p in peers_mod.all_peers() + peers_mod.rolling_peers()}
-        result["summary"] = report.summarize(result["runs"], labels)
+        labels = {p.key: p.label for p in peers_mod.all_peers()}
+        rolling = {p.key: p.label for p in peers_mod.rolling_peers()}
+        result["summary"] = report.summarize(result["runs"], labels, rolling)
         result["verdicts"] = report.verdicts(result["summary"], result.get("scale"), result.get("noop"))
         text = json.dumps(result, indent=1, default=str) + "\n"
         (out_json.with_suffix(".json.tmp")).write_text(text)

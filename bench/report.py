@@ -19,7 +19,7 @@ def median(values):
     return round(statistics.median(values), 3) if values else None
 
 
-def summarize(runs, peer_labels):
+def summarize(runs, peer_labels, rolling_labels=None):
     """Per scenario and peer: medians over the iterations, errors, correctness."""
     summary = {}
     for run in runs:
@@ -29,8 +29,11 @@ def summarize(runs, peer_labels):
         for peer, entry in by_peer.items():
             runs_ = entry.pop("runs")
             ok = [r for r in runs_ if r.get("ok")]
+            labels = (rolling_labels or peer_labels) if scenario == "4" else peer_labels
             entry.update({
-                "label": peer_labels.get(peer, peer),
+                "label": labels.get(peer, peer),
+                "simulator_requests_median": median([(r.get("requests_by_client") or {}).get("kubevirt-sim")
+                                                     for r in ok]),
                 "iterations": len(runs_),
                 "succeeded": len(ok),
                 "wall_seconds_median": median([r["wall_seconds"] for r in ok]),
@@ -145,7 +148,10 @@ def markdown(result):
         "",
         "API requests: requests of the peer's own client(s) in the kube-apiserver audit log during the run "
         "(stage ResponseComplete, by user agent). Correct: all pods gone from the node, no PDB below its minimum at "
-        "any time, every VM running on another node with the same VMI (migrated, never restarted).",
+        "any time, every VM running on another node with the same VMI (migrated, never restarted). "
+        "Simulator requests: those of the lab's KubeVirt simulator during the run (migrations; for "
+        "`method: cr` also the drain itself, which its NodeMaintenance controller carries out), not counted "
+        "for any peer.",
         "",
     ]
     titles = result.get("scenarios", {})
@@ -169,14 +175,15 @@ def markdown(result):
                           f"node) x (guest memory / migration bandwidth), summed; with the best possible placement "
                           f"it would be {_fmt(ideal)} s.", ""]
             continue
-        lines += ["| peer | wall s (median) | all runs s | API requests (median) | correct | error |",
-                  "|---|---:|---|---:|---|---|"]
+        lines += ["| peer | wall s (median) | all runs s | API requests (median) | simulator requests | correct | error |",
+                  "|---|---:|---|---:|---:|---|---|"]
         for peer, e in by_peer.items():
             if peer.startswith("_"):
                 continue
             lines.append(f"| {e['label']} | {_fmt(e['wall_seconds_median'])} | "
                          f"{', '.join(_fmt(v) for v in e['wall_seconds_all'])} | "
-                         f"{_fmt(e['requests_median'])} | {_correct(e)} | {_errors(e)} |")
+                         f"{_fmt(e['requests_median'])} | {_fmt(e.get('simulator_requests_median'))} | "
+                         f"{_correct(e)} | {_errors(e)} |")
         ratios = by_peer.get("_ratios") or {}
         if ratios:
             lines += ["", "| ratio (ours / peer) | wall | API requests |", "|---|---:|---:|"]

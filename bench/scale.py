@@ -22,6 +22,43 @@ from bench.bootstrap import say
 from bench.kube import Kube
 
 NAMESPACE = "bench-scale"
+# `lab up` gives each node a /24 of 10.244.0.0/16, which stops at 254 workers; the
+# harness adds the rest itself (same labels, capacity and KWOK annotation, no podCIDR:
+# kwok then takes pod IPs from its cluster-wide pool).
+LAB_UP_MAX_WORKERS = 250
+
+
+def add_workers(kube, kubeconfig, total, timeout=900):
+    """Create lab-worker-(existing+1)..total the way the lab does, then wait until all are Ready."""
+    from lab import binaries, nodes as lab_nodes
+
+    version = binaries.kubernetes_version(binaries.bin_dir())
+    existing = set(w.workers(kube))
+    for index in range(1, total + 1):
+        name = f"lab-worker-{index}"
+        if name in existing:
+            continue
+        plan = lab_nodes.NodePlan(name, False, f"10.90.{index // 250}.{index % 250 + 1}", "unused")
+        body = lab_nodes.manifest(plan, version)
+        body["spec"].pop("podCIDR", None)
+        body["spec"].pop("podCIDRs", None)
+        kube.create("Node", body)
+
+    def ready_count():
+        nodes, _ = kube.list("Node")
+        return sum(1 for n in nodes if n["metadata"]["name"].startswith("lab-worker-") and any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (n.get("status") or {}).get("conditions") or []))
+
+    started = time.monotonic()
+    while True:
+        ready = ready_count()
+        if ready >= total:
+            return
+        if time.monotonic() - started > timeout:
+            raise w.Timeout(f"only {ready} of {total} workers Ready after {timeout}s")
+        say(f"scale: {ready}/{total} workers Ready")
+        time.sleep(10)
 
 
 def populate(kube, workers, pods_per_node, timeout):
@@ -72,9 +109,11 @@ def run(ctx_env_factory, nodes, pods_per_node, state_dir, keep_lab, populate_tim
     record = {"nodes": nodes, "pods_per_node": pods_per_node}
     started = time.monotonic()
     if not labs.is_up(state_dir):
-        labs.up(state_dir, nodes)
+        labs.up(state_dir, min(nodes, LAB_UP_MAX_WORKERS))
     kubeconfig = state_dir / "kubeconfig"
     kube = Kube(kubeconfig)
+    if nodes > LAB_UP_MAX_WORKERS:
+        add_workers(kube, kubeconfig, nodes)
     workers = w.workers(kube)
     record["lab_up_seconds"] = round(time.monotonic() - started, 1)
     say(f"scale: lab with {len(workers)} workers up in {record['lab_up_seconds']}s; creating pods")

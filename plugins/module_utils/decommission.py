@@ -114,7 +114,7 @@ def run(module):
     wait_only = shut_down_vmis(client, shutdown)
     drainer = Drainer(client, name, drain_options, deadline, progress=progress, wait_only=wait_only)
     outcome = drainer.run(wait=True)
-    result["evicted_pods"] = outcome.evicted
+    result["evicted_pods"] = outcome.eviction - len(outcome.pending)
     if not outcome.done:
         if outcome.refused:
             message = "Node %s has pods the drain options do not allow to evict: %s." % (

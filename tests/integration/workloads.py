@@ -13,7 +13,7 @@ FAIL_MIGRATION = "kubevirt-ops.lab/fail-migration"
 
 
 def vm_body(namespace, name, run_strategy="Always", eviction="LiveMigrate", migratable=True, memory="1Gi",
-            annotations=None, running=None, node_selector=None):
+            annotations=None, running=None, node_selector=None, nodes=None):
     spec = {
         "domain": {"devices": {}, "resources": {"requests": {"memory": memory, "cpu": "100m"}}},
         "evictionStrategy": eviction,
@@ -25,6 +25,8 @@ def vm_body(namespace, name, run_strategy="Always", eviction="LiveMigrate", migr
         spec["domain"]["devices"]["disks"] = [{"name": "root", "disk": {"bus": "virtio"}}]
     if node_selector:
         spec["nodeSelector"] = node_selector
+    if nodes:
+        spec["affinity"] = only_on(nodes)
     body = {
         "apiVersion": "%s/%s" % (GROUP, VERSION),
         "kind": "VirtualMachine",
@@ -37,6 +39,12 @@ def vm_body(namespace, name, run_strategy="Always", eviction="LiveMigrate", migr
     elif run_strategy:
         body["spec"]["runStrategy"] = run_strategy
     return body
+
+
+def only_on(nodes):
+    """Required node affinity: these nodes and no other."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": list(nodes)}]}]}}}
 
 
 def create_vm(k8s, namespace, name, **kwargs):
@@ -103,7 +111,7 @@ def annotate_vm(k8s, namespace, name, annotations):
             GROUP, VERSION, namespace, "virtualmachineinstances", name, {"metadata": {"annotations": annotations}})
 
 
-def create_guarded_deployment(k8s, namespace, name, replicas=3, min_available=2, node_selector=None):
+def create_guarded_deployment(k8s, namespace, name, replicas=3, min_available=2, node_selector=None, nodes=None):
     """A Deployment and a PodDisruptionBudget over its pods."""
     labels = {"app": name}
     template = {"metadata": {"labels": labels},
@@ -111,6 +119,8 @@ def create_guarded_deployment(k8s, namespace, name, replicas=3, min_available=2,
                          "terminationGracePeriodSeconds": 0}}
     if node_selector:
         template["spec"]["nodeSelector"] = node_selector
+    if nodes:
+        template["spec"]["affinity"] = only_on(nodes)
     client.AppsV1Api(k8s).create_namespaced_deployment(namespace, {
         "metadata": {"name": name, "labels": labels},
         "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": template},

@@ -221,6 +221,20 @@ def node_state(k8s, name):
     }
 
 
+def changes_to(versions, namespace, nodes=None):
+    """What changed among what a module could have touched: nodes, NodeMaintenances, the
+    test's namespace (other tests' clean-up elsewhere is not ours to judge)."""
+    found = []
+    for change in versions.changes():
+        kind, rest = change.split(" ", 1)
+        name = rest.rsplit(" ", 1)[0]
+        if kind in ("NodeMaintenance", "LegacyNodeMaintenance") or name.startswith(namespace + "/"):
+            found.append(change)
+        elif kind == "Node" and (nodes is None or name in nodes):
+            found.append(change)
+    return found
+
+
 def by_name(entries):
     return dict((e["name"], e) for e in entries)
 
@@ -265,7 +279,7 @@ def test_eviction_table_through_node_maintenance(k8s, namespace, run_module):
     assert not checked.get("failed") and checked["changed"] is True
     assert checked["plan"]["vms"] == plan["vms"]
     assert set(v["name"] for v in checked["vms"]["migrated"]) >= {"mig", "lmip-mig"}
-    assert versions.changes() == []
+    assert changes_to(versions, namespace) == []
 
     # non_migratable=wait behaves like oc adm drain: everything else leaves, the blocker stays.
     waited = run_module("node_maintenance", {"name": node, "method": "drain", "non_migratable": "wait",
@@ -340,7 +354,7 @@ def test_method_cr_round_trip(k8s, namespace, run_module):
     versions = ResourceVersions(k8s)
     checked = run_module("node_maintenance", {"name": node, "method": "cr"}, check=True)
     assert checked["changed"] is True and checked["method"] == "cr" and "plan" in checked
-    assert versions.changes() == []
+    assert changes_to(versions, namespace) == []
 
     result = run_module("node_maintenance", {"name": node, "method": "cr", "reason": "firmware"})
     assert result["phase"] == "Succeeded" and result["method"] == "cr", result
@@ -391,9 +405,12 @@ def test_bad_input_is_one_sentence_and_changes_nothing(k8s, namespace, run_modul
          "No node matches label_selector 'node-role.kubernetes.io/wroker'."),
         ("node_maintenance", {"name": node, "pod_selector": "app in (small"},
          "Option pod_selector has an invalid label selector term 'app in (small': "),
-        ("node_maintenance", {"name": node, "impersonate_user": reader},
+        ("node_maintenance", {"name": node, "method": "drain", "impersonate_user": reader},
          "Cannot drain node %s: permission denied: %s may not patch nodes, create pods/eviction in namespace "
          % (node, reader)),
+        ("node_maintenance", {"name": node, "method": "cr", "impersonate_user": reader},
+         "Cannot put node %s into maintenance: permission denied: %s may not create "
+         "nodemaintenances.nodemaintenance.medik8s.io." % (node, reader)),
         ("node_maintenance", {"name": node, "impersonate_user": "kvops-nobody"}, "Cannot list "),
         ("node_maintenance", {"name": "lab-cp-1", "method": "drain"}, "Node lab-cp-1 cannot enter maintenance"),
         ("node_decommission", {"name": "lab-cp-1"}, "Node lab-cp-1 cannot be decommissioned"),
@@ -403,7 +420,7 @@ def test_bad_input_is_one_sentence_and_changes_nothing(k8s, namespace, run_modul
         assert result.get("failed"), (module, args, result)
         assert result["msg"].startswith(message), (module, args, result["msg"])
         assert "Traceback" not in result["msg"] and "\n" not in result["msg"]
-    assert versions.changes() == []
+    assert changes_to(versions, namespace) == []
 
 
 # -- decommission --------------------------------------------------------------------------------
@@ -458,7 +475,9 @@ def test_decommission_reschedules_vms(lab, k8s, namespace, run_module, extra_nod
     refused = run_module("node_decommission", {"name": dying})
     assert refused.get("failed") and refused["msg"].startswith("Node %s is not Ready" % dying)
     assert "assume_powered_off=true" in refused["msg"]
-    assert versions.changes() == []
+    # The node-lifecycle controller keeps changing the failed node itself (taints, conditions).
+    assert changes_to(versions, namespace, nodes=[n for n in workers(k8s) if n != dying]) == []
+    assert node_state(k8s, dying)["record"] is False and node_state(k8s, dying)["unschedulable"] is False
     result = run_module("node_decommission", {"name": dying, "assume_powered_off": True})
     assert result["deleted"] is True, result
     assert [(v["name"], v["node"] not in (None, dying)) for v in result["vms"]["rescheduled"]] == [("restart", True)]

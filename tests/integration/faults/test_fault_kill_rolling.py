@@ -1,0 +1,325 @@
+"""Kill the rolling maintenance playbook at many points and run it again.
+
+One chain of runs over two workers A and B: each run is killed (SIGKILL to the whole process
+group: ansible-playbook, its workers and the module running) at the next point of the
+list, then the next run starts, as an operator would start it again. Points are found
+from the playbook's own output (a task starting) and from the cluster (a node cordoned,
+an eviction done, a migration running), so each kill lands in its phase whatever the
+machine's speed. After each kill: every VM still runs (or runs again) with the same VMI
+(a migration keeps it), the nodes left cordoned are only the run's own, and the next run
+reports them as resumed. After the last kill a run goes to the end: it converges (A and
+B schedulable and out of maintenance, the lock free), and a PodDisruptionBudget watcher
+that ran through the whole chain saw no violation.
+
+The lock of a killed run stays held; the test breaks it as the role's message says to
+(cluster_lock state=absent force=true), after checking once that a run started without
+doing so refuses cleanly, naming the dead holder. (Expiry of the lock after its TTL is
+test_fault_lock_holder_dies.py.)
+"""
+
+import os
+import time
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+import reliability
+import runs
+import safety
+import workloads
+
+REPO = runs.REPO
+PLAYBOOK = os.path.join(REPO, "playbooks", "rolling_maintenance.yml")
+LOCK = "kvops-fault-chain"
+ROLE = "TASK [kubevirt_ops.maintenance.rolling_maintenance : %s]"
+NODE_TASK = "Simulated firmware update"
+TRIGGER_TIMEOUT = 240
+
+
+class Watch:
+    """What a trigger may look at while a run goes on."""
+
+    def __init__(self, k8s, run, namespace, nodes):
+        self.k8s = k8s
+        self.run = run
+        self.namespace = namespace
+        self.nodes = nodes
+        self.core = client.CoreV1Api(k8s)
+        self.start_pods = self._pods_by_node()
+        self.first_seen = {}
+
+    def output(self):
+        return self.run.output()
+
+    def tasks_started(self, title):
+        return self.output().count(ROLE % title)
+
+    def _pods_by_node(self):
+        pods = self.core.list_namespaced_pod(self.namespace).items
+        out = dict((n, set()) for n in self.nodes)
+        for pod in pods:
+            if pod.spec.node_name in out and not pod.metadata.deletion_timestamp:
+                out[pod.spec.node_name].add(pod.metadata.name)
+        return out
+
+    def cordoned(self):
+        return [n for n in self.nodes if self.core.read_node(n).spec.unschedulable]
+
+    def migrations_running(self):
+        items = client.CustomObjectsApi(self.k8s).list_namespaced_custom_object(
+            "kubevirt.io", "v1", self.namespace, "virtualmachineinstancemigrations")["items"]
+        return [m for m in items if (m.get("status") or {}).get("phase") == "Running"]
+
+
+def task(title, nth=1, delay=0.0):
+    """Fires once the nth start of a role task shows in the output (plus ``delay`` seconds)."""
+    def fired(watch):
+        if watch.tasks_started(title) < nth:
+            return False
+        seen = watch.first_seen.setdefault(title, time.monotonic())
+        return time.monotonic() - seen >= delay
+    return fired
+
+
+def user_task(title):
+    return lambda watch: ("TASK [%s]" % title) in watch.output()
+
+
+def drain_started(watch):
+    return watch.tasks_started("Enter maintenance (drain)") >= 1 and bool(watch.cordoned())
+
+
+def mid_eviction(watch):
+    """The node being drained lost some of the pods it had when the run started, and still has pods."""
+    if watch.tasks_started("Enter maintenance (drain)") < 1:
+        return False
+    now = watch._pods_by_node()
+    for node in watch.cordoned():
+        before = watch.start_pods.get(node) or set()
+        if before and (before - now[node]) and now[node]:
+            return True
+    return False
+
+
+def mid_migration(nth_node=1):
+    def fired(watch):
+        return watch.tasks_started("Start the node") >= nth_node and bool(watch.migrations_running())
+    return fired
+
+
+# (name, trigger). Order matters only in that each is reachable from the state the one before leaves.
+POINTS = [
+    ("during the preflight", task("Preflight every node before any change", delay=0.5)),
+    ("right after taking the lock", task("Remember the lock holder")),
+    ("as the drain starts (node cordoned)", drain_started),
+    ("mid-eviction", mid_eviction),
+    ("mid-migration", mid_migration()),
+    ("after the drain", task("Drained")),
+    ("during the node tasks", user_task(NODE_TASK)),
+    ("waiting for the node to be Ready", task("Wait until the node is Ready")),
+    ("leaving maintenance", task("Leave maintenance")),
+    ("during the verification", task("Verify the node is schedulable and every VM that ran still runs")),
+    ("between two nodes", task("Start the node", nth=2)),
+    ("mid-migration on the second node", mid_migration(nth_node=2)),
+    ("while finishing (lock release, report)", task("Release the lock, write the report, say what remains")),
+]
+
+
+def lease_holder(k8s):
+    try:
+        lease = client.CoordinationV1Api(k8s).read_namespaced_lease(LOCK, "kube-system")
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return lease.spec.holder_identity
+
+
+def preflight_of(results):
+    for line in results:
+        if line["task"] == "Preflight every node before any change" and line["status"] == "ok":
+            return line["result"]
+    return None
+
+
+def in_maintenance(k8s, node):
+    """Anything the collection leaves on a node in maintenance: cordon, its taints, a NodeMaintenance."""
+    obj = client.CoreV1Api(k8s).read_node(node)
+    marks = []
+    if obj.spec.unschedulable:
+        marks.append("cordoned")
+    for taint in obj.spec.taints or []:
+        if taint.key in ("medik8s.io/drain", "node.kubernetes.io/unschedulable"):
+            marks.append("taint " + taint.key)
+    for group in ("nodemaintenance.medik8s.io", "nodemaintenance.kubevirt.io"):
+        try:
+            items = client.CustomObjectsApi(k8s).list_cluster_custom_object(group, "v1beta1", "nodemaintenances")
+        except ApiException:
+            continue
+        marks += ["NodeMaintenance %s" % i["metadata"]["name"] for i in items["items"]
+                  if (i.get("spec") or {}).get("nodeName") == node]
+    return marks
+
+
+def chain_extra(a, b, tmp_path):
+    tasks = tmp_path / "node-tasks.yml"
+    tasks.write_text(yaml.safe_dump([{"name": NODE_TASK, "ansible.builtin.wait_for": {"timeout": 3}}]))
+    extra = {
+        "rolling_maintenance_nodes": [a, b],
+        "rolling_maintenance_method": "drain",
+        "rolling_maintenance_node_tasks": str(tasks),
+        "rolling_maintenance_lock_name": LOCK,
+        "rolling_maintenance_lock_ttl": 600,
+        "rolling_maintenance_drain_timeout": 300,
+        "rolling_maintenance_ready_timeout": 120,
+        "rolling_maintenance_verify_timeout": 180,
+        "rolling_maintenance_report_dir": str(tmp_path / "reports"),
+    }
+    return extra
+
+
+@pytest.fixture
+def chain_world(k8s, lab, pair, fault_namespace, tmp_path):
+    """VMs and a guarded Deployment on A and B; they may also go to a third worker C, never further."""
+    a, b = pair
+    c = [n for n in workloads.node_names(k8s) if n not in (a, b)][0]
+    core = client.CoreV1Api(k8s)
+    core.patch_node(c, {"spec": {"unschedulable": True}})  # so that everything starts on A and B
+    try:
+        for index in range(4):
+            workloads.create_vm(k8s, fault_namespace, "chain-%d" % index, memory="4Gi", nodes=[a, b, c],
+                                run_strategy="RerunOnFailure" if index == 3 else "Always")
+        workloads.create_guarded_deployment(k8s, fault_namespace, "guarded", replicas=4, min_available=3,
+                                            nodes=[a, b, c])
+        workloads.wait_vms_running(k8s, fault_namespace, ["chain-%d" % i for i in range(4)])
+    finally:
+        core.patch_node(c, {"spec": {"unschedulable": None}})
+    workloads.wait_vms_running(k8s, fault_namespace, ["chain-%d" % i for i in range(4)])
+    extra = chain_extra(a, b, tmp_path)
+    yield {"a": a, "b": b, "namespace": fault_namespace, "extra": extra}
+    runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
+
+
+def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes):
+    a, b, namespace, extra = chain_world["a"], chain_world["b"], chain_world["namespace"], chain_world["extra"]
+    figures = [(name, reliability.fault("kill the playbook %s" % name, group="kill")) for name, _t in POINTS]
+    vm_check = safety.VmSafety(k8s, [namespace])
+    problems = []
+    left_cordoned = []
+    refused_once = False
+    with safety.PdbWatcher(k8s) as watcher:
+        for (name, trigger), (_n, figure) in zip(POINTS, figures):
+            run = runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
+            try:
+                watch = Watch(k8s, run, namespace, [a, b])
+                deadline = time.monotonic() + TRIGGER_TIMEOUT
+                while not trigger(watch):
+                    if not run.running():
+                        break
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
+                if not run.running() or time.monotonic() > deadline:
+                    problems.append("%s: the run %s before the point was reached:\n%s" % (
+                        name, "ended (rc=%s)" % run.proc.returncode if not run.running() else "timed out",
+                        run.output()[-2500:]))
+                    run.kill()
+                    continue
+                run.kill()
+                results = run.results()
+            finally:
+                run.close()
+            # The run before this one left these nodes cordoned: this run must have said it resumes them.
+            preflight = preflight_of(results)
+            if left_cordoned and preflight is not None and not set(left_cordoned) <= set(preflight.get("resumed") or []):
+                problems.append("%s: the run did not report the nodes left in maintenance %s (resumed: %s)" % (
+                    name, left_cordoned, preflight.get("resumed")))
+            report = vm_check.verify(timeout=120)
+            figure.note(vms_lost=len(report.lost))
+            if report.problems:
+                problems.append("%s: %s" % (name, report.problems))
+            left_cordoned = [n for n in (a, b) if "cordoned" in in_maintenance(k8s, n)]
+            others = [n for n in workloads.cordoned(k8s) if n not in (a, b)]
+            if others:
+                problems.append("%s: nodes outside the run are cordoned: %s" % (name, others))
+            if lease_holder(k8s):
+                if not refused_once:
+                    # Started again as is, the run refuses: the lock names the dead run.
+                    again = runs.playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
+                    failures = again.failures()
+                    msg = failures[0][1].get("msg") if failures else ""
+                    if again.returncode == 0 or LOCK not in (msg or "") or "held by" not in (msg or ""):
+                        problems.append("%s: a second run while the dead run holds the lock did not refuse "
+                                        "cleanly (rc=%s): %s" % (name, again.returncode, msg))
+                    refused_once = True
+                broken = runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
+                if broken.result().get("failed"):
+                    problems.append("%s: breaking the dead run's lock failed: %s" % (name, broken.result()))
+            if not [p for p in problems if p.startswith(name + ":")]:
+                figure.passed(vms_lost=len(report.lost))
+
+        final = runs.playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
+    converged = final.returncode == 0
+    if not converged:
+        problems.append("the final run failed (rc=%s):\n%s" % (final.returncode, final.output[-4000:]))
+    preflight = preflight_of(final.lines) or {}
+    if left_cordoned and not set(left_cordoned) <= set(preflight.get("resumed") or []):
+        problems.append("the final run did not report the nodes left in maintenance %s" % left_cordoned)
+    for node in (a, b):
+        marks = in_maintenance(k8s, node)
+        if marks:
+            problems.append("node %s is still in maintenance after the final run: %s" % (node, marks))
+    if lease_holder(k8s):
+        problems.append("the final run left the lock %s held by %s" % (LOCK, lease_holder(k8s)))
+    report = vm_check.verify(timeout=120)
+    if report.problems:
+        problems.append("after the final run: %s" % report.problems)
+    violations = watcher.violations
+    figures[-1][1].note(pdb_violations=len(violations), vms_lost=len(report.lost))
+    if violations:
+        problems.append("PodDisruptionBudget violations: %s" % violations)
+    if not converged or violations or report.problems:
+        for _name, figure in figures:
+            figure.data["ok"] = False
+            figure._write()
+    assert problems == [], "\n\n".join(problems)
+
+
+def test_kill_then_resume_when_only_the_resumed_node_has_room(k8s, lab, pair, fault_namespace, tmp_path,
+                                                              restore_nodes):
+    """VMs that may run on A and B only; the run is killed as soon as A is cordoned. The next
+    run must finish A first (uncordoning it) and so has room for B's VMs: its preflight must
+    not refuse B because A, which it is about to resume, is cordoned right now."""
+    a, b = pair
+    figure = reliability.fault("kill the playbook as the drain starts, VMs bound to the two nodes", group="kill")
+    for index in range(2):
+        workloads.create_vm(k8s, fault_namespace, "pair-%d" % index, memory="2Gi", nodes=[a, b])
+    workloads.wait_vms_running(k8s, fault_namespace, ["pair-0", "pair-1"])
+    vm_check = safety.VmSafety(k8s, [fault_namespace])
+    extra = chain_extra(a, b, tmp_path)
+    try:
+        with safety.PdbWatcher(k8s) as watcher:
+            run = runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
+            try:
+                watch = Watch(k8s, run, fault_namespace, [a, b])
+                deadline = time.monotonic() + TRIGGER_TIMEOUT
+                while run.running() and time.monotonic() < deadline and not drain_started(watch):
+                    time.sleep(0.1)
+                assert run.running(), "the run ended before the drain started:\n%s" % run.output()[-3000:]
+                run.kill()
+            finally:
+                run.close()
+            runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
+            again = runs.playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
+        report = vm_check.verify(timeout=120)
+        figure.note(pdb_violations=len(watcher.violations), vms_lost=len(report.lost))
+        failures = again.failures()
+        assert again.returncode == 0, "the run after the kill failed: %s" % (
+            failures[0][1].get("msg") if failures else again.output[-3000:])
+        assert in_maintenance(k8s, a) == [] and in_maintenance(k8s, b) == []
+        assert report.problems == [] and watcher.violations == []
+        figure.passed()
+    finally:
+        runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
