@@ -49,6 +49,10 @@ WORKERS = 8
 BACKOFF_START = 1.0
 BACKOFF_CAP = 8.0
 LAUNCHER_BACKOFF_CAP = 30.0
+# A virt-launcher pod refused by its VMI's own budget has been marked for evacuation by
+# KubeVirt's webhook (which runs first): KubeVirt migrates it, retries failed migrations
+# itself, and the pod goes away when done. Asking again is only a safety net.
+EVACUATION_RECHECK = 60.0
 
 
 class DrainOptions:
@@ -338,6 +342,8 @@ class Drainer:
             target.reason = reason
             cap = LAUNCHER_BACKOFF_CAP if target.launcher else BACKOFF_CAP
             delay = min(cap, BACKOFF_START * (2 ** max(0, target.attempts - 1)))
+            if target.launcher and "disruption budget" in (reason or ""):
+                delay = EVACUATION_RECHECK
             target.next_try = time.monotonic() + delay * (0.9 + 0.2 * random.random())
             if self.pdbs is not None:
                 target.pdb_versions = dict(

@@ -134,7 +134,7 @@ def enter(module):
                            plan=plan.as_dict(), node=name, method=method)
     shutdown = [vm for vm in plan.vms if policy == "shutdown" and vm["outcome"] == kubevirt.BLOCK]
     if module.check_mode:
-        return predict(module, result, plan, node, method, ours_cr, shutdown)
+        return predict(module, result, plan, node, method, ours_cr, shutdown, deadline)
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
     if method == "drain":
         timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress)
@@ -147,7 +147,7 @@ def enter(module):
     return result
 
 
-def predict(module, result, plan, node, method, ours_cr, shutdown):
+def predict(module, result, plan, node, method, ours_cr, shutdown, deadline):
     """Check mode: the same shape, computed from the plan, with nothing written."""
     params = module.params
     result["plan"] = plan.as_dict()
@@ -164,7 +164,7 @@ def predict(module, result, plan, node, method, ours_cr, shutdown):
             target = plan.targets.get(pod_key(vm["_pod"])) if vm["_pod"] is not None else None
             vms["migrated"].append({"namespace": vm["namespace"], "name": vm["name"], "source": plan.node,
                                     "target": target})
-        elif outcome in (kubevirt.RESTART_ELSEWHERE, kubevirt.STAY_STOPPED) or uid in shut_uids:
+        elif outcome in (kubevirt.RESTART_ELSEWHERE, kubevirt.STAY_STOPPED, kubevirt.SHUTDOWN) or uid in shut_uids:
             vms["shut_down"].append(_shut_down_entry(vm, plan.node))
         else:
             vms["blocked"].append({"namespace": vm["namespace"], "name": vm["name"],
@@ -181,6 +181,7 @@ def predict(module, result, plan, node, method, ours_cr, shutdown):
         diff_after = _nmo_after_view(node)
     if module.diff_mode:
         result["diff"] = {"before": nodes_mod.maintenance_view(node), "after": diff_after}
+    result["duration_seconds"] = round(deadline.elapsed(), 1)
     return result
 
 
@@ -198,9 +199,14 @@ def _blocker_text(plan, uid):
 
 
 def _shut_down_entry(vm, source):
-    restarts = vm["run_strategy"] in ("Always", "RerunOnFailure")
+    if vm["run_strategy"] in ("Always", "RerunOnFailure"):
+        outcome = kubevirt.RESTART_ELSEWHERE
+    elif vm["run_strategy"] is None:
+        outcome = kubevirt.SHUTDOWN  # a VMI without a VM
+    else:
+        outcome = kubevirt.STAY_STOPPED
     return {"namespace": vm["namespace"], "name": vm["name"], "source": source, "run_strategy": vm["run_strategy"],
-            "outcome": kubevirt.RESTART_ELSEWHERE if restarts else kubevirt.STAY_STOPPED}
+            "outcome": outcome}
 
 
 def _permissions_for_drain(plan, options, shutdown):
@@ -440,7 +446,8 @@ def leave(module):
                 raise WaitTimeoutError("NodeMaintenance %s was deleted, but node %s is still cordoned after %ds: is "
                                        "the node-maintenance operator running?" % (
                                            cr["metadata"]["name"], name, round(deadline.seconds)),
-                                       **dict(result, changed=True)) from exc
+                                       **dict(((k, v) for k, v in result.items() if k != "msg"), changed=True)
+                                       ) from exc
         # Anything this collection recorded itself (an earlier drain) goes too.
         if nodes_mod.maintenance_record(node) is not None:
             nodes_mod.update_node(client, name, nodes_mod.leave_changes)

@@ -135,8 +135,10 @@ class Snapshot:
         self.pods_by_node = {}
         self.vmis = []
         self.vmis_by_uid = {}
+        self.vmis_by_node = {}
         self.vms = {}
         self.pdbs = []
+        self.pdbs_by_namespace = {}  # budgets other than a VMI's own, by namespace
         self.cluster_eviction_strategy = None
         self.kubevirt = False
         self.maintenances = []  # (kind, object)
@@ -169,6 +171,8 @@ class Snapshot:
             vmis, _rv = client.list("VirtualMachineInstance")
             snap.vmis = [v for v in vmis if kubevirt.vmi_is_active(v) or kubevirt.vmi_node(v)]
             snap.vmis_by_uid = dict((v["metadata"].get("uid"), v) for v in snap.vmis)
+            for vmi in snap.vmis:
+                snap.vmis_by_node.setdefault(kubevirt.vmi_node(vmi), []).append(vmi)
             if snap.served("KubeVirt"):
                 crs, _rv = client.list("KubeVirt")
                 for cr in crs:
@@ -189,14 +193,19 @@ class Snapshot:
                     vms.extend(client.list("VirtualMachine", namespace=namespace)[0])
             snap.vms = dict(((v["metadata"]["namespace"], v["metadata"]["name"]), v) for v in vms)
         snap.pdbs, _rv = client.list("PodDisruptionBudget")
+        for pdb in snap.pdbs:
+            if not kubevirt.is_vmi_pdb(pdb):
+                snap.pdbs_by_namespace.setdefault(pdb["metadata"].get("namespace"), []).append(pdb)
         for kind in NODE_MAINTENANCE_KINDS:
             if snap.served(kind):
                 snap.maintenances.extend((kind, cr) for cr in client.list(kind)[0])
-        try:
-            snap.etcd_guard = client.get_or_none("PodDisruptionBudget", nodes_mod.ETCD_GUARD_PDB[1],
-                                                 nodes_mod.ETCD_GUARD_PDB[0])
-        except ApiError:
-            snap.etcd_guard = None  # not allowed to read it: the quorum count still applies
+        planned = snap.nodes.values() if node_names is None else [snap.nodes[n] for n in node_names if n in snap.nodes]
+        if any(nodes_mod.is_control_plane(n) for n in planned):
+            try:
+                snap.etcd_guard = client.get_or_none("PodDisruptionBudget", nodes_mod.ETCD_GUARD_PDB[1],
+                                                     nodes_mod.ETCD_GUARD_PDB[0])
+            except ApiError:
+                snap.etcd_guard = None  # not allowed to read it: the quorum count still applies
         return snap
 
     def node(self, name):
@@ -351,8 +360,9 @@ def _vms(plan, snapshot, name):
             launchers[kubevirt.launcher_vmi_uid(pod)] = pod
     selected_out = set(kubevirt.launcher_vmi_uid(snapshot_pod) for snapshot_pod in snapshot.pods_on(name)
                        if kubevirt.is_launcher_pod(snapshot_pod)) - set(launchers)
-    for vmi in sorted(snapshot.vmis, key=lambda v: (v["metadata"]["namespace"], v["metadata"]["name"])):
-        if kubevirt.vmi_node(vmi) != name or not kubevirt.vmi_is_active(vmi):
+    on_node = snapshot.vmis_by_node.get(name, [])
+    for vmi in sorted(on_node, key=lambda v: (v["metadata"]["namespace"], v["metadata"]["name"])):
+        if not kubevirt.vmi_is_active(vmi):
             continue
         uid = vmi["metadata"].get("uid")
         if uid in selected_out:
@@ -364,6 +374,8 @@ def _vms(plan, snapshot, name):
         strategy = kubevirt.effective_eviction_strategy(vmi.get("spec"), snapshot.cluster_eviction_strategy)
         migratable, reason, message = kubevirt.live_migratable(vmi)
         outcome = kubevirt.eviction_outcome(strategy, migratable, run_strategy)
+        if vm is None and outcome in (kubevirt.RESTART_ELSEWHERE, kubevirt.STAY_STOPPED):
+            outcome = kubevirt.SHUTDOWN  # a VMI without a VM: once shut down, nothing brings it back
         display = "%s/%s" % (namespace, vm_name or vmi["metadata"]["name"])
         entry = {
             "namespace": namespace,
@@ -385,15 +397,14 @@ def _vms(plan, snapshot, name):
 
 
 def _pdbs(plan, snapshot):
-    candidates = [p for p in snapshot.pdbs if not kubevirt.is_vmi_pdb(p)]
-    if not candidates:
+    if not snapshot.pdbs_by_namespace:
         return
     covered = {}
     multiple = []
     for pod in plan.evict:
         if is_finished(pod) or pod["metadata"].get("deletionTimestamp"):
             continue
-        found = [p for p in matching_pdbs(pod, candidates)]
+        found = matching_pdbs(pod, snapshot.pdbs_by_namespace.get(pod["metadata"].get("namespace"), []))
         if len(found) > 1:
             multiple.append((pod_key(pod), found))
         for pdb in found:
@@ -481,33 +492,33 @@ def _placement(plan, snapshot, name):
     room_short = []
     for pod in movers:
         need = pod_requests(pod["spec"])
-        eligible = [n for n in snapshot.eligible_nodes(pod["spec"]) if n != name]
+        eligible = snapshot.eligible_nodes(pod["spec"])
         vm = vm_by_pod.get(id(pod))
-        fits_alone = [n for n in eligible if _fits(free[n], need)]
-        if not fits_alone:
-            if vm is not None:
-                plan.capacity_ok = False
-                plan.blockers.append(Blocker(PLACEMENT, "VM %s/%s cannot move off node %s: no other node can take it "
-                                                        "(%s)." % (vm["namespace"], vm["name"], name,
-                                                                   _why_nowhere(snapshot, pod, need, name)),
-                                             vmi_uid=vm["_vmi"]["metadata"].get("uid")))
-            elif eligible:
-                room_short.append(pod)
-            # An ordinary pod whose own rules allow no other node stays Pending; the drain still completes.
-            continue
-        target = None
-        for candidate in fits_alone:
-            room = dict((r, free[candidate][r] - used.get(candidate, {}).get(r, 0.0)) for r in need)
-            if _fits(room, need):
+        target, fits_alone = None, False
+        for candidate in eligible:
+            if candidate == name or not _fits(free[candidate], need):
+                continue
+            fits_alone = True
+            taken = used.get(candidate)
+            if taken is None or _fits(dict((r, free[candidate][r] - taken.get(r, 0.0)) for r in need), need):
                 target = candidate
                 break
-        if target is None:
+        if target is not None:
+            bucket = used.setdefault(target, dict((r, 0.0) for r in need))
+            for resource, amount in need.items():
+                bucket[resource] = bucket.get(resource, 0.0) + amount
+            plan.targets[pod_key(pod)] = target
+        elif fits_alone:
             room_short.append(pod)
-            continue
-        bucket = used.setdefault(target, dict((r, 0.0) for r in need))
-        for resource, amount in need.items():
-            bucket[resource] = bucket.get(resource, 0.0) + amount
-        plan.targets[pod_key(pod)] = target
+        elif vm is not None:
+            plan.capacity_ok = False
+            plan.blockers.append(Blocker(PLACEMENT, "VM %s/%s cannot move off node %s: no other node can take it "
+                                                    "(%s)." % (vm["namespace"], vm["name"], name,
+                                                               _why_nowhere(snapshot, pod, need, name)),
+                                         vmi_uid=vm["_vmi"]["metadata"].get("uid")))
+        elif [n for n in eligible if n != name]:
+            room_short.append(pod)
+        # An ordinary pod whose own rules allow no other node stays Pending; the drain still completes.
     if room_short:
         plan.capacity_ok = False
         total = dict((r, 0.0) for r in RESOURCE_NAMES)

@@ -22,7 +22,7 @@ description:
     their VMs can start elsewhere without running twice on the same disks.
   - A node that no longer exists is reported unchanged.
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   name:
     description: Name of the node.

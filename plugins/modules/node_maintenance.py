@@ -15,10 +15,11 @@ description:
   - Does what C(oc adm cordon), C(oc adm drain --delete-emptydir-data --ignore-daemonsets=true --force), a watch on
     the migrations and a hunt for the VM that blocks would do by hand - or the same through a NodeMaintenance custom
     resource when the node-maintenance operator is installed.
-  - Before changing anything it computes the plan of the drain (the same plan M(kubevirt_ops.maintenance.node_maintenance_info)
-    reports): which pods go, what happens to each VM according to its effective eviction strategy, live-migratability
-    and run strategy, whether another node can take each VM, and which PodDisruptionBudgets allow no disruption. With
-    O(non_migratable=fail) it fails listing every blocker and changes nothing.
+  - Before changing anything it computes the plan of the drain, the same plan
+    M(kubevirt_ops.maintenance.node_maintenance_info) reports. The plan says which pods go, what happens to each VM
+    according to its effective eviction strategy, live-migratability and run strategy, whether another node can take
+    each VM, and which PodDisruptionBudgets allow no disruption. With O(non_migratable=fail) the task fails listing
+    every blocker and changes nothing.
   - With O(method=drain), the node is cordoned and gets the taint C(medik8s.io/drain:NoSchedule) and the label
     C(remediation.medik8s.io/exclude-from-remediation=true), as the node-maintenance operator sets them; what was
     added is recorded in the node annotation C(maintenance.kubevirt-ops.io/node-maintenance), so that O(state=absent)
@@ -32,7 +33,7 @@ description:
     the system log of the managed host and, when O(progress_file) is set, to that file.
   - O(state=absent) ends maintenance. VMs that moved away do not move back by themselves.
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   name:
     description: Name of the node.
@@ -216,7 +217,9 @@ vms:
           description: The VM's run strategy (null for a VMI without a VM).
           type: str
         outcome:
-          description: V(restart_elsewhere) (run strategy C(Always) or C(RerunOnFailure)) or V(stay_stopped).
+          description:
+            - V(restart_elsewhere) (run strategy C(Always) or C(RerunOnFailure)), V(stay_stopped) (C(Manual),
+              C(Once)), or V(shutdown) (a VMI without a VM, gone for good).
           type: str
     blocked:
       description: VMs still on the node at the end, with why.
@@ -307,7 +310,11 @@ plan:
           description: Why it is not live-migratable (null when it is).
           type: str
         outcome:
-          description: V(migrate), V(shutdown), V(restart_elsewhere), V(stay_stopped) or V(block).
+          description:
+            - V(migrate) (live migration), V(restart_elsewhere) (shut down, then started on another node by its run
+              strategy), V(stay_stopped) (shut down, run strategy C(Manual) or C(Once)), V(shutdown) (a VMI without a
+              VM, gone for good) or V(block) (eviction strategy C(LiveMigrate) but not live-migratable, so the drain
+              cannot finish).
           type: str
         run_strategy:
           description: The VM's run strategy.

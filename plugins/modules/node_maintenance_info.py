@@ -21,7 +21,7 @@ description:
     PodDisruptionBudgets allow no disruption, and every blocker as a sentence saying what to do.
   - The cluster is read once (a handful of list requests), whatever the number of nodes.
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   name:
     description: One node. Mutually exclusive with O(label_selector).
@@ -149,7 +149,11 @@ nodes:
               description: Why it is not live-migratable (null when it is).
               type: str
             outcome:
-              description: V(migrate), V(shutdown), V(restart_elsewhere), V(stay_stopped) or V(block).
+              description:
+                - V(migrate) (live migration), V(restart_elsewhere) (shut down, then started on another node by its run
+                  strategy), V(stay_stopped) (shut down, run strategy C(Manual) or C(Once)), V(shutdown) (a VMI without a
+                  VM, gone for good) or V(block) (eviction strategy C(LiveMigrate) but not live-migratable, so the drain
+                  cannot finish).
               type: str
             run_strategy:
               description: The VM's run strategy.

@@ -48,9 +48,8 @@ def test_eviction_table(cluster_default, own, migratable, run_strategy, outcome)
     blockers = plan.as_dict()["blockers"]
     if outcome == "block":
         assert blockers == ["VM ns1/vm1 cannot leave node worker-1: its eviction strategy is LiveMigrate but it is not "
-                            "live-migratable (DisksNotLiveMigratable: a disk's PVC is not ReadWriteMany (cannot migrate "
-                            "VMI: PVC disk is not shared)); give it LiveMigrateIfPossible or None, or use "
-                            "non_migratable=shutdown."]
+                            "live-migratable (DisksNotLiveMigratable: cannot migrate VMI: PVC disk is not shared); give it "
+                            "LiveMigrateIfPossible or None, or use non_migratable=shutdown."]
         assert [b.kind for b in plan.fatal_blockers("shutdown")] == []
         assert [b.kind for b in plan.fatal_blockers("fail")] == ["vm"]
     else:
@@ -180,3 +179,12 @@ def test_info_summary_for_every_node_reads_the_cluster_once():
     assert [s["name"] for s in summaries] == ["cp-1", "worker-1", "worker-2", "worker-3"]
     assert summaries[1]["plan"]["vms"][0]["outcome"] == "restart_elsewhere"
     assert summaries[1]["ready"] and summaries[1]["schedulable"] and not summaries[1]["in_maintenance"]
+
+
+def test_a_vmi_without_a_vm_is_shut_down_for_good():
+    client, server = cluster()
+    instance = vmi("lonely", eviction="None", vm_owner=False)
+    server.add("VirtualMachineInstance", instance)
+    server.add("Pod", launcher(instance))
+    (entry,) = plan_for(client).as_dict()["vms"]
+    assert entry["outcome"] == "shutdown" and entry["run_strategy"] is None

@@ -270,3 +270,12 @@ def test_decommission_of_an_unreachable_node(api, capsys):
     result = run(node_decommission, {"name": "worker-9", "assume_powered_off": True}, capsys)
     assert result["deleted"] and result["evicted_pods"] == 1
     assert ("DELETE", "Pod", "web-z") in api.requests
+
+
+def test_legacy_node_maintenance_group_when_only_it_is_served(api, capsys):
+    api.served.add("LegacyNodeMaintenance")
+    result = run(node_maintenance, {"name": "worker-2", "wait": False}, capsys)
+    assert result["method"] == "cr" and result["changed"] is True
+    cr = api.get("LegacyNodeMaintenance", "kubevirt-ops-worker-2")
+    assert cr["apiVersion"] == "nodemaintenance.kubevirt.io/v1beta1" and cr["spec"] == {"nodeName": "worker-2"}
+    assert api.get("NodeMaintenance", "kubevirt-ops-worker-2") is None
