@@ -11,11 +11,13 @@ PYTEST_ENV := PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COL
 LAB := $(BIN)/python -m lab
 PYTEST_WORKERS ?= 1
 
-.PHONY: help venv collection test sanity lint changelog-lint unit integration demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test sanity lint changelog-lint unit integration test-faults reliability-report demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
-	@echo "make test      sanity, lint, unit and integration (lab) tests - what CI runs"
+	@echo "make test      sanity, lint, unit and integration (lab) tests, fault tests - what CI runs"
+	@echo "make test-faults     fault-injection tests on the lab (kills, API server restart, node failure)"
+	@echo "make reliability-report  bad-input, least-privilege, secrets and fault tests; the table of figures"
 	@echo "make lab-up    start the local lab cluster (.lab/kubeconfig); make lab-down stops it"
 	@echo "make bench     benchmarks against kubectl drain and kubernetes.core.k8s_drain (bench/results/)"
 
@@ -36,6 +38,7 @@ test: venv collection
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) integration
+	$(MAKE) test-faults
 
 # ansible-test needs a real ansible_collections/<ns>/<name> directory (it resolves symlinks),
 # so sanity runs on a copy of exactly what the collection build ships plus its tests.
@@ -61,7 +64,19 @@ unit: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q tests/unit
 
 integration: venv collection
-	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration
+	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider --ignore=tests/integration/faults tests/integration
+
+# Fault injection on the lab (tests/integration/faults): part of `make test`, or on its own.
+test-faults: venv collection
+	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/faults
+
+# The reliability figures (faults injected/survived, bad inputs/clean errors, PDB violations,
+# VMs lost) from a fresh run of the tests that record them: tests/output/reliability.{json,md}.
+reliability-report: venv collection
+	rm -rf tests/output/reliability
+	-$(PYTEST_ENV) $(BIN)/pytest -q tests/unit/plugins/test_bad_input_matrix.py
+	-$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/security tests/integration/faults
+	$(PYTEST_ENV) $(BIN)/python tests/integration/reliability.py
 
 demo: venv collection
 	$(PYTEST_ENV) $(BIN)/python -m lab.demo

@@ -21,6 +21,7 @@ process start to exit, Ansible's own start-up included.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -442,18 +443,30 @@ class OursRole(Peer):
         if m.returncode != 0:
             lines = [line for line in m.stdout.splitlines() if "fatal:" in line or "FAILED" in line or "msg" in line]
             error = (" | ".join(lines[-3:]) or m.stderr.strip()[-1000:] or f"exit {m.returncode}")[:2000]
-        return Outcome(m, m.returncode == 0, error, {"report_dir": report_dir, "timeline": _timeline(report_dir)})
+        timeline = _timeline(report_dir)
+        shutil.rmtree(report_dir, ignore_errors=True)
+        return Outcome(m, m.returncode == 0, error, {"timeline": timeline})
 
 
 def _timeline(report_dir):
-    """Per-node step durations from the role's JSON report, when it wrote one."""
+    """Where the role's time went, from its JSON report: totals and per-node phase seconds."""
     for path in sorted(Path(report_dir).glob("**/*.json")):
         try:
-            return json.loads(path.read_text())
+            data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        if not isinstance(data, dict) or "totals" not in data:
+            continue
+        return {
+            "duration_seconds": data.get("duration_seconds"),
+            "preflight_seconds": data.get("preflight_seconds"),
+            "totals": data.get("totals"),
+            "nodes": {n.get("node"): {"method": n.get("method"), "duration_seconds": n.get("duration_seconds"),
+                                      "phases": {k: (v or {}).get("seconds") for k, v in (n.get("phases") or {}).items()}}
+                      for n in data.get("nodes") or []},
+        }
     return None
 
 
 def rolling_peers():
-    return [OursRole(), OursRole("drain"), KubectlRolling()]
+    return [OursRole(), KubectlRolling(), OursRole("drain")]

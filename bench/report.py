@@ -1,6 +1,11 @@
 """Summaries of the raw runs, the comparison with the targets, and the Markdown table."""
 
+import os
 import statistics
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 TARGETS = {
     "wall_vs_kubectl": 0.7,  # scenarios 2 and 3
@@ -232,3 +237,12 @@ def _errors(e):
     if not e["errors"]:
         return ""
     return "; ".join(x.replace("|", "/").replace("\n", " ")[:160] for x in e["errors"])
+
+
+def sanitize(text):
+    """Results name no machine paths: the repository, home and temp directories become placeholders."""
+    for path, placeholder in ((str(REPO), "<repo>"), (tempfile.gettempdir(), "<tmp>"),
+                              (os.path.expanduser("~"), "~")):
+        if path and path != "/":
+            text = text.replace(path + "/", placeholder + "/").replace(path, placeholder)
+    return text

@@ -38,6 +38,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan impo
     PlanOptions,
     Snapshot,
     compute_plan,
+    is_our_maintenance,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline, Informer, wait_until
 
@@ -112,7 +113,8 @@ def run(module):
     else:
         drain_options = options.drain
     wait_only = shut_down_vmis(client, shutdown)
-    drainer = Drainer(client, name, drain_options, deadline, progress=progress, wait_only=wait_only)
+    drainer = Drainer(client, name, drain_options, deadline, progress=progress, wait_only=wait_only,
+                      watch_budgets=plan.budgets_matter())
     outcome = drainer.run(wait=True)
     result["evicted_pods"] = outcome.eviction - len(outcome.pending)
     if not outcome.done:
@@ -134,6 +136,13 @@ def run(module):
     client.delete("Node", name)
     result["deleted"] = True
     progress.line("phase=Running deleted node")
+    for kind, cr in snapshot.maintenances_of(name):
+        if is_our_maintenance(cr):  # its node is gone: nothing is left to maintain
+            try:
+                client.delete(kind, cr["metadata"]["name"])
+            except MaintenanceError as exc:
+                module.warn("Node %s is deleted, but its NodeMaintenance %s is left: %s" % (
+                    name, cr["metadata"]["name"], exc.msg))
     moving = []
     for vm in plan.vms:
         if (vm["outcome"] == kubevirt.MIGRATE and not powered_off) or vm["run_strategy"] in RESTARTING:

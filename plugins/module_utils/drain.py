@@ -252,9 +252,13 @@ class Drainer:
 
     ``wait_only``: pod keys not to evict but to wait for (their VMI is being shut down).
     ``deadline``: a waiter.Deadline shared with the caller.
+    ``watch_budgets``: False when the caller knows no PodDisruptionBudget but a VMI's own
+    covers these pods (then a refusal is retried on its backoff alone, and the watch on
+    budgets is saved).
     """
 
-    def __init__(self, client, node, options, deadline, progress=None, wait_only=(), workers=WORKERS):
+    def __init__(self, client, node, options, deadline, progress=None, wait_only=(), workers=WORKERS,
+                 watch_budgets=True):
         self.client = client
         self.node = node
         self.options = options
@@ -266,6 +270,7 @@ class Drainer:
         self.events = 0
         self.pods = Informer(client, "Pod", field_selector="spec.nodeName=%s" % node, changed=self.changed)
         self.pdbs = None
+        self.watch_budgets = watch_budgets
         self._spent = {}  # PDB key -> (resourceVersion, disruptions handed out at that version)
         self.result = DrainResult()
 
@@ -397,11 +402,14 @@ class Drainer:
                 found.append((key, budget))
         return found
 
-    def _due(self, now):
-        """Pods to ask now: new ones, those whose budget allows a disruption again (as many
-        as it allows), and those whose backoff ran out while no watched budget says no."""
-        due = [t for t in self.result.targets if t.state == "todo"]
+    def _due(self, now, limit):
+        """Up to ``limit`` pods to ask now: new ones, those whose budget allows a disruption
+        again (as many as it allows), and those whose backoff ran out while no watched budget
+        says no. An allowance is only taken for a pod that is asked."""
+        due = [t for t in self.result.targets if t.state == "todo"][:limit]
         for target in self.result.targets:
+            if len(due) >= limit:
+                return due
             if target.state != "blocked" or target.next_try > now:
                 continue
             budgets = self._watched_budgets(target)
@@ -424,7 +432,7 @@ class Drainer:
                        if t.state == "blocked" and t not in due and key in t.pdb_versions
                        and t.pdb_versions[key] != meta.get("resourceVersion")]
             waiting.sort(key=lambda t: t.next_try)
-            for target in waiting[:room]:
+            for target in waiting[:min(room, limit - len(due))]:
                 self._take(key, budget)
                 due.append(target)
         return due
@@ -475,7 +483,8 @@ class Drainer:
             result.eviction = len(result.targets)
             if result.refused:
                 return result
-            if any(not t.wait_only for t in result.targets) and not self.options.disable_eviction:
+            if self.watch_budgets and any(not t.wait_only for t in result.targets) \
+                    and not self.options.disable_eviction:
                 self.pdbs = Informer(self.client, "PodDisruptionBudget", changed=self.changed)
                 self.pdbs.start()
                 self._await_sync(self.pdbs)
@@ -496,9 +505,8 @@ class Drainer:
                     for target in [t for t in result.targets if t.key in inflight and t.state != "inflight"]:
                         inflight.discard(target.key)
                     now = time.monotonic()
-                    due = [t for t in self._due(now) if t.key not in inflight]
                     room = self.workers - len(inflight)
-                    for target in due[:max(0, room)]:
+                    for target in (self._due(now, room) if room > 0 else []):
                         target.state = "inflight"
                         target.attempts += 1
                         inflight.add(target.key)
@@ -528,7 +536,13 @@ class Drainer:
         return result
 
     def pdb_items(self):
-        return self.pdbs.items() if self.pdbs is not None else []
+        """The PodDisruptionBudgets as last seen (read now when they were not watched)."""
+        if self.pdbs is not None:
+            return self.pdbs.items()
+        try:
+            return self.client.list("PodDisruptionBudget")[0]
+        except MaintenanceError:
+            return []
 
 
 def explain_pending(client, node, pods, pdbs, reasons=None, vmis=None):

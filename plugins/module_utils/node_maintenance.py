@@ -248,7 +248,8 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
         progress.line("shut down %d VM%s that cannot migrate: %s" % (
             len(shutdown), "" if len(shutdown) == 1 else "s",
             ", ".join("%s/%s" % (vm["namespace"], vm["name"]) for vm in shutdown)))
-    drainer = Drainer(client, name, options.drain, deadline, progress=progress, wait_only=wait_only)
+    drainer = Drainer(client, name, options.drain, deadline, progress=progress, wait_only=wait_only,
+                      watch_budgets=plan.budgets_matter())
     outcome = drainer.run(wait=params["wait"])
     if outcome.evicted:
         result["changed"] = True

@@ -275,8 +275,7 @@ def last_schedulable_refusal(node, nodes):
     name = node_name(node)
     if not open_for_workloads(node):
         return None  # already out of service: maintenance takes nothing more away
-    others = [n for n in nodes if node_name(n) != name and open_for_workloads(n)]
-    if others:
+    if any(node_name(n) != name and open_for_workloads(n) for n in nodes):
         return None
     return ("Node %s is the last schedulable node: no other node is Ready, uncordoned and untainted, so its pods "
             "would have nowhere to go; set allow_last_schedulable_node=true to proceed anyway." % name)

@@ -273,6 +273,11 @@ class Plan:
         self.capacity_ok = True
         self.pdbs = []
         self.targets = {}         # pod key -> predicted node
+        self._budget_namespaces = set()
+
+    def budgets_matter(self):
+        """Whether a PodDisruptionBudget other than a VMI's own covers a pod to evict."""
+        return any(p["metadata"].get("namespace") in self._budget_namespaces for p in self.evict)
 
     def vm_blockers(self):
         return [b for b in self.blockers if b.kind == VM]
@@ -304,6 +309,7 @@ def compute_plan(snapshot, name, options):
     """What maintenance of node ``name`` would do, from ``snapshot`` (no API request)."""
     node = snapshot.node(name)
     plan = Plan(name)
+    plan._budget_namespaces = set(snapshot.pdbs_by_namespace)
     pods = sorted(snapshot.pods_on(name), key=pod_key)
     plan.total_pods = len(pods)
     refused = []

@@ -115,7 +115,7 @@ EXAMPLES = r"""
   kubevirt_ops.maintenance.node_maintenance:
     name: worker-3
     non_migratable: shutdown
-    progress_file: /tmp/worker-3.progress
+    progress_file: "{{ playbook_dir }}/worker-3.progress"
 
 - name: What would happen (nothing is changed)
   kubevirt_ops.maintenance.node_maintenance:

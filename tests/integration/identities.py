@@ -198,8 +198,9 @@ ALWAYS_ALLOWED = {
 
 
 def audited_requests(audit_log, user_agent_prefix=USER_AGENT_PREFIX):
-    """{(verb, apiGroup, resource, subresource, namespace or '')} of resource requests the
-    collection made, from the API server's audit log (discovery requests carry no object)."""
+    """{(verb, apiGroup, resource, subresource, namespace or '')} of the resource requests the
+    collection made successfully, from the API server's audit log (discovery requests carry
+    no object)."""
     seen = set()
     if not os.path.exists(audit_log):
         return seen
@@ -213,6 +214,8 @@ def audited_requests(audit_log, user_agent_prefix=USER_AGENT_PREFIX):
                 continue
             if not (event.get("userAgent") or "").startswith(user_agent_prefix):
                 continue
+            if ((event.get("responseStatus") or {}).get("code") or 0) >= 400:
+                continue  # refused or failed (a test's bad input, a planner told no): not a right it uses
             ref = event.get("objectRef")
             if not ref or not ref.get("resource"):
                 continue

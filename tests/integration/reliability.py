@@ -58,6 +58,12 @@ class Figure:
         self.data["ok"] = True
         self._write()
 
+    def failed(self, **figures):
+        """Take a pass back (a later check of the same case failed)."""
+        self.data.update(figures)
+        self.data["ok"] = False
+        self._write()
+
     def _write(self):
         os.makedirs(RECORDS, exist_ok=True)
         self.data["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -84,11 +84,11 @@ class Run:
         return self.stdout + "\n" + self.stderr
 
     def results(self):
-        """Every task result of the run: [(task name, host result dict)]."""
-        return [(line["task"], line["result"]) for line in self.lines]
+        """Every task result of the run: [(task name without its role prefix, host result dict)]."""
+        return [(line["name"], line["result"]) for line in self.lines]
 
     def failures(self):
-        return [(line["task"], line["result"]) for line in self.lines
+        return [(line["name"], line["result"]) for line in self.lines
                 if line["status"] in ("failed", "unreachable") and not line.get("ignore_errors")]
 
     def result(self):

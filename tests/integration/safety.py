@@ -507,6 +507,8 @@ class ResourceVersions:
 
     def __init__(self, k8s):
         self.k8s = k8s
+        self.pod_nodes = {}
+        self.nodes = set()
         self.versions = self._read()
 
     def _read(self):
@@ -523,6 +525,10 @@ class ResourceVersions:
                     continue
                 if kind == "Lease" and (namespace in self.IGNORED_LEASE_NAMESPACES or name.startswith(("kube-", "apiserver-"))):
                     continue
+                if kind == "Node":
+                    self.nodes.add(name)
+                if kind == "Pod":
+                    self.pod_nodes[(namespace, name)] = (obj.get("spec") or {}).get("nodeName")
                 versions[(kind, namespace, name)] = self._version(kind, obj)
         custom = client.CustomObjectsApi(self.k8s)
         for kind, group, version, plural in self.CUSTOM:
@@ -549,12 +555,15 @@ class ResourceVersions:
 
     def changes(self):
         """Objects added, removed or changed since the snapshot: ['Node lab-worker-1 changed', ...]."""
+        self.nodes = set()
         after = self._read()
         out = []
         for key in sorted(set(self.versions) | set(after)):
             kind, namespace, name = key
             if namespace in self.leaving:
                 continue
+            if kind == "Pod" and key not in after and self.pod_nodes.get((namespace, name)) not in self.nodes:
+                continue  # garbage-collected after its node was deleted (by an earlier test)
             label = "%s %s" % (kind, "%s/%s" % (namespace, name) if namespace else name)
             if key not in after:
                 out.append(label + " removed")

@@ -166,3 +166,24 @@ def wait_for_default_service_account(k8s, namespace, timeout=120):
             raise
 
     wait_for(exists, timeout, "the default ServiceAccount of %s" % namespace)
+
+
+def delete_namespace(k8s, namespace, timeout=180):
+    """Delete a namespace and wait until it is gone, so that its pods leave the nodes before the next test."""
+    core = client.CoreV1Api(k8s)
+    try:
+        core.delete_namespace(namespace)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+    def gone():
+        try:
+            core.read_namespace(namespace)
+            return False
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+
+    wait_for(gone, timeout, "namespace %s to be deleted" % namespace)

@@ -37,6 +37,7 @@ class CallbackModule(CallbackBase):
         line = {
             "status": status,
             "task": task.get_name(),
+            "name": task.name,
             "action": task.action,
             "host": result._host.get_name(),
             "result": outcome,

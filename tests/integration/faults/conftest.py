@@ -14,7 +14,8 @@ from kubernetes import client
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import workloads  # noqa: E402  (tests/integration helpers)
+import runs  # noqa: E402  (tests/integration helpers)
+import workloads  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -30,11 +31,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
-def pair(k8s):
-    """Two workers (A, B) that the fault tests maintain; VMs are kept on them by node affinity."""
+def pair(k8s, lab):
+    """Two workers (A, B) that the fault tests maintain; VMs are kept on them by node affinity.
+
+    Afterwards both are taken out of maintenance (whatever a failed test left: cordon, taints,
+    NodeMaintenance), so the next test starts from a clean cluster.
+    """
     workers = workloads.node_names(k8s)
     assert len(workers) >= 3, "the fault tests need at least 3 workers (lab up --nodes 4)"
-    return workers[0], workers[1]
+    yield workers[0], workers[1]
+    for node in workers[:2]:
+        runs.module(lab.kubeconfig, "node_maintenance", {"name": node, "state": "absent"})
 
 
 @pytest.fixture
@@ -45,4 +52,4 @@ def fault_namespace(k8s):
     core.create_namespace({"metadata": {"name": name}})
     workloads.wait_for_default_service_account(k8s, name)
     yield name
-    core.delete_namespace(name)
+    workloads.delete_namespace(k8s, name)

@@ -50,13 +50,15 @@ def world(k8s, lab, tmp_path_factory, operator_identity, planner_identity):
         world = {
             "namespace": namespace,
             "blocked_node": workloads.vm_nodes(k8s, namespace)["rwo-vm"],
+            "free_node": [n for n in workloads.node_names(k8s)
+                          if n != workloads.vm_nodes(k8s, namespace)["rwo-vm"]][0],
             "kubeconfigs": bad_kubeconfigs(k8s, lab, directory),
             "planner": planner_identity.kubeconfig,
             "operator": operator_identity.kubeconfig,
         }
         yield world
     finally:
-        core.delete_namespace(namespace)
+        workloads.delete_namespace(k8s, namespace)
 
 
 def _free_port():
@@ -136,6 +138,7 @@ class Case:
 
 NS = "{ns}"  # replaced by the test namespace
 BLOCKED = "{blocked}"  # replaced by the node of the VM that cannot migrate
+FREE = "{free}"  # replaced by a worker without that VM
 
 
 def cases():
@@ -202,8 +205,8 @@ def cases():
              kubeconfig="unreachable", names=["unreachable"]),
         Case("malformed kubeconfig", "connection", "vm_eviction_strategy",
              {"scope": "cluster", "strategy": "None"}, kubeconfig="malformed", names=["not valid YAML"]),
-        Case("RBAC denied: planner drains a node", "connection", "node_maintenance", {"name": "lab-worker-2"},
-             kubeconfig="planner", names=["permission denied", "lab-worker-2"]),
+        Case("RBAC denied: planner drains a node", "connection", "node_maintenance", {"name": FREE},
+             kubeconfig="planner", names=["permission denied", FREE]),
         Case("RBAC denied: planner stops a VM", "connection", "vm_run_strategy",
              {"name": "ok-vm", "namespace": NS, "action": "stop"}, kubeconfig="planner",
              names=["permission denied", "ok-vm"]),
@@ -247,7 +250,8 @@ CASES = cases()
 
 def _fill(value, world):
     if isinstance(value, str):
-        return value.replace(NS, world["namespace"]).replace(BLOCKED, world["blocked_node"])
+        return value.replace(NS, world["namespace"]).replace(BLOCKED, world["blocked_node"]).replace(
+            FREE, world["free_node"])
     if isinstance(value, list):
         return [_fill(v, world) for v in value]
     if isinstance(value, dict):
@@ -292,7 +296,8 @@ def test_bad_input(case, world, k8s, lab, tmp_path):
     with prepared(case, k8s):
         before = safety.ResourceVersions(k8s)
         if case.playbook:
-            extra = _fill(dict(case.extra_vars, rolling_maintenance_report_dir=str(tmp_path / "reports")), world)
+            extra = _fill(dict(case.extra_vars, rolling_maintenance_report_dir=str(tmp_path / "reports"),
+                               node_decommission_report_dir=str(tmp_path / "reports")), world)
             run = runs.playbook(kubeconfig, case.playbook, extra_vars=extra)
         else:
             run = runs.module(kubeconfig, case.module, _fill(case.args, world), check=case.check)

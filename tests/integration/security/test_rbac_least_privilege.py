@@ -7,7 +7,9 @@ gets the same kind of sentence. Every request the collection made on the lab (th
 server's audit log, whoever ran the tests before) is allowed by the operator role.
 """
 
+import json
 import os
+import subprocess
 
 import pytest
 from kubernetes import client
@@ -158,6 +160,24 @@ def test_operator_node_decommission(k8s, operator_identity, spare_node):
     assert not ok(runs.module(kc, "node_decommission", {"name": spare_node}))["changed"]
 
 
+def test_operator_rolling_maintenance_role(k8s, vms, operator_identity, tmp_path, restore_nodes):
+    node = workloads.vm_nodes(k8s, vms)["rbac-a"]
+    run = runs.playbook(operator_identity.kubeconfig, os.path.join(identities.REPO, "playbooks",
+                                                                  "rolling_maintenance.yml"),
+                        extra_vars={"rolling_maintenance_nodes": [node],
+                                    "rolling_maintenance_report_dir": str(tmp_path / "reports")})
+    assert run.returncode == 0, (run.failures()[:1], run.output[-3000:])
+    assert not client.CoreV1Api(k8s).read_node(node).spec.unschedulable
+
+
+def test_operator_node_decommission_role(k8s, operator_identity, spare_node, tmp_path):
+    run = runs.playbook(operator_identity.kubeconfig, os.path.join(identities.REPO, "playbooks",
+                                                                  "decommission_node.yml"),
+                        extra_vars={"node_decommission_node": spare_node,
+                                    "node_decommission_report_dir": str(tmp_path / "reports")})
+    assert run.returncode == 0, (run.failures()[:1], run.output[-3000:])
+
+
 # -- the planner role: plans, and nothing else --------------------------------------------------
 
 def test_planner_plans(k8s, vms, planner_identity):
@@ -168,6 +188,21 @@ def test_planner_plans(k8s, vms, planner_identity):
     assert "%s/rbac-a" % vms in ["%s/%s" % (v["namespace"], v["name"]) for v in plan["vms"]]
     ok(runs.module(kc, "node_maintenance_info", {"label_selector": "node-role.kubernetes.io/worker"}))
     ok(runs.module(kc, "node_maintenance", {"name": node}, check=True))
+    preflight = ok(runs.module(kc, "maintenance_preflight", {
+        "nodes": [node], "lock": {"name": "kubevirt-ops-maintenance"}, "fail_on_problems": False}))
+    assert preflight["nodes"] == [node]
+    ok(runs.module(kc, "maintenance_verify", {"name": node, "timeout": 30}))
+
+
+def test_planner_runs_the_inventory_plugin(lab, planner_identity, tmp_path):
+    config = tmp_path / "lab.nodes.yml"
+    config.write_text("plugin: kubevirt_ops.maintenance.nodes\nkubeconfig: %s\n" % planner_identity.kubeconfig)
+    proc = subprocess.run([os.path.join(runs.BIN, "ansible-inventory"), "-i", str(config), "--list"],
+                          env=runs.ansible_env(planner_identity.kubeconfig, os.devnull), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    inventory = json.loads(proc.stdout)
+    assert "lab-worker-1" in inventory["_meta"]["hostvars"], proc.stdout[:2000]
 
 
 def test_planner_cannot_change_anything(k8s, vms, planner_identity):

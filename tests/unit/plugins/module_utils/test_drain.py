@@ -50,10 +50,10 @@ def test_drain_evicts_everything_concurrently_and_reports_progress():
     client, server = cluster()
     for i in range(12):
         server.add("Pod", pod("web-%02d" % i))
-    server.add("Pod", pod("agent", owner=("DaemonSet", "agent")))
+    server.add("Pod", pod("exporter", owner=("DaemonSet", "node-exporter")))
     _engine, result, lines = run_drain(client)
     assert result.done and result.total == 13 and result.eviction == 12 and result.evicted == 12
-    assert server.pods_on("worker-1") == ["ns1/agent"]
+    assert server.pods_on("worker-1") == ["ns1/exporter"]
     assert lines[0].endswith("pods_left=12/12 vms_left=0 progress=0%")
     assert lines[-1].endswith("pods_left=0/12 vms_left=0 progress=100%")
     # No per-pod polling: a list and a watch, one eviction per pod.
@@ -154,3 +154,27 @@ def test_refused_pods_stop_the_drain_before_any_eviction():
     _engine, result, _lines = run_drain(client, force=False)
     assert result.refused == [("ns1/bare", "is not managed by a controller (set force=true to delete it for good)")]
     assert server.evictions == []
+
+
+def test_explains_a_migration_stuck_without_a_target():
+    client, server = cluster()
+    instance = vmi("web", eviction="LiveMigrate", migratable=True)
+    instance["status"]["migrationState"] = {"sourceNode": "worker-1"}
+    server.add("VirtualMachine", vm("web"))
+    server.add("VirtualMachineInstance", instance)
+    source = server.add("Pod", launcher(instance))
+    migration = server.add("VirtualMachineInstanceMigration", {
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": "kubevirt-evacuation-abc", "namespace": "ns1", "uid": "mig-1"},
+        "spec": {"vmiName": "web"}, "status": {"phase": "Scheduling"}})
+    target = launcher(instance, suffix="tgt12")
+    target["metadata"]["labels"]["kubevirt.io/migrationJobUID"] = migration["metadata"]["uid"]
+    target["spec"]["nodeName"] = None
+    target["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/4 nodes are available: 3 node(s) were unschedulable."}]}
+    server.add("Pod", target)
+    (sentence,) = explain_pending(client, "worker-1", [source], [])
+    assert sentence == ("VM ns1/web: migration ns1/kubevirt-evacuation-abc is in phase Scheduling (from worker-1 to "
+                        "no node yet); its target pod ns1/virt-launcher-web-tgt12 is Pending: 0/4 nodes are "
+                        "available: 3 node(s) were unschedulable")

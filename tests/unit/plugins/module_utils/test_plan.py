@@ -60,7 +60,7 @@ def test_eviction_table(cluster_default, own, migratable, run_strategy, outcome)
 def test_pods_classified_like_kubectl():
     client, server = cluster()
     server.add("Pod", pod("web-a"))
-    server.add("Pod", pod("ds-a", owner=("DaemonSet", "agent")))
+    server.add("Pod", pod("ds-a", owner=("DaemonSet", "node-exporter")))
     server.add("Pod", pod("static", owner=("Node", "worker-1"), mirror=True))
     server.add("Pod", pod("bare", owner=None))
     server.add("Pod", pod("cache", emptydir=True))
@@ -69,12 +69,12 @@ def test_pods_classified_like_kubectl():
     plan = plan_for(client).as_dict()
     assert plan["evict"] == ["ns1/bare", "ns1/cache", "ns1/done", "ns1/web-a"]
     assert dict((s["pod"], s["reason"]) for s in plan["skip"]) == {
-        "ns1/ds-a": "managed by DaemonSet agent", "ns1/static": "mirror pod of a static pod (the kubelet manages it)"}
+        "ns1/ds-a": "managed by DaemonSet node-exporter", "ns1/static": "mirror pod of a static pod (the kubelet manages it)"}
     assert plan["blockers"] == []
     strict = plan_for(client, ignore_daemonsets=False, delete_emptydir_data=False, force=False)
     (blocker,) = strict.blockers
     assert blocker.kind == "pods"
-    assert "ns1/ds-a is managed by DaemonSet agent (set ignore_daemonsets=true" in blocker.text
+    assert "ns1/ds-a is managed by DaemonSet node-exporter (set ignore_daemonsets=true" in blocker.text
     assert "ns1/bare is not managed by a controller (set force=true" in blocker.text
     assert "ns1/cache uses emptyDir volumes (set delete_emptydir_data=true" in blocker.text
     assert [b.kind for b in strict.fatal_blockers("wait")] == ["pods"]
