@@ -41,14 +41,15 @@ test: venv collection
 	$(MAKE) test-faults
 
 # ansible-test needs a real ansible_collections/<ns>/<name> directory (it resolves symlinks),
-# so sanity runs on a copy of exactly what the collection build ships plus its tests.
+# so sanity runs on a copy of exactly what the collection build ships plus its tests
+# (docs/rbac holds multi-document Kubernetes manifests for kubectl, not Ansible content).
 ANSIBLE_TEST_PIP := $(HOME)/.ansible/test/cache/get_pip_24_2.py
 
 sanity: venv
 	@mkdir -p $(dir $(ANSIBLE_TEST_PIP)) && [ -f $(ANSIBLE_TEST_PIP) ] || cp tools/ansible_test_pip_bootstrap.py $(ANSIBLE_TEST_PIP)
 	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
 	@git ls-files --cached --others --exclude-standard -z \
-	  | grep -zvE '^(lab|bench|tools|tests/integration|\.ci)/' \
+	  | grep -zvE '^(lab|bench|tools|docs/rbac|tests/integration|\.ci)/' \
 	  | xargs -0 -I{} cp --parents {} $(SANITY_ROOT)/ 2>/dev/null || true
 	@cd $(SANITY_ROOT) && git init -q . # its own repository, so ansible-test lists exactly these files
 	cd $(SANITY_ROOT) && PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --python 3.11 --color no

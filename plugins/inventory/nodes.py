@@ -27,7 +27,7 @@ description:
   - Supports the constructed options (O(compose), O(groups), O(keyed_groups)) and inventory caching.
   - The configuration file name must end with C(nodes.yml) or C(nodes.yaml).
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
@@ -129,6 +129,7 @@ EXAMPLES = r"""
 plugin: kubevirt_ops.maintenance.nodes
 kubeconfig: ~/.kube/config
 
+---
 # workers.nodes.yml: only workers, grouped by rack label, with the BMC address composed from a label
 plugin: kubevirt_ops.maintenance.nodes
 label_selector: node-role.kubernetes.io/worker

@@ -21,7 +21,7 @@ description:
   - A lock whose holder did not renew it within its TTL is expired (its run crashed or was killed); the next
     run takes it over and reports whose lock it took.
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   name:
     description: Name of the Lease.

@@ -27,7 +27,7 @@ description:
     again.
   - Used by the C(kubevirt_ops.maintenance.rolling_maintenance) role.
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   nodes:
     description: Names of the nodes, in the order to maintain them. Mutually exclusive with O(label_selector).

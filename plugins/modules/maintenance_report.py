@@ -22,7 +22,7 @@ description:
   - The C(kubevirt_ops.maintenance.rolling_maintenance) role calls this module; it can also render records kept
     by other automation.
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   dest:
     description: Directory to write the files to. Created when missing.

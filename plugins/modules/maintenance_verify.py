@@ -22,7 +22,7 @@ description:
   - Used by the C(kubevirt_ops.maintenance.rolling_maintenance) role after each node, and to wait for a node to
     be Ready after a reboot.
 author:
-  - kubevirt_ops.maintenance contributors
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   name:
     description:

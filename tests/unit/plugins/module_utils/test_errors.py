@@ -10,7 +10,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import er
                                         (500, errors.ApiError), (418, errors.ApiError)])
 def test_classes_by_status(status, cls):
     err = errors.api_error(status, "patch", errors.describe_object("VirtualMachine", "vm1", "ns1"), b"")
-    assert type(err) is cls
+    assert err.__class__ is cls
     assert err.msg.startswith("Cannot patch VirtualMachine ns1/vm1: ")
     assert isinstance(err, errors.MaintenanceError)
 
