@@ -42,11 +42,30 @@ def parse_args(argv):
     p.add_argument("--noop-iterations", type=int, default=5)
     p.add_argument("--output", type=Path, default=RESULTS, help="directory for the results")
     p.add_argument("--no-nmo-build", action="store_true", help="use the operator only if already built")
+    p.add_argument("--render", type=Path, metavar="RESULTS_JSON",
+                   help="measure nothing: recompute the summary and tables of a results file into --output")
     return p.parse_args(argv)
+
+
+def render(path, output):
+    """Summaries, verdicts and latest.md again from the raw runs of a results file."""
+    result = json.loads(Path(path).read_text())
+    labels = {p.key: p.label for p in peers_mod.all_peers()}
+    rolling = {p.key: p.label for p in peers_mod.rolling_peers()}
+    result["summary"] = report.summarize(result["runs"], labels, rolling)
+    result["verdicts"] = report.verdicts(result["summary"], result.get("scale"), result.get("noop"))
+    text = report.sanitize(json.dumps(result, indent=1, default=str) + "\n")
+    Path(path).write_text(text)
+    (output / "latest.json").write_text(text)
+    (output / "latest.md").write_text(report.sanitize(report.markdown(result)))
+    print((output / "latest.md").read_text())
+    return 0
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.render:
+        return render(args.render, args.output)
     wanted = {s.strip() for s in args.scenarios.split(",") if s.strip()}
     wanted_peers = {s.strip() for s in args.peers.split(",") if s.strip()}
     command = "make bench" if argv is None and len(sys.argv) == 1 else \

@@ -158,6 +158,10 @@ def run_drain(ctx, scenario, peer, iteration, node):
         "details": outcome.details,
     })
     record["correctness"] = check_drain(kube, prepared, watcher, node)
+    if prepared.vms:
+        settings = migration_settings(kube, ctx.lab_dir)
+        record["migration_settings"] = settings
+        record["vm_lower_bound_seconds"] = drain_lower_bound(settings, len(prepared.vms), scenario.vm_memory)
     try:
         peer.after_run(ctx.env, node)
     except Exception as e:  # noqa: BLE001 - the next run resets the node anyway
@@ -293,6 +297,15 @@ def lower_bounds(settings, vm_memory, counts, nodes, vms_per_node):
     ideal = math.ceil((nodes * vms_per_node + vms_per_node) / lanes) * per_vm
     return {"migration_seconds_per_vm": per_vm, "lanes": lanes,
             "observed_placement_seconds": observed, "ideal_seconds": ideal}
+
+
+def drain_lower_bound(settings, vms, vm_memory):
+    """Seconds the migrations of ``vms`` VMs off one node take at least: waves of ``lanes`` migrations."""
+    from kubernetes.utils import parse_quantity
+
+    per_vm = float(parse_quantity(vm_memory)) / settings["bandwidth_bytes_per_second"]
+    lanes = min(settings["parallel_outbound_migrations_per_node"], settings["parallel_migrations_per_cluster"])
+    return math.ceil(vms / lanes) * per_vm
 
 
 def migration_phase_stats(migrations):
