@@ -117,7 +117,7 @@ def verdicts(summary, scale, noop):
             out.append({"target": target, "met": bool(met),
                         "figure": f"{role['ratio_to_lower_bound_median']}x, "
                                   f"{role['overhead_per_node_seconds_median']} s per node, correct {role['correct']}"})
-        else:
+        elif role or key == "ours_role":
             out.append({"target": target, "met": None,
                         "figure": "not measured" if not role else "; ".join(role.get("errors") or ["failed"])})
     if scale and scale.get("results"):
@@ -139,7 +139,7 @@ def verdicts(summary, scale, noop):
             over = round(median(samples) - ping, 3) if samples and ping is not None else None
             out.append({"target": f"no-op {key}: <= 0.5 s over ping", "met": over is not None
                         and over <= TARGETS["noop_over_ping"] and key not in noop.get("errors", {}),
-                        "figure": f"{median(samples)} s vs ping {ping} s (+{over} s)"})
+                        "figure": f"{median(samples)} s vs ping {ping} s ({over:+} s)"})
     return out
 
 

@@ -247,8 +247,9 @@ def pods_ready_on(kube, namespace, nodes, count):
 
 
 def pdbs_settled(kube, namespace, expected_healthy):
-    """Every PDB of the namespace observed by the disruption controller and allowing one disruption."""
-    pdbs, _ = kube.list("PodDisruptionBudget", namespace)
+    """The scenario's PDBs (not KubeVirt's per-VMI ones) observed by the disruption controller, each
+    allowing one disruption."""
+    pdbs = [p for p in kube.list("PodDisruptionBudget", namespace)[0] if p["metadata"]["name"] in expected_healthy]
     if len(pdbs) != len(expected_healthy):
         return False
     for item in pdbs:

@@ -161,8 +161,9 @@ def markdown(summary, records):
     if faults:
         lines += ["| fault | survived | PDB violations | VMs lost |", "|---|---|---|---|"]
         for r in sorted(faults, key=lambda r: (r.get("group") or "", r["name"])):
-            lines.append("| %s | %s | %d | %d |" % (r["name"], "yes" if r.get("ok") else "NO",
-                                                   int(r.get("pdb_violations") or 0), int(r.get("vms_lost") or 0)))
+            lines.append("| %s | %s | %d | %d |" % (
+                r["name"], "yes" if r.get("ok") else "NO", int(r.get("pdb_violations") or 0),
+                int(r.get("vms_lost") or 0)))
         lines.append("")
     bad = [r for r in records if r.get("kind") == BAD_INPUT]
     if bad:

@@ -137,6 +137,33 @@ def playbook(kubeconfig, playbook_path, extra_vars=None, verbosity=0, env=None, 
     return _run(playbook_argv(playbook_path, extra_vars, verbosity), kubeconfig, env, timeout)
 
 
+def _descendants(root):
+    """Every process under ``root`` (from /proc), children before grandchildren."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as handle:
+                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, queue = [], [root]
+    while queue:
+        for child in children.get(queue.pop(0), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 class Started:
     """A playbook running in the background, in its own process group, with its output in a file."""
 
@@ -158,12 +185,23 @@ class Started:
     def running(self):
         return self.proc.poll() is None
 
-    def kill(self, sig=signal.SIGKILL):
-        """Kill the whole process group (ansible-playbook and the module it runs), as a crash would."""
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
+    def kill(self):
+        """SIGKILL ansible-playbook and every process under it, as a crash of the machine would.
+
+        Ansible's worker processes start their own sessions, so the module a task runs is in
+        another process group: the whole tree is frozen first (no new process escapes), then
+        killed.
+        """
+        tree = [self.proc.pid]
+        for _round in range(3):
+            for pid in tree:
+                _signal(pid, signal.SIGSTOP)
+            grown = [self.proc.pid] + _descendants(self.proc.pid)
+            if set(grown) == set(tree):
+                break
+            tree = grown
+        for pid in reversed(tree):
+            _signal(pid, signal.SIGKILL)
         return self.proc.wait(60)
 
     def wait(self, timeout=None):

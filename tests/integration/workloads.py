@@ -187,3 +187,10 @@ def delete_namespace(k8s, namespace, timeout=180):
             raise
 
     wait_for(gone, timeout, "namespace %s to be deleted" % namespace)
+
+
+def wait_no_namespace_terminating(k8s, timeout=180):
+    """Until no namespace is being deleted (an earlier test's VMs would vanish in the middle of ours)."""
+    core = client.CoreV1Api(k8s)
+    wait_for(lambda: not [n for n in core.list_namespace().items if n.metadata.deletion_timestamp], timeout,
+             "namespaces being deleted to be gone")

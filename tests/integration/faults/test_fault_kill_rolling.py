@@ -210,10 +210,21 @@ def first_error(output):
 
 
 def migrations_settled(k8s, namespace):
-    """What the preflight of the next run asks for: no migration in flight (the killed run's migrations go on)."""
-    items = client.CustomObjectsApi(k8s).list_namespaced_custom_object(
+    """What the preflight of the next run asks for: no migration in flight.
+
+    The killed run's evictions go on without it: KubeVirt migrates every VMI it marked for
+    evacuation off its node, one migration after another.
+    """
+    custom = client.CustomObjectsApi(k8s)
+    items = custom.list_namespaced_custom_object(
         "kubevirt.io", "v1", namespace, "virtualmachineinstancemigrations")["items"]
-    return all((m.get("status") or {}).get("phase") in ("Succeeded", "Failed") for m in items)
+    if not all((m.get("status") or {}).get("phase") in ("Succeeded", "Failed") for m in items):
+        return False
+    for vmi in custom.list_namespaced_custom_object("kubevirt.io", "v1", namespace, "virtualmachineinstances")["items"]:
+        status = vmi.get("status") or {}
+        if status.get("evacuationNodeName") and status.get("evacuationNodeName") == status.get("nodeName"):
+            return False
+    return True
 
 
 def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes, tmp_path):

@@ -133,8 +133,8 @@ def test_operator_cluster_lock(lab, operator_identity):
     kc = operator_identity.kubeconfig
     taken = ok(runs.module(kc, "cluster_lock", {"name": "kvops-rbac-test", "purpose": "rbac test", "ttl": 60}))
     assert taken["acquired"]
-    released = ok(runs.module(kc, "cluster_lock", {"name": "kvops-rbac-test", "state": "absent",
-                                                    "holder": taken["holder"]}))
+    released = ok(runs.module(kc, "cluster_lock",
+                              {"name": "kvops-rbac-test", "state": "absent", "holder": taken["holder"]}))
     assert released["action"] == "released"
 
 
@@ -162,8 +162,8 @@ def test_operator_node_decommission(k8s, operator_identity, spare_node):
 
 def test_operator_rolling_maintenance_role(k8s, vms, operator_identity, tmp_path, restore_nodes):
     node = workloads.vm_nodes(k8s, vms)["rbac-a"]
-    run = runs.playbook(operator_identity.kubeconfig, os.path.join(identities.REPO, "playbooks",
-                                                                  "rolling_maintenance.yml"),
+    playbook = os.path.join(identities.REPO, "playbooks", "rolling_maintenance.yml")
+    run = runs.playbook(operator_identity.kubeconfig, playbook,
                         extra_vars={"rolling_maintenance_nodes": [node],
                                     "rolling_maintenance_report_dir": str(tmp_path / "reports")})
     assert run.returncode == 0, (run.failures()[:1], run.output[-3000:])
@@ -171,8 +171,11 @@ def test_operator_rolling_maintenance_role(k8s, vms, operator_identity, tmp_path
 
 
 def test_operator_node_decommission_role(k8s, operator_identity, spare_node, tmp_path):
-    run = runs.playbook(operator_identity.kubeconfig, os.path.join(identities.REPO, "playbooks",
-                                                                  "decommission_node.yml"),
+    # The role waits for every VM that ran before to run again: VMs of an earlier test's namespace
+    # being deleted would never come back (see test_fault_vm_deleted_during_run.py).
+    workloads.wait_no_namespace_terminating(k8s)
+    playbook = os.path.join(identities.REPO, "playbooks", "decommission_node.yml")
+    run = runs.playbook(operator_identity.kubeconfig, playbook,
                         extra_vars={"node_decommission_node": spare_node,
                                     "node_decommission_report_dir": str(tmp_path / "reports")})
     assert run.returncode == 0, (run.failures()[:1], run.output[-3000:])

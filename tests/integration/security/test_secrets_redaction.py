@@ -106,10 +106,10 @@ def module_cases(namespace, node):
 def connection_failures(server, wrong_ca):
     """Failures before any answer: the API is unreachable, or its certificate is not trusted."""
     return [
-        ("unreachable API", "node_labeller", {"name": "lab-worker-1", "skip": True,
-                                             "host": "https://127.0.0.1:9"}, False, True),
-        ("untrusted CA", "node_labeller", {"name": "lab-worker-1", "skip": True, "host": server,
-                                          "ca_cert": wrong_ca}, False, True),
+        ("unreachable API", "node_labeller",
+         {"name": "lab-worker-1", "skip": True, "host": "https://127.0.0.1:9"}, False, True),
+        ("untrusted CA", "node_labeller",
+         {"name": "lab-worker-1", "skip": True, "host": server, "ca_cert": wrong_ca}, False, True),
     ]
 
 
@@ -147,7 +147,7 @@ def test_no_secret_in_any_output(k8s, namespace, auth_modes, tmp_path, lab, rest
     workers = workloads.node_names(k8s)
     server, _ca = identities.lab_cluster(lab.kubeconfig)
     jobs = []
-    for index, (mode_name, (kubeconfig, auth_args, env)) in enumerate(sorted(auth_modes["modes"].items())):
+    for mode_name, (kubeconfig, auth_args, env) in sorted(auth_modes["modes"].items()):
         if mode_name in FULL_MATRIX_MODES:
             # Each mode maintains its own node, so the modes can run side by side.
             cases = module_cases(namespace, workers[FULL_MATRIX_MODES.index(mode_name)])
@@ -161,7 +161,7 @@ def test_no_secret_in_any_output(k8s, namespace, auth_modes, tmp_path, lab, rest
         jobs.append((mode_name, kubeconfig, book, env, cases, tmpdir))
 
     def work(job):
-        mode_name, kubeconfig, book, env, _cases, _tmpdir = job
+        _mode, kubeconfig, book, env, _cases, _tmpdir = job
         return runs.playbook(kubeconfig, book, verbosity=3, env=env)
 
     # The search works: the playbook of the api_key mode holds the token itself.

@@ -170,8 +170,8 @@ KUBECONFIG_CASES = [
      {}, ["no server"]),
     ("kubeconfig without current-context", GOOD_KUBECONFIG.replace("current-context: x", ""), {}, ["context"]),
     ("missing CA certificate file", GOOD_KUBECONFIG, {"ca_cert": "/nonexistent/ca.crt"}, ["/nonexistent/ca.crt"]),
-    ("missing client key file", GOOD_KUBECONFIG, {"client_cert": "/nonexistent/c.crt",
-                                                   "client_key": "/nonexistent/c.key"}, ["/nonexistent/c"]),
+    ("missing client certificate file", GOOD_KUBECONFIG,
+     {"client_cert": "/nonexistent/c.crt", "client_key": "/nonexistent/c.key"}, ["/nonexistent/c"]),
 ]
 
 
