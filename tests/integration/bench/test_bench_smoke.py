@@ -66,7 +66,7 @@ def test_k8s_drain_is_recorded_with_its_error(ctx):
     peer = _peer("k8s_drain")
     record = _run(ctx, peer)
     _check_record(record, peer)
-    assert not record.get("error", "").startswith("harness:"), record.get("traceback")
+    assert not str(record.get("error") or "").startswith("harness:"), record.get("traceback")
     if not record["ok"]:
         assert record["error"]
 
