@@ -7,7 +7,6 @@ nodes uncordoned), also when it fails.
 
 import json
 import os
-import signal
 import uuid
 
 import pytest
@@ -330,7 +329,7 @@ def test_pdb_gated_drain_survives_being_killed(lab, k8s, namespace, run_module):
         try:
             wait_for(lambda: len(pods_on(k8s, node, namespace)) <= 8 or not started.running(), 120,
                      "the drain to evict a few pods")
-            started.kill(signal.SIGKILL)
+            started.kill()
             output = started.output()
         finally:
             started.close()

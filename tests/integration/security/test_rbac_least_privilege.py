@@ -41,7 +41,9 @@ def denied(run, *names):
 
 @pytest.fixture
 def vms(k8s, namespace):
-    """Two migratable VMs (LiveMigrate) and a guarded Deployment in the test namespace."""
+    """Two migratable VMs in the test namespace (once earlier tests' namespaces are gone: a drain
+    refuses pods of a namespace being deleted, see test_drain_terminating_namespace.py)."""
+    workloads.wait_no_namespace_terminating(k8s)
     workloads.create_vm(k8s, namespace, "rbac-a")
     workloads.create_vm(k8s, namespace, "rbac-b", run_strategy="RerunOnFailure")
     workloads.wait_vms_running(k8s, namespace, ["rbac-a", "rbac-b"])

@@ -141,6 +141,7 @@ def write_playbook(path, cases, auth_args):
 
 
 def test_no_secret_in_any_output(k8s, namespace, auth_modes, tmp_path, lab, restore_nodes):
+    workloads.wait_no_namespace_terminating(k8s)  # see test_drain_terminating_namespace.py
     workloads.create_vm(k8s, namespace, "secret-vm")
     workloads.wait_vms_running(k8s, namespace, ["secret-vm"])
     secrets = auth_modes["secrets"]
