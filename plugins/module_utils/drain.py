@@ -322,6 +322,10 @@ class Drainer:
             message = exc.details.get("server_message") or exc.msg
             if exc.status in (403, 400, 422) and "admission webhook" in (message or ""):
                 outcome, reason = "blocked", message  # KubeVirt's webhook said no: a retry may succeed
+            elif exc.status == 403 and "being terminated" in (message or ""):
+                # NamespaceTerminating: no eviction can be created there, but the namespace
+                # controller is deleting the pod anyway; wait for it, as kubectl drain does.
+                outcome, reason = "blocked", message
             elif exc.status == 500 and "PodDisruptionBudget" in (message or ""):
                 outcome, reason = "blocked", message  # more than one PDB: retried until fixed or the deadline
             else:
