@@ -15,7 +15,7 @@ PYTEST_WORKERS ?= 1
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
-	@echo "make test      sanity, lint, unit and integration (lab) tests, fault tests - what CI runs"
+	@echo "make test      sanity, lint, unit tests and the lab tier (lab, simulator, modules) - what CI runs"
 	@echo "make test-faults     fault-injection tests on the lab (kills, API server restart, node failure)"
 	@echo "make reliability-report  bad-input, least-privilege, secrets and fault tests; the table of figures"
 	@echo "make lab-up    start the local lab cluster (.lab/kubeconfig); make lab-down stops it"
