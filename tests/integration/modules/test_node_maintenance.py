@@ -481,4 +481,7 @@ def test_decommission_reschedules_vms(lab, k8s, namespace, run_module, extra_nod
     assert node_state(k8s, dying)["record"] is False and node_state(k8s, dying)["unschedulable"] is False
     result = run_module("node_decommission", {"name": dying, "assume_powered_off": True})
     assert result["deleted"] is True, result
-    assert [(v["name"], v["node"] not in (None, dying)) for v in result["vms"]["rescheduled"]] == [("restart", True)]
+    # "keep" may have migrated onto the dying node in the first decommission; then it moves again.
+    moved = dict((v["name"], v["node"] not in (None, dying)) for v in result["vms"]["rescheduled"])
+    assert moved.get("restart") is True and all(moved.values()), result["vms"]
+    assert set(moved) <= {"restart", "keep"}, result["vms"]
