@@ -286,7 +286,7 @@ class ClusterLock:
                     % (self.description, held.describe_holder()),
                     lock=held.as_result(self.namespace, self.name), blockers=["lock held by %s" % held.holder])
             self._wait_for(attempt_once, wait_timeout)
-        outcome, before, after = attempt["result"]
+        outcome, before, after = tuple(attempt["result"])
         waited = (self.clock() - started).total_seconds()
         return {
             "action": outcome,

@@ -295,7 +295,7 @@ def to_markdown(model, timeline_file=None):
             n["started"].strftime("%H:%M:%S") if n["started"] else "-", human_duration(n["seconds"]),
             " | ".join(cells), n["pods_evicted"], len(n["migrations"]), len(n["shut_down"])))
     for name in model["untouched"]:
-        lines.append("| | %s | not started | - | - | %s | 0 | 0 | 0 |" % (_md(name), " | ".join("-" for _ in PHASE_NAMES)))
+        lines.append("| | %s | not started | - | - | %s | 0 | 0 | 0 |" % (_md(name), " | ".join("-" for _phase in PHASE_NAMES)))
     lines.append("")
     for n in model["nodes"]:
         details = []
