@@ -47,7 +47,7 @@ options:
         C(LiveMigrate) whose disks are not ReadWriteMany).
       - V(fail) fails before anything is changed, listing every blocker.
       - V(shutdown) stops exactly those VMs so that their run strategy re-creates them on another node.
-      - V(wait) keeps retrying, as C(oc adm drain) does, until O(wait_timeout).
+      - V(wait) keeps retrying, as C(oc adm drain) does, until the task's C(wait_timeout).
     type: str
     default: fail
     choices: [fail, shutdown, wait]

@@ -143,7 +143,7 @@ def write_report(module):
     if module.check_mode:
         model = report.build(params["run"], params["nodes"])
         data = report.to_json_data(model)
-        dest = os.path.abspath(os.path.expanduser(params["dest"]))
+        dest = os.path.abspath(params["dest"])
         names = {"json": "%s.json", "markdown": "%s.md", "svg": "%s-timeline.svg"}
         files = dict((f, os.path.join(dest, names[f] % params["basename"])) for f in formats)
         changed = True
@@ -164,7 +164,7 @@ def write_report(module):
 def _snapshot(directory, basename):
     contents = {}
     for suffix in (".json", ".md", "-timeline.svg"):
-        path = os.path.join(os.path.expanduser(directory), basename + suffix)
+        path = os.path.join(directory, basename + suffix)
         if os.path.isfile(path):
             with open(path, "rb") as handle:
                 contents[suffix] = handle.read()
