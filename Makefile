@@ -92,6 +92,11 @@ reliability-report: venv collection
 	-$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/security tests/integration/faults
 	$(PYTEST_ENV) $(BIN)/python tests/integration/reliability.py
 
+# The Molecule scenario of the rolling_maintenance role, on the lab (reused when
+# KUBEVIRT_OPS_LAB_DIR names a running lab, else brought up in .lab/molecule and taken down).
+molecule: venv collection
+	$(PYTEST_ENV) $(BIN)/molecule test -s rolling_maintenance
+
 demo: venv collection
 	$(PYTEST_ENV) $(BIN)/python -m lab.demo
 

@@ -19,6 +19,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import copy
 import datetime
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
@@ -72,6 +73,19 @@ def maintenance_reason(node, crs):
         if reason:
             return reason
     return None
+
+
+def back_in_service(node):
+    """The node as it will be once its maintenance ends: uncordoned, without the maintenance taints.
+
+    The maintenance record stays, so the node's own plan still knows the maintenance is ours.
+    """
+    view = copy.deepcopy(node)
+    spec = view.setdefault("spec", {})
+    spec.pop("unschedulable", None)
+    keys = set(t["key"] for t in nodes_mod.MAINTENANCE_TAINTS)
+    spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") not in keys]
+    return view
 
 
 def select_nodes(client, snapshot, names=None, label_selector=None):
@@ -138,23 +152,33 @@ def preflight(client, params):
     selected, problems = select_nodes(client, snapshot, names, label_selector)
     warnings = []
     entries = []
+    # First which nodes an earlier run left in maintenance: this run finishes them before any
+    # other node, so the plans of the other nodes count them as back in service.
+    resumed = {}
+    for name in selected:
+        summary = plan_mod.node_summary(snapshot, name, options)
+        if summary["in_maintenance"]:
+            reason = maintenance_reason(snapshot.node(name), snapshot.maintenances_of(name)) or ""
+            resumed[name] = (reason.startswith(run_mark), reason, summary["maintenance_phase"])
+    for name, (ours, _reason, _phase) in resumed.items():
+        if ours:
+            snapshot.nodes[name] = back_in_service(snapshot.node(name))
+    snapshot._eligible = {}  # placement was cached for the nodes as they were
     for name in selected:
         node = snapshot.node(name)
-        crs = snapshot.maintenances_of(name)
         summary = plan_mod.node_summary(snapshot, name, options)
         plan = plan_mod.compute_plan(snapshot, name, options)
         resume = False
-        if summary["in_maintenance"]:
-            reason = maintenance_reason(node, crs) or ""
-            if reason.startswith(run_mark):
+        if name in resumed:
+            ours, reason, phase = resumed[name]
+            if ours:
                 resume = True
                 warnings.append("Node %s was left in maintenance by an earlier run (%s); this run finishes it first."
                                 % (name, reason))
             else:
                 problems.append("Node %s is already in maintenance (phase %s%s), not by a rolling maintenance run; "
                                 "end that maintenance or leave the node out." % (
-                                    name, summary["maintenance_phase"] or "unknown",
-                                    ", reason: %s" % reason if reason else ""))
+                                    name, phase or "unknown", ", reason: %s" % reason if reason else ""))
         elif nodes_mod.is_cordoned(node):
             problems.append("Node %s is cordoned by someone else; uncordon it or leave it out." % name)
         for blocker in plan.fatal_blockers(policy):
@@ -176,8 +200,8 @@ def preflight(client, params):
         entries.append({
             "name": name,
             "ready": summary["ready"],
-            "schedulable": summary["schedulable"],
-            "in_maintenance": summary["in_maintenance"],
+            "schedulable": summary["schedulable"] and not resume,
+            "in_maintenance": summary["in_maintenance"] or resume,
             "resume": resume,
             "control_plane": summary["control_plane"],
             "simulated": (node["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") == "fake",
@@ -287,12 +311,32 @@ def verify(client, params):
         node_informer = Informer(client, "Node", field_selector="metadata.name=%s" % name)
         informers.append(node_informer)
     vmi_informer = None
+    vm_informer = None
     if expected or (since is not None and name):
         if client.kind_served("VirtualMachineInstance"):
             vmi_informer = Informer(client, "VirtualMachineInstance")
             informers.append(vmi_informer)
+            if expected:
+                # A VM its owner deleted meanwhile was not lost: it is not waited for.
+                vm_informer = Informer(client, "VirtualMachine")
+                informers.append(vm_informer)
         elif expected:
             raise InvalidInputError("VMs were expected to run, but KubeVirt is not installed on this cluster.")
+    owned = dict((_vm_key(v), bool(v.get("vm", True))) for v in params.get("running_vms") or [] if isinstance(v, dict))
+
+    def deleted():
+        """Expected VMs whose VirtualMachine no longer exists (or is being deleted)."""
+        if vm_informer is None:
+            return []
+        gone = []
+        for key in expected:
+            if not owned.get(key, True):
+                continue  # a stand-alone VMI that stopped is lost: nothing would start it again
+            namespace, vm_name = key.split("/", 1)
+            vm = vm_informer.get(vm_name, namespace)
+            if vm is None or (vm.get("metadata") or {}).get("deletionTimestamp"):
+                gone.append(key)
+        return gone
 
     def node_ok():
         if node_informer is None:
@@ -306,7 +350,8 @@ def verify(client, params):
 
     def missing():
         running = _running_keys(vmi_informer.items()) if vmi_informer else {}
-        return [k for k in expected if k not in running and k not in may_stop]
+        gone = set(deleted())
+        return [k for k in expected if k not in running and k not in may_stop and k not in gone]
 
     def check():
         return node_ok() and not missing()
@@ -350,6 +395,7 @@ def verify(client, params):
             "expected": len(expected),
             "running": sum(1 for k in expected if k in running),
             "stopped_as_expected": sorted(k for k in expected if k in may_stop and k not in running),
+            "deleted": sorted(k for k in deleted() if k not in running),
             "not_running": [],
             "on_node": sorted(k for k, where in running.items() if name and where == name),
             "where": dict((k, running[k]) for k in expected if k in running),

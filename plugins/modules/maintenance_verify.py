@@ -15,6 +15,8 @@ description:
   - Waits, by watching the node and the VirtualMachineInstances, until the node is Ready (and, with
     O(schedulable=true), schedulable and out of maintenance) and every VM in O(running_vms) has a Running VMI
     again, wherever it runs.
+  - A VM whose VirtualMachine was deleted meanwhile (by its owner) is not lost; it is reported in
+    RV(vms.deleted) and not waited for.
   - Fails at O(timeout) with one sentence saying what is still missing (the node's condition, the VMs not
     running).
   - Reports the live migrations that left the node since O(migrations_since), with their source, target, start
@@ -108,6 +110,10 @@ vms:
       type: int
     stopped_as_expected:
       description: VMs in O(expected_stopped) that are not running.
+      type: list
+      elements: str
+    deleted:
+      description: Expected VMs whose VirtualMachine was deleted meanwhile (by its owner); they are not waited for.
       type: list
       elements: str
     not_running:

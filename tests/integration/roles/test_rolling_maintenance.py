@@ -14,6 +14,7 @@ from kubernetes import client
 
 import runs
 import workloads
+from lab.wait import wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -25,8 +26,14 @@ DAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 
 
 @pytest.fixture
-def lock_name():
-    return "test-rolling-%s" % uuid.uuid4().hex[:8]
+def lock_name(k8s):
+    name = "test-rolling-%s" % uuid.uuid4().hex[:8]
+    yield name
+    try:
+        client.CoordinationV1Api(k8s).delete_namespaced_lease(name, LOCK_NAMESPACE)
+    except client.exceptions.ApiException as exc:
+        if exc.status != 404:
+            raise
 
 
 @pytest.fixture
@@ -42,17 +49,27 @@ def workers_back(lab, k8s):
 def task_files(tmp_path):
     """Node task files: one that works (and takes a moment), one that fails on a chosen node."""
     ok = tmp_path / "ok.yml"
+    # The lab's nodes have no machine behind them: the work runs on the controller.
     ok.write_text(
         "- name: Pretend to work on the node\n"
         "  ansible.builtin.wait_for:\n"
-        "    timeout: \"{{ node_task_seconds | default(1) | int }}\"\n")
+        "    timeout: \"{{ node_task_seconds | default(1) | int }}\"\n"
+        "  delegate_to: localhost\n")
     failing = tmp_path / "failing.yml"
     failing.write_text(
         "- name: Update the firmware\n"
         "  ansible.builtin.fail:\n"
         "    msg: firmware update of {{ rolling_maintenance_node }} exited 1\n"
         "  when: rolling_maintenance_node == (fail_on_node | default(''))\n")
-    return {"ok": str(ok), "failing": str(failing)}
+    gated = tmp_path / "gated.yml"
+    gated.write_text(
+        "- name: Work until the test opens the gate\n"
+        "  ansible.builtin.wait_for:\n"
+        "    path: \"{{ node_task_gate }}\"\n"
+        "    state: absent\n"
+        "    timeout: 600\n"
+        "  delegate_to: localhost\n")
+    return {"ok": str(ok), "failing": str(failing), "gated": str(gated)}
 
 
 def base_vars(tmp_path, lock, **extra):
@@ -192,22 +209,27 @@ def test_blocker_on_node_3_fails_preflight_before_node_1_is_touched(lab, k8s, na
 
 
 def test_two_concurrent_runs_exactly_one_proceeds(lab, k8s, tmp_path, lock_name, task_files, workers_back):
+    # The winner's node task waits for this file to go, so the winner holds the lock for as long as the
+    # loser needs to give up, however slow the machine is.
+    gate = tmp_path / "gate"
+    gate.write_text("hold")
     extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=["lab-worker-1"],
-                      rolling_maintenance_node_tasks=task_files["ok"], node_task_seconds=8)
-    first = runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra)
-    second = runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra)
+                      rolling_maintenance_node_tasks=task_files["gated"], node_task_gate=str(gate))
+    both = [runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra), runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra)]
     try:
-        codes = [first.wait(600), second.wait(600)]
-        outputs = [first.output(), second.output()]
+        wait_for(lambda: any(not run.running() for run in both), 600, "one of the two runs to give up")
+        loser = [run for run in both if not run.running()][0]
+        winner = [run for run in both if run is not loser][0]
+        assert loser.wait(10) != 0, loser.output()[-3000:]
+        gate.unlink()
+        assert winner.wait(600) == 0, winner.output()[-4000:]
+        loser_output, winner_output = loser.output(), winner.output()
     finally:
-        first.close()
-        second.close()
-    assert codes.count(0) == 1, (codes, [o[-2000:] for o in outputs])
-    loser = outputs[codes.index(max(codes))]
-    assert "kube-system/%s" % lock_name in loser and "held by" in loser, loser[-3000:]
-    assert "Nothing was changed" in loser
-    winner = outputs[codes.index(0)]
-    assert "[1/1 lab-worker-1] done" in winner
+        for run in both:
+            run.close()
+    assert "kube-system/%s is held by" % lock_name in loser_output, loser_output[-3000:]
+    assert "Nothing was changed" in loser_output
+    assert "[1/1 lab-worker-1] done" in winner_output
     assert in_service(k8s, "lab-worker-1")
     assert not lease(k8s, lock_name).spec.holder_identity
 

@@ -1,0 +1,194 @@
+"""Preflight of a rolling maintenance and the check after a node, against an in-memory API server."""
+
+import json
+
+import pytest
+
+from drain_cluster import cluster, launcher, node, vm, vmi
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock, rolling
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+    BlockedError,
+    InvalidInputError,
+)
+
+WORKERS = ["worker-1", "worker-2", "worker-3", "worker-4"]
+
+
+def add_vm(server, name, node_name, **vmi_args):
+    server.add("VirtualMachine", vm(name))
+    obj = server.add("VirtualMachineInstance", vmi(name, node_name=node_name, eviction="LiveMigrate", **vmi_args))
+    server.add("Pod", launcher(obj, cpu="100m", memory="256Mi"))
+    return obj
+
+
+@pytest.fixture
+def lab():
+    client, server = cluster(workers=4)
+    add_vm(server, "a", "worker-1")
+    add_vm(server, "b", "worker-1")
+    add_vm(server, "c", "worker-3")
+    return client, server
+
+
+def params(**extra):
+    values = {"nodes": list(WORKERS), "order": "given", "non_migratable": "fail", "fail_on_problems": True}
+    values.update(extra)
+    return values
+
+
+def test_selection_order_and_running_vms(lab):
+    client, _server = lab
+    result = rolling.preflight(client, params(order="fewest_vms_first"))
+    assert result["nodes"] == ["worker-2", "worker-4", "worker-3", "worker-1"]
+    assert result["problems"] == []
+    assert [v["name"] for v in result["running_vms"]] == ["a", "b", "c"]
+    assert result["running_vms"][0] == {"namespace": "ns1", "name": "a", "node": "worker-1", "vm": True}
+    details = dict((d["name"], d) for d in result["details"])
+    assert details["worker-1"]["vms"] == 2 and details["worker-1"]["vms_migrating"] == 2
+
+
+def test_label_selector_selects_by_name(lab):
+    client, _server = lab
+    result = rolling.preflight(client, {"label_selector": "node-role.kubernetes.io/worker", "order": "given"})
+    assert result["nodes"] == WORKERS
+    assert "label selector" in result["selection"]
+
+
+def test_every_problem_is_listed_at_once(lab):
+    client, server = lab
+    add_vm(server, "stuck", "worker-3", migratable=False)
+    server.add("Node", node("worker-5", ready=False))
+    server.add("VirtualMachineInstanceMigration", {
+        "metadata": {"name": "mig-1", "namespace": "ns1"}, "spec": {"vmiName": "a"}, "status": {"phase": "Running"}})
+    with pytest.raises(BlockedError) as err:
+        rolling.preflight(client, params(nodes=WORKERS + ["worker-5", "worker-9"]))
+    problems = err.value.details["blockers"]
+    text = " ".join(problems)
+    assert "Node worker-9 does not exist." in problems
+    assert "VM ns1/stuck cannot leave node worker-3" in text
+    assert "Node worker-5 is not Ready" in text
+    assert "Migration ns1/mig-1 of VMI ns1/a is in flight (phase Running)" in text
+    assert err.value.msg.startswith("Preflight found %d problems, so nothing was changed: (1) " % len(problems))
+    assert not server.writes()
+
+
+def test_shutdown_policy_accepts_the_vm_that_would_block(lab):
+    client, server = lab
+    add_vm(server, "stuck", "worker-3", migratable=False)
+    result = rolling.preflight(client, params(non_migratable="shutdown"))
+    assert result["problems"] == []
+
+
+def test_node_in_someone_elses_maintenance_is_a_problem(lab):
+    client, server = lab
+    current = server.get("Node", "worker-2")
+    current["spec"]["unschedulable"] = True
+    server.add("Node", current)
+    result = rolling.preflight(client, params(fail_on_problems=False))
+    assert any("worker-2 is cordoned by someone else" in p for p in result["problems"])
+
+
+def test_node_left_by_an_earlier_run_is_resumed_first(lab):
+    client, server = lab
+    current = server.get("Node", "worker-3")
+    current["spec"]["unschedulable"] = True
+    current["spec"]["taints"] = [{"key": "medik8s.io/drain", "effect": "NoSchedule"}]
+    current["metadata"]["annotations"]["maintenance.kubevirt-ops.io/node-maintenance"] = json.dumps(
+        {"method": "drain", "phase": "Failed", "reason": "rolling_maintenance 20240504T220000Z",
+         "added": ["unschedulable", "taint:medik8s.io/drain"]})
+    server.add("Node", current)
+    result = rolling.preflight(client, params())
+    assert result["nodes"][0] == "worker-3" and result["resumed"] == ["worker-3"]
+    assert any("left in maintenance by an earlier run" in n for n in result["notices"])
+    current["metadata"]["annotations"]["maintenance.kubevirt-ops.io/node-maintenance"] = json.dumps(
+        {"method": "drain", "phase": "Succeeded", "reason": "BIOS swap"})
+    server.add("Node", current)
+    result = rolling.preflight(client, params(fail_on_problems=False))
+    assert any("worker-3 is already in maintenance" in p and "BIOS swap" in p for p in result["problems"])
+
+
+def test_lock_held_by_another_run_is_a_problem(lab):
+    client, _server = lab
+    lock.ClusterLock(client).acquire("alice@bastion", 600)
+    result = rolling.preflight(client, params(fail_on_problems=False, lock={"name": lock.DEFAULT_NAME}))
+    assert any("the cluster lock kube-system/kubevirt-ops-maintenance is held by 'alice@bastion'" in p
+               for p in result["problems"])
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"nodes": None, "label_selector": None}, "Give the nodes"),
+    ({"label_selector": "a=b"}, "not both"),
+    ({"order": "random"}, "Order 'random'"),
+])
+def test_bad_selection(lab, bad, words):
+    client, _server = lab
+    with pytest.raises(InvalidInputError, match=words):
+        rolling.preflight(client, params(**bad))
+
+
+def test_verify_waits_for_vms_and_reports_migrations(lab):
+    client, server = lab
+    moved = server.get("VirtualMachineInstance", "a", "ns1")
+    moved["status"]["nodeName"] = "worker-2"
+    moved["status"]["migrationState"] = {"sourceNode": "worker-1", "targetNode": "worker-2", "completed": True,
+                                         "startTimestamp": "2024-05-04T22:00:10Z", "endTimestamp": "2024-05-04T22:00:40Z"}
+    server.add("VirtualMachineInstance", moved)
+    result = rolling.verify(client, {"name": "worker-1", "running_vms": ["ns1/a", {"namespace": "ns1", "name": "b"}],
+                                     "migrations_since": "2024-05-04T22:00:10.500Z", "timeout": 5})
+    assert result["node"] == {"name": "worker-1", "ready": True, "schedulable": True, "in_maintenance": False}
+    assert result["vms"]["running"] == 2 and result["vms"]["where"]["ns1/a"] == "worker-2"
+    assert result["migrations"] == [{"namespace": "ns1", "name": "a", "source": "worker-1", "target": "worker-2",
+                                     "start": "2024-05-04T22:00:10Z", "end": "2024-05-04T22:00:40Z"}]
+
+
+def test_verify_names_the_lost_vm(lab):
+    client, server = lab
+    server.add("VirtualMachine", vm("halted"))  # its VMI is gone: lost
+    with pytest.raises(BlockedError) as err:
+        rolling.verify(client, {"name": "worker-1", "running_vms": ["ns1/a", "ns1/halted"], "timeout": 1})
+    assert "1 VM that ran before is not running: ns1/halted" in err.value.msg
+    assert err.value.details["not_running"] == ["ns1/halted"]
+    result = rolling.verify(client, {"running_vms": ["ns1/a", "ns1/halted"], "expected_stopped": ["ns1/halted"],
+                                     "timeout": 1})
+    assert result["node"] is None and result["vms"]["stopped_as_expected"] == ["ns1/halted"]
+
+
+def test_verify_does_not_wait_for_a_vm_its_owner_deleted(lab):
+    client, _server = lab
+    result = rolling.verify(client, {"running_vms": ["ns1/a", "ns1/retired"], "timeout": 30})
+    assert result["vms"]["deleted"] == ["ns1/retired"] and result["vms"]["running"] == 1
+
+
+def test_a_stand_alone_vmi_that_stopped_is_lost(lab):
+    client, _server = lab
+    with pytest.raises(BlockedError, match="ns1/scratch"):
+        rolling.verify(client, {"running_vms": [{"namespace": "ns1", "name": "scratch", "vm": False}], "timeout": 1})
+
+
+def test_resumed_node_counts_as_room_for_the_others():
+    """Only worker-1 can take worker-2's VM, and worker-1 is still cordoned by the earlier run: the
+    preflight must count it as back in service, since the run finishes it first."""
+    client, server = cluster(workers=2)
+    add_vm(server, "big", "worker-2")
+    current = server.get("Node", "worker-1")
+    current["spec"]["unschedulable"] = True
+    current["spec"]["taints"] = [{"key": "medik8s.io/drain", "effect": "NoSchedule"},
+                                 {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
+    current["metadata"]["annotations"]["maintenance.kubevirt-ops.io/node-maintenance"] = json.dumps(
+        {"method": "drain", "phase": "Succeeded", "reason": "rolling_maintenance 20240504T220000Z",
+         "added": ["unschedulable", "taint:medik8s.io/drain"]})
+    server.add("Node", current)
+    result = rolling.preflight(client, params(nodes=["worker-1", "worker-2"]))
+    assert result["problems"] == [] and result["resumed"] == ["worker-1"]
+    assert result["nodes"] == ["worker-1", "worker-2"]
+
+
+def test_verify_waits_until_the_node_is_uncordoned(lab):
+    client, server = lab
+    current = server.get("Node", "worker-4")
+    current["spec"]["unschedulable"] = True
+    server.add("Node", current)
+    with pytest.raises(BlockedError, match="node worker-4 is still cordoned"):
+        rolling.verify(client, {"name": "worker-4", "timeout": 1})
+    assert rolling.verify(client, {"name": "worker-4", "schedulable": False, "timeout": 1})["node"]["ready"]
