@@ -11,11 +11,11 @@ PYTEST_ENV := PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COL
 LAB := $(BIN)/python -m lab
 PYTEST_WORKERS ?= 1
 
-.PHONY: help venv collection test sanity lint changelog-lint unit integration test-faults reliability-report demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test sanity lint changelog-lint unit integration test-roles test-security bench-smoke test-faults reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
-	@echo "make test      sanity, lint, unit tests and the lab tier (lab, simulator, modules) - what CI runs"
+	@echo "make test      sanity, lint, unit tests, the lab tier (lab, simulator, modules, roles) and Molecule - what CI runs"
 	@echo "make test-faults     fault-injection tests on the lab (kills, API server restart, node failure)"
 	@echo "make reliability-report  bad-input, least-privilege, secrets and fault tests; the table of figures"
 	@echo "make lab-up    start the local lab cluster (.lab/kubeconfig); make lab-down stops it"
@@ -38,6 +38,8 @@ test: venv collection
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) integration
+	$(MAKE) test-roles
+	$(MAKE) molecule
 
 # ansible-test needs a real ansible_collections/<ns>/<name> directory (it resolves symlinks),
 # so sanity runs on a copy of exactly what the collection build ships plus its tests
