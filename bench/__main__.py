@@ -34,8 +34,8 @@ def parse_args(argv):
                                                         or labs.default_dir("bench-lab")),
                    help="state dir of the benchmark lab (reused when up; default .build/bench-lab)")
     p.add_argument("--scale-lab-dir", type=Path, default=labs.default_dir("bench-lab-scale"))
-    # 1,000 is the target size; on 2 cores the lab's KWOK heartbeats cannot keep 1,000 nodes Ready (see README).
-    p.add_argument("--scale-nodes", type=int, default=250)
+    # The scale lab (`lab up --scale`) keeps 1,000 KWOK nodes Ready on 2 cores (see README).
+    p.add_argument("--scale-nodes", type=int, default=1000)
     p.add_argument("--scale-pods-per-node", type=int, default=30)
     p.add_argument("--keep-lab", action="store_true", help="leave the labs running at the end")
     p.add_argument("--timeout", type=int, default=900, help="seconds one drain may take")

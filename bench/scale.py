@@ -16,50 +16,15 @@ single process from wait4).
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from bench import labs, measure, peers as peers_mod, workloads as w
 from bench.bootstrap import say
 from bench.kube import Kube
 
 NAMESPACE = "bench-scale"
-# `lab up` gives each node a /24 of 10.244.0.0/16, which stops at 254 workers; the
-# harness adds the rest itself (same labels, capacity and KWOK annotation, no podCIDR:
-# kwok then takes pod IPs from its cluster-wide pool).
-LAB_UP_MAX_WORKERS = 250
-
-
-def add_workers(kube, kubeconfig, total, timeout=180):
-    """Create lab-worker-(existing+1)..total the way the lab does, then wait until all are Ready."""
-    from lab import binaries, nodes as lab_nodes
-
-    version = binaries.kubernetes_version(binaries.bin_dir())
-    existing = set(w.workers(kube))
-    for index in range(1, total + 1):
-        name = f"lab-worker-{index}"
-        if name in existing:
-            continue
-        plan = lab_nodes.NodePlan(name, False, f"10.90.{index // 250}.{index % 250 + 1}", "unused")
-        body = lab_nodes.manifest(plan, version)
-        body["spec"].pop("podCIDR", None)
-        body["spec"].pop("podCIDRs", None)
-        kube.create("Node", body)
-
-    def ready_count():
-        nodes, _ = kube.list("Node")
-        return sum(1 for n in nodes if n["metadata"]["name"].startswith("lab-worker-") and any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (n.get("status") or {}).get("conditions") or []))
-
-    # With hundreds of KWOK nodes on two busy cores some heartbeats come late and nodes flap
-    # between Ready and NotReady; neither the info module nor the preflight needs them Ready
-    # (the preflight reports NotReady nodes as problems), so a settled majority is enough.
-    started = time.monotonic()
-    while True:
-        ready = ready_count()
-        if ready >= total or (time.monotonic() - started > timeout):
-            return ready
-        say(f"scale: {ready}/{total} workers Ready")
-        time.sleep(10)
+# ReplicaSets are created from this many threads (the pods by the lab's controller-manager).
+CREATE_WORKERS = 4
 
 
 def populate(kube, workers, pods_per_node, timeout):
@@ -71,13 +36,14 @@ def populate(kube, workers, pods_per_node, timeout):
     existing = {rs["metadata"]["name"] for rs in kube.list("ReplicaSet", NAMESPACE)[0]}
     daemon_pods = 1 if kube.list("Pod", "kubevirt", limit=1)[0] else 0
     replicas = max(0, pods_per_node - daemon_pods)
-    for node in workers:
-        name = f"rs-{node}"
-        if name in existing:
-            continue
-        rs = w.replica_set(name, replicas)
+
+    def create(node):
+        rs = w.replica_set(f"rs-{node}", replicas)
         rs["spec"]["template"]["spec"]["nodeName"] = node
         kube.create("ReplicaSet", rs, NAMESPACE)
+
+    with ThreadPoolExecutor(CREATE_WORKERS) as pool:
+        list(pool.map(create, [n for n in workers if f"rs-{n}" not in existing]))
     want = replicas * len(workers)
     started = time.monotonic()
     last = -1
@@ -121,12 +87,11 @@ def run(ctx_env_factory, nodes, pods_per_node, state_dir, keep_lab, populate_tim
     """Bring the scale lab up, fill it, measure; returns the scenario's record."""
     record = {"nodes": nodes, "pods_per_node": pods_per_node}
     started = time.monotonic()
-    if not labs.is_up(state_dir):
-        labs.up(state_dir, min(nodes, LAB_UP_MAX_WORKERS))
+    # The lab's scale profile: a pod CIDR with a /24 for every node and Lease heartbeats
+    # every 30 s (see lab/README.md). Re-running `up` on a lab already up adds missing nodes.
+    labs.up(state_dir, nodes, extra=("--scale",))
     kubeconfig = state_dir / "kubeconfig"
     kube = Kube(kubeconfig)
-    if nodes > LAB_UP_MAX_WORKERS:
-        add_workers(kube, kubeconfig, nodes)
     record["workers_ready_before"] = _ready_workers(kube)
     workers = w.workers(kube)
     record["lab_up_seconds"] = round(time.monotonic() - started, 1)

@@ -33,6 +33,12 @@ def main(argv=None):
         action="store_true",
         help="do not start the KubeVirt simulator (plain Kubernetes lab)",
     )
+    up.add_argument(
+        "--scale",
+        action="store_true",
+        help="the scale profile for labs of hundreds to ~3,000 nodes: a larger pod CIDR, "
+        "heartbeats every 30 s, 5 minutes until a silent node turns NotReady (lab/README.md)",
+    )
     commands.add_parser("down", help="stop everything and delete the cluster; keeps logs/")
     commands.add_parser("status", help="show components and nodes; exit 1 unless fully up")
     commands.add_parser("env", help="print `export KUBECONFIG=...` for eval")
@@ -55,6 +61,7 @@ def main(argv=None):
                 control_plane_nodes=args.control_plane_nodes,
                 hco=not args.no_hco,
                 kubevirt=not args.no_kubevirt,
+                profile="scale" if args.scale else None,
             )
         elif args.command == "down":
             cluster.down(paths)

@@ -30,27 +30,39 @@ def say(message):
     print(f"lab: {message}", file=sys.stderr, flush=True)
 
 
-def up(paths, workers=4, control_plane_nodes=1, hco=True, kubevirt=True):
-    """Bring the lab to the requested shape, starting only what is not running."""
+def up(paths, workers=4, control_plane_nodes=1, hco=True, kubevirt=True, profile=None):
+    """Bring the lab to the requested shape, starting only what is not running.
+
+    ``profile`` is a key of lab.settings.PROFILES ("scale" for ``up --scale``); None keeps
+    the one the lab was created with ("default" for a new lab).
+    """
     if workers < 0 or control_plane_nodes < 1:
         raise LabError("need at least one control-plane node and zero or more workers")
+    if profile is not None and profile not in lab_settings.PROFILES:
+        raise LabError(f"unknown profile {profile!r}; one of: {', '.join(lab_settings.PROFILES)}")
     started = time.monotonic()
     paths.state_dir.mkdir(parents=True, exist_ok=True)
     with _locked(paths):
-        ctx = _prepare(paths, workers, control_plane_nodes, hco, kubevirt)
+        ctx = _prepare(paths, workers, control_plane_nodes, hco, kubevirt, profile)
         for component in CORE:
             _ensure_running(ctx, component)
         api = nodes.api_client(paths.kubeconfig)
         planned = nodes.plan(control_plane_nodes, workers)
         created = nodes.ensure(api, planned, binaries.kubernetes_version(ctx.settings.bin_dir))
         if created:
-            say(f"created nodes {', '.join(created)}")
+            say(f"created {len(created)} nodes: {_names(created)}")
         failed = set(nodes.failed_names(api))
-        nodes.wait_ready(api, [n.name for n in planned if n.name not in failed])
+        nodes.wait_ready(
+            api,
+            [n.name for n in planned if n.name not in failed],
+            timeout=ctx.settings.tuning.ready_timeout,
+        )
         if kubevirt:
             _ensure_kubevirt_sim(paths, hco)
     say(
-        f"up in {time.monotonic() - started:.0f}s: {len(planned)} nodes, API at {ctx.settings.apiserver_url}"
+        f"up in {time.monotonic() - started:.0f}s: {len(planned)} nodes"
+        f"{'' if ctx.settings.profile == 'default' else f' ({ctx.settings.profile} profile)'},"
+        f" API at {ctx.settings.apiserver_url}"
     )
     say(f"export KUBECONFIG={paths.kubeconfig}")
 
@@ -177,7 +189,7 @@ def node_recover(paths, name, wait=True):
     say(f"node {name} recovered" + ("" if wait else " (not waiting for Ready)"))
 
 
-def _prepare(paths, workers, control_plane_nodes, hco, kubevirt):
+def _prepare(paths, workers, control_plane_nodes, hco, kubevirt, profile=None):
     """Settings, certificates and config files for ``up``; returns the start context."""
     bin_dir = binaries.ensure()
     settings = lab_settings.load(paths)
@@ -190,6 +202,20 @@ def _prepare(paths, workers, control_plane_nodes, hco, kubevirt):
         # others may have taken them meanwhile.
         settings.choose_ports()
         settings.bin_dir = str(bin_dir)
+    if profile is not None and profile != settings.profile:
+        if anything_running:
+            raise LabError(
+                f"the lab in {paths.state_dir} runs with the {settings.profile} profile,"
+                f" not {profile}: take it down first"
+            )
+        settings.profile = profile
+    room = network.max_nodes(settings.tuning.pod_cidr)
+    if workers + control_plane_nodes > room:
+        hint = "" if settings.profile == "scale" else " (up --scale has room for more)"
+        raise LabError(
+            f"{workers + control_plane_nodes} nodes do not fit: the {settings.profile} profile's"
+            f" pod CIDR {settings.tuning.pod_cidr} has a /24 for {room} nodes{hint}"
+        )
     settings.workers, settings.control_plane_nodes = workers, control_plane_nodes
     settings.hco, settings.kubevirt = hco, kubevirt
     lab_settings.save(paths, settings)
@@ -212,7 +238,7 @@ def _prepare(paths, workers, control_plane_nodes, hco, kubevirt):
             pki.key(component),
             CLIENTS[component][0],
         )
-    paths.audit_policy.write_text(components.AUDIT_POLICY)
+    paths.audit_policy.write_text(components.audit_policy(settings))
     kwok.write_config(paths.kwok_config, settings.bin_dir)
     return Context(paths, settings, pki)
 
@@ -229,7 +255,7 @@ def _ensure_running(ctx, component):
             )
         say(f"starting {component.name} on 127.0.0.1:{port}")
         record = processes.start(
-            paths, component.name, component.command(ctx), env=components.environment()
+            paths, component.name, component.command(ctx), env=components.environment(ctx.settings)
         )
 
     def serving():
@@ -303,6 +329,12 @@ def _require_settings(paths):
     if settings is None:
         raise LabError(f"no lab is up in {paths.state_dir} (run `python -m lab up`)")
     return settings
+
+
+def _names(names, shown=10):
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])}, ... {names[-1]}"
 
 
 def _mib(rss):

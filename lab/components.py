@@ -14,11 +14,8 @@ from lab import health, network
 # Timeouts are generous: the lab often shares two cores with builds and other labs.
 START_TIMEOUT = 180
 
-NODE_MONITOR_GRACE_PERIOD = "20s"
-# kwok renews each node Lease every quarter of this. A restarted kwok (new identity)
-# can only take over the Leases once they expire, so this must stay well below the
-# grace period above or every node would go NotReady whenever kwok restarts.
-KWOK_NODE_LEASE_SECONDS = 12
+# Grace period, lease duration and the other settings that differ between the normal lab
+# and the scale lab (``up --scale``): lab/settings.py, PROFILES.
 KWOK_NODE_SELECTOR = "kwok.x-k8s.io/node=fake"
 
 AUDIT_POLICY = """\
@@ -31,6 +28,20 @@ omitStages:
 rules:
   - level: Metadata
 """
+# The scale lab leaves out node Lease renewals (kwok's heartbeats): ~33 a second there.
+AUDIT_POLICY_NO_LEASES = AUDIT_POLICY.replace(
+    "rules:\n",
+    """rules:
+  - level: None
+    resources:
+      - group: coordination.k8s.io
+        resources: [leases]
+""",
+)
+
+
+def audit_policy(settings):
+    return AUDIT_POLICY if settings.tuning.audit_leases else AUDIT_POLICY_NO_LEASES
 
 
 @dataclass(frozen=True)
@@ -64,7 +75,7 @@ class Component:
         return self.probe(ctx)
 
 
-def environment():
+def environment(settings=None):
     """Environment for the components: never send lab traffic through a proxy."""
     env = dict(os.environ)
     no_proxy = ",".join(
@@ -74,7 +85,7 @@ def environment():
                 env.get("NO_PROXY") or env.get("no_proxy"),
                 "127.0.0.1,localhost",
                 network.SERVICE_CLUSTER_IP_RANGE,
-                network.POD_CIDR,
+                settings.tuning.pod_cidr if settings else network.POD_CIDR,
             ],
         )
     )
@@ -147,6 +158,7 @@ def _apiserver_probe(ctx):
 def _controller_manager_argv(ctx):
     kubeconfig = ctx.paths.component_kubeconfig("kube-controller-manager")
     pki = ctx.pki
+    tuning = ctx.settings.tuning
     return [
         ctx.binary("kube-controller-manager"),
         f"--kubeconfig={kubeconfig}",
@@ -164,12 +176,13 @@ def _controller_manager_argv(ctx):
         f"--cluster-signing-cert-file={pki.ca_cert}",
         f"--cluster-signing-key-file={pki.key('ca')}",
         f"--service-cluster-ip-range={network.SERVICE_CLUSTER_IP_RANGE}",
-        f"--cluster-cidr={network.POD_CIDR}",
-        # Short, so fault tests see a silent node go NotReady within half a minute.
-        f"--node-monitor-grace-period={NODE_MONITOR_GRACE_PERIOD}",
+        f"--cluster-cidr={tuning.pod_cidr}",
+        # Short in the normal lab, so fault tests see a silent node go NotReady within
+        # half a minute.
+        f"--node-monitor-grace-period={tuning.node_monitor_grace_period}",
         "--node-monitor-period=2s",
-        "--kube-api-qps=100",
-        "--kube-api-burst=200",
+        f"--kube-api-qps={tuning.controller_manager_qps}",
+        f"--kube-api-burst={tuning.controller_manager_burst}",
     ]
 
 
@@ -207,9 +220,9 @@ def _kwok_argv(ctx):
         f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
         # Heartbeats through node Leases, like kubelets; see lab/nodes.py for how
         # a node is failed through its Lease.
-        f"--node-lease-duration-seconds={KWOK_NODE_LEASE_SECONDS}",
+        f"--node-lease-duration-seconds={ctx.settings.tuning.kwok_node_lease_seconds}",
         f"--server-address=127.0.0.1:{ctx.port('kwok')}",
-        f"--cidr={network.POD_CIDR}",
+        f"--cidr={ctx.settings.tuning.pod_cidr}",
     ]
 
 

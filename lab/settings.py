@@ -16,6 +16,58 @@ PORT_NAMES = (
 )
 
 
+@dataclass(frozen=True)
+class Profile:
+    """Settings that differ between the normal lab and the large one (``up --scale``)."""
+
+    name: str
+    # The controller-manager's --cluster-cidr and kwok's fallback pool for pod IPs;
+    # every node's own /24 podCIDR lies inside it (network.node_pod_cidr).
+    pod_cidr: str
+    # The node-lifecycle controller marks a node NotReady after this long without a heartbeat.
+    node_monitor_grace_period: str
+    # kwok renews each node Lease every quarter of this. A restarted kwok (new identity)
+    # can only take over the Leases once they expire, so this must stay well below the
+    # grace period above or every node would go NotReady whenever kwok restarts.
+    kwok_node_lease_seconds: int
+    # Client rate limit of the controller-manager (the ReplicaSet controller creates pods with it).
+    controller_manager_qps: int
+    controller_manager_burst: int
+    # How long ``up`` waits for all nodes to be Ready.
+    ready_timeout: int
+    # Audit node Lease renewals too (the scale lab's leases alone would be most of the log).
+    audit_leases: bool = True
+
+
+PROFILES = {
+    # The lab of the tests and the demo: short grace period, so fault tests see a silent
+    # node go NotReady within half a minute.
+    "default": Profile(
+        name="default",
+        pod_cidr=network.POD_CIDR,
+        node_monitor_grace_period="20s",
+        kwok_node_lease_seconds=12,
+        controller_manager_qps=100,
+        controller_manager_burst=200,
+        ready_timeout=180,
+    ),
+    # Up to ~3,000 nodes on 2 cores (the benchmark's scenario 5 uses 1,000): a cluster CIDR
+    # with room for a /24 per node, and heartbeats every 30 s instead of every 3 s so that
+    # 1,000 Leases cost ~33 writes/s instead of ~330. Nodes need 5 minutes of silence to
+    # turn NotReady, so node failures are not for this profile.
+    "scale": Profile(
+        name="scale",
+        pod_cidr=network.SCALE_POD_CIDR,
+        node_monitor_grace_period="300s",
+        kwok_node_lease_seconds=120,
+        controller_manager_qps=400,
+        controller_manager_burst=800,
+        ready_timeout=900,
+        audit_leases=False,
+    ),
+}
+
+
 @dataclass
 class Settings:
     bin_dir: str
@@ -24,9 +76,15 @@ class Settings:
     hco: bool = True
     kubevirt: bool = True
     ports: dict = field(default_factory=dict)
+    profile: str = "default"
 
     def choose_ports(self):
         self.ports = dict(zip(PORT_NAMES, network.free_ports(len(PORT_NAMES))))
+
+    @property
+    def tuning(self):
+        """The Profile this lab runs with."""
+        return PROFILES[self.profile]
 
     @property
     def apiserver_url(self):
