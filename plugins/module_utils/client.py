@@ -26,8 +26,10 @@ import time
 from urllib.parse import urlencode
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+    ApiError,
     ConfigurationError,
     ConnectionFailedError,
+    NotFoundError,
     api_error,
     describe_object,
 )
@@ -36,6 +38,8 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.version i
 USER_AGENT = "kubevirt_ops.maintenance/%s" % COLLECTION_VERSION
 IN_CLUSTER_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_KUBECONFIG = "~/.kube/config"
+# Every group's resources in one response (Kubernetes 1.30+); plain JSON from older servers.
+AGGREGATED_DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 
 # Where each kind lives: (API prefix, plural, namespaced).
 RESOURCES = {
@@ -309,6 +313,8 @@ class KubeClient:
         self.retry_budget = retry_budget
         self.request_timeout = request_timeout
         self.requests_made = 0
+        self._served = None  # {"/apis/<group>/<version>": set of plurals}, filled by discovery
+        self._aggregated_discovery = True
         kwargs = dict(maxsize=pool_size, block=False, retries=False)
         if settings.host.startswith("https"):
             kwargs["cert_reqs"] = "CERT_REQUIRED" if settings.verify else "CERT_NONE"
@@ -336,7 +342,7 @@ class KubeClient:
     # -- low level -----------------------------------------------------------------
 
     def request(self, method, path, body=None, params=None, content_type="application/json",
-                obj="the API server", verb=None, retry_429=True, timeout=None, stream=False):
+                obj="the API server", verb=None, retry_429=True, timeout=None, stream=False, accept=None):
         """One API call; returns decoded JSON (or the raw response when ``stream``)."""
         url = self.settings.host + path
         fields = {k: v for k, v in (params or {}).items() if v is not None}
@@ -344,6 +350,8 @@ class KubeClient:
             url += "?" + urlencode(fields)
         # One header line per impersonated group, as the API server expects.
         headers = self._urllib3.HTTPHeaderDict(self.headers)
+        if accept:
+            headers["Accept"] = accept
         for group in self.impersonate_groups:
             headers.add("Impersonate-Group", group)
         data = None
@@ -396,8 +404,6 @@ class KubeClient:
                             obj=describe_object(kind, name, namespace))
 
     def get_or_none(self, kind, name, namespace=None):
-        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import NotFoundError
-
         try:
             return self.get(kind, name, namespace)
         except NotFoundError:
@@ -436,8 +442,6 @@ class KubeClient:
                             content_type=content_type, obj=describe_object(kind, name, namespace))
 
     def delete(self, kind, name, namespace=None, body=None, missing_ok=True):
-        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import NotFoundError
-
         try:
             return self.request("DELETE", resource_path(kind, name, namespace), body=body,
                                 obj=describe_object(kind, name, namespace))
@@ -447,15 +451,41 @@ class KubeClient:
             raise
 
     def kind_served(self, kind):
-        """True when the API server serves ``kind`` (its CRD is installed)."""
-        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import NotFoundError
+        """True when the API server serves ``kind`` (its CRD is installed).
 
+        One aggregated discovery request (``GET /apis``, Kubernetes 1.30+) answers for every
+        group at once; older servers are asked per group version. Answers are kept for the
+        client's lifetime (one module run).
+        """
         base, plural, _namespaced = RESOURCES[kind]
+        if base == "/api/v1":
+            return True
+        if self._served is None:
+            self._served = {}
+            if self._aggregated_discovery:
+                self._discover_all()
+        if base not in self._served and not self._aggregated_discovery:
+            try:
+                data = self.request("GET", base, obj="API group %s" % base.split("/apis/")[-1], verb="discover")
+            except NotFoundError:
+                data = {}
+            self._served[base] = set(r.get("name") for r in data.get("resources") or [])
+        return plural in self._served.get(base, ())
+
+    def _discover_all(self):
+        """Fill the served resources from aggregated discovery; on a server without it, ask per group."""
         try:
-            data = self.request("GET", base, obj="API group %s" % base.split("/apis/")[-1], verb="discover")
-        except NotFoundError:
-            return False
-        return any(r.get("name") == plural for r in data.get("resources") or [])
+            data = self.request("GET", "/apis", obj="the API groups", verb="discover", accept=AGGREGATED_DISCOVERY)
+        except ApiError:
+            data = {}
+        if data.get("kind") != "APIGroupDiscoveryList":
+            self._aggregated_discovery = False
+            return
+        for group in data.get("items") or []:
+            name = (group.get("metadata") or {}).get("name")
+            for version in group.get("versions") or []:
+                base = "/apis/%s/%s" % (name, version.get("version"))
+                self._served[base] = set(r.get("resource") for r in version.get("resources") or [])
 
     def watch(self, kind, namespace=None, label_selector=None, field_selector=None,
               resource_version=None, timeout_seconds=60):

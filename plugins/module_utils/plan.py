@@ -15,6 +15,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import resource_path
@@ -30,7 +34,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain imp
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     ApiError,
     InvalidInputError,
-    NotFoundError,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
     RESOURCE_NAMES,
@@ -106,23 +109,58 @@ def _slim_pod(pod):
     return {"metadata": slim_meta, "spec": slim_spec, "status": {"phase": status.get("phase")}}
 
 
+# A list's continue token, read from the start of the raw page (ListMeta precedes the items).
+_CONTINUE = re.compile(br'^\{[^\[]*?"metadata":\{[^{}]*?"continue":"([^"\\]*)"')
+# An object's managedFields (the last key of its metadata, straight before "spec"), for lists
+# whose transform drops them anyway: about a third of a pod's JSON, not worth decoding. The
+# match cannot leave the object: managedFields hold no brackets, every object outside them does.
+_MANAGED_FIELDS = re.compile(br',"managedFields":\[[^\[\]]*\]\}(?=,"spec":)')
+
+
 def list_pages(client, kind, transform=None, namespace=None, label_selector=None, field_selector=None,
-               page_size=500):
-    """All items of a kind, transformed page by page; returns (items, resourceVersion)."""
+               page_size=500, drop_managed_fields=False):
+    """All items of a kind, transformed page by page; returns (items, resourceVersion).
+
+    The next page is fetched while this one is decoded and transformed (the API server
+    serializes it meanwhile), which on large clusters hides most of the waiting.
+    """
+    path = resource_path(kind, namespace=namespace)
+    params = {"labelSelector": label_selector or None, "fieldSelector": field_selector or None,
+              "limit": page_size}
+
+    def fetch(cont):
+        resp = client.request("GET", path, params=dict(params, **{"continue": cont}), obj="%ss" % kind,
+                              verb="list", stream=True, timeout=client.request_timeout)
+        try:
+            return resp.read()
+        finally:
+            resp.release_conn()
+
     items = []
-    cont = None
-    while True:
-        data = client.request("GET", resource_path(kind, namespace=namespace), params={
-            "labelSelector": label_selector or None,
-            "fieldSelector": field_selector or None,
-            "limit": page_size,
-            "continue": cont,
-        }, obj="%ss" % kind, verb="list")
-        page = data.get("items") or []
-        items.extend(transform(i) for i in page) if transform else items.extend(page)
-        cont = (data.get("metadata") or {}).get("continue")
-        if not cont:
-            return items, (data.get("metadata") or {}).get("resourceVersion")
+    pool = ThreadPoolExecutor(1)
+    try:
+        raw = fetch(None)
+        while True:
+            match = _CONTINUE.match(raw)
+            ahead = pool.submit(fetch, match.group(1).decode("ascii")) if match else None
+            if drop_managed_fields:
+                raw = _MANAGED_FIELDS.sub(b"}", raw)
+            data = json.loads(raw)
+            raw = None
+            page = data.get("items") or []
+            items.extend(transform(i) for i in page) if transform else items.extend(page)
+            cont = (data.get("metadata") or {}).get("continue")
+            if not cont:
+                if ahead is not None:
+                    ahead.cancel()
+                return items, (data.get("metadata") or {}).get("resourceVersion")
+            data = page = None
+            if ahead is None:  # the token was not where it is expected: fetch in turn
+                raw = fetch(cont)
+            else:
+                raw = ahead.result()
+    finally:
+        pool.shutdown(wait=True)
 
 
 class Snapshot:
@@ -130,7 +168,6 @@ class Snapshot:
 
     def __init__(self, client):
         self.client = client
-        self._groups = {}
         self.nodes = {}
         self.pods_by_node = {}
         self.vmis = []
@@ -147,15 +184,8 @@ class Snapshot:
         self._eligible = {}
 
     def served(self, kind):
-        """Whether the API serves ``kind``; one discovery request per API group version."""
-        base = resource_path(kind).rsplit("/", 1)[0]
-        if base not in self._groups:
-            try:
-                data = self.client.request("GET", base, obj="API group %s" % base.split("/apis/")[-1], verb="discover")
-                self._groups[base] = set(r.get("name") for r in data.get("resources") or [])
-            except NotFoundError:
-                self._groups[base] = set()
-        return resource_path(kind).rsplit("/", 1)[1] in self._groups[base]
+        """Whether the API serves ``kind`` (the client's discovery, kept for the run)."""
+        return self.client.kind_served(kind)
 
     @classmethod
     def load(cls, client, node_names=None):
@@ -163,7 +193,7 @@ class Snapshot:
         snap = cls(client)
         items, _rv = client.list("Node")
         snap.nodes = dict((n["metadata"]["name"], n) for n in items)
-        pods, _rv = list_pages(client, "Pod", transform=_slim_pod)
+        pods, _rv = list_pages(client, "Pod", transform=_slim_pod, drop_managed_fields=True)
         for pod in pods:
             snap.pods_by_node.setdefault(pod["spec"].get("nodeName") or "", []).append(pod)
         snap.kubevirt = snap.served("VirtualMachineInstance")
@@ -216,6 +246,12 @@ class Snapshot:
 
     def pods_on(self, name):
         return self.pods_by_node.get(name, [])
+
+    def replace_node(self, name, node):
+        """Plan with ``node`` as node ``name`` from now on (for example as it will be once its
+        maintenance ends); placement worked out for the node as it was is forgotten."""
+        self.nodes[name] = node
+        self._eligible = {}
 
     def maintenances_of(self, name):
         return [(kind, cr) for kind, cr in self.maintenances if (cr.get("spec") or {}).get("nodeName") == name]
@@ -449,6 +485,27 @@ def _moves(pod, plan):
     return controller is not None and controller.get("kind") != "DaemonSet"
 
 
+def _next_pod_spec(pod, vm):
+    """The placement rules of the pod that will replace ``pod`` on another node.
+
+    A VM's launcher pod that is itself the target of an earlier migration carries that
+    migration's exclusion of its source node; the next migration's target pod is made from
+    the VMI's node affinity again (KubeVirt keeps it off the node it leaves, which the
+    placement excludes anyway).
+    """
+    spec = pod["spec"]
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if vm is None or kubevirt.MIGRATION_JOB_LABEL not in labels:
+        return spec
+    spec = dict(spec)
+    node_affinity = ((vm["_vmi"].get("spec") or {}).get("affinity") or {}).get("nodeAffinity")
+    if node_affinity:
+        spec["affinity"] = {"nodeAffinity": node_affinity}
+    else:
+        spec.pop("affinity", None)
+    return spec
+
+
 def _fits(room, need):
     return all(room[r] + 1e-9 >= need[r] for r in need)
 
@@ -498,8 +555,8 @@ def _placement(plan, snapshot, name):
     room_short = []
     for pod in movers:
         need = pod_requests(pod["spec"])
-        eligible = snapshot.eligible_nodes(pod["spec"])
         vm = vm_by_pod.get(id(pod))
+        eligible = snapshot.eligible_nodes(_next_pod_spec(pod, vm))
         target, fits_alone = None, False
         for candidate in eligible:
             if candidate == name or not _fits(free[candidate], need):

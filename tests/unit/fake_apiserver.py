@@ -118,10 +118,24 @@ class FakeApiServer:
             return kind, namespace, name, sub
         return None
 
+    def aggregated_discovery(self):
+        """GET /apis as a 1.30+ server answers it: every served group version with its resources."""
+        versions = {}
+        for kind, (base, plural, _ns) in RESOURCES.items():
+            if base.startswith("/apis/") and kind in self.served:
+                group, version = base[len("/apis/"):].split("/")
+                versions.setdefault(group, {}).setdefault(version, []).append({"resource": plural})
+        return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "items": [
+            {"metadata": {"name": group}, "versions": [{"version": v, "resources": r} for v, r in by_version.items()]}
+            for group, by_version in sorted(versions.items())]}
+
     def request(self, method, url, body=None, headers=None, preload_content=True, timeout=None):
         parts = urlsplit(url)
         params = dict((k, v[0]) for k, v in parse_qs(parts.query).items())
         path = parts.path
+        if path == "/apis":
+            self.requests.append((method, "discovery", path))
+            return FakeResponse(200, self.aggregated_discovery())
         for kind, (base, plural, _ns) in RESOURCES.items():
             if path == base:
                 self.requests.append((method, "discovery", base))

@@ -184,3 +184,41 @@ def test_tls_failure_names_the_cause(tmp_path):
             c.get("Node", "n1")
     finally:
         server.shutdown()
+
+
+AGGREGATED = {
+    "kind": "APIGroupDiscoveryList",
+    "apiVersion": "apidiscovery.k8s.io/v2",
+    "items": [
+        {"metadata": {"name": "kubevirt.io"},
+         "versions": [{"version": "v1", "resources": [{"resource": "virtualmachineinstances"},
+                                                       {"resource": "virtualmachines"}]}]},
+        {"metadata": {"name": "policy"},
+         "versions": [{"version": "v1", "resources": [{"resource": "poddisruptionbudgets"}]}]},
+    ],
+}
+
+
+def test_kind_served_asks_aggregated_discovery_once_for_every_group(api):
+    api.script["/apis"] = [(200, AGGREGATED, {})]
+    client = client_for(api)
+    assert client.kind_served("VirtualMachineInstance")
+    assert client.kind_served("VirtualMachine")
+    assert not client.kind_served("KubeVirt")  # same group version, resource not listed
+    assert not client.kind_served("HyperConverged")  # group not served
+    assert client.kind_served("Node")  # core: no request
+    assert [(m, p.split("?")[0]) for m, p, _h in api.seen] == [("GET", "/apis")]
+    assert "as=APIGroupDiscoveryList" in api.seen[0][2]["Accept"]
+
+
+def test_kind_served_falls_back_to_each_group_on_an_older_server(api):
+    api.script["/apis"] = [(200, {"kind": "APIGroupList", "groups": []}, {})]
+    api.script["/apis/kubevirt.io/v1"] = [(200, {"kind": "APIResourceList",
+                                                 "resources": [{"name": "virtualmachineinstances"}]}, {})]
+    client = client_for(api)
+    assert client.kind_served("VirtualMachineInstance")
+    assert not client.kind_served("KubeVirt")
+    assert not client.kind_served("HyperConverged")  # 404 for the group: not served
+    assert not client.kind_served("HyperConverged")
+    paths = [p.split("?")[0] for _m, p, _h in api.seen]
+    assert paths == ["/apis", "/apis/kubevirt.io/v1", "/apis/hco.kubevirt.io/v1beta1"]
