@@ -275,7 +275,11 @@ class MigrationController(Controller):
                 return remaining
             vm = self.sim.vms.get(k.key_of(vmi))
             if o.fails_migrations(vm, vmi):
-                self._fail(migration, vmi, "migration failed (kubevirt-ops.lab/fail-migration)")
+                self._fail(
+                    migration,
+                    vmi,
+                    f"Live migration failed: the VM is annotated {o.FAIL_MIGRATION_ANNOTATION}",
+                )
             else:
                 self._succeed(migration, vmi, source_pods, target)
         return None
@@ -330,15 +334,19 @@ class MigrationController(Controller):
         self._collect_garbage(migration)
 
     def _fail(self, migration, vmi, message):
+        """Phase Failed with a Failed condition; the migration state (the VMI's, when the
+        migration got that far, and the migration's own) says failed, with failureReason."""
         uid = o.meta(migration, "uid")
         self.log.info("%s: migration failed: %s", k.key_of(migration), message)
-        state = None
+        ended = {"endTimestamp": o.now(), "completed": True, "failed": True, "failureReason": message}
         if vmi is not None and (o.status(vmi).get("migrationState") or {}).get("migrationUid") == uid:
             state = dict(o.status(vmi)["migrationState"])
-            state.update({"endTimestamp": o.now(), "completed": True, "failed": True})
+            state.update(ended)
             self._patch_vmi(
                 vmi, status={"migrationState": state}, labels={o.MIGRATION_TARGET_NODE_LABEL: None}
             )
+        else:
+            state = dict(o.status(migration).get("migrationState") or {}, migrationUid=uid, **ended)
         self._set_phase(
             migration,
             ["Failed"],

@@ -48,6 +48,9 @@ options:
       - V(fail) fails before anything is changed, listing every blocker.
       - V(shutdown) stops exactly those VMs so that their run strategy re-creates them on another node.
       - V(wait) keeps retrying, as C(oc adm drain) does, until the task's C(wait_timeout).
+      - The policy also applies to a VM whose live migrations keep failing during the drain (three failed
+        migrations; KubeVirt retries by itself until then). V(fail) stops the drain naming the VM and KubeVirt's
+        reason, and the node stays in maintenance; V(shutdown) shuts that VM down; V(wait) leaves KubeVirt retrying.
     type: str
     default: fail
     choices: [fail, shutdown, wait]

@@ -114,7 +114,7 @@ def run(module):
         drain_options = options.drain
     wait_only = shut_down_vmis(client, shutdown)
     drainer = Drainer(client, name, drain_options, deadline, progress=progress, wait_only=wait_only,
-                      watch_budgets=plan.budgets_matter())
+                      watch_budgets=plan.budgets_matter(), non_migratable=policy)
     outcome = drainer.run(wait=True)
     result["evicted_pods"] = outcome.eviction - len(outcome.pending)
     if not outcome.done:

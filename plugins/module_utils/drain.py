@@ -53,6 +53,10 @@ LAUNCHER_BACKOFF_CAP = 30.0
 # KubeVirt's webhook (which runs first): KubeVirt migrates it, retries failed migrations
 # itself, and the pod goes away when done. Asking again is only a safety net.
 EVACUATION_RECHECK = 60.0
+# KubeVirt retries a failed evacuation migration by itself, with backoff. After this many
+# failed live migrations of one VM during a drain, the VM counts as unable to leave the
+# node, and the non_migratable policy decides: fail the drain, shut the VM down, or wait.
+MIGRATION_ATTEMPTS = 3
 
 
 class DrainOptions:
@@ -212,6 +216,7 @@ class _Target:
         self.pod = pod
         self.launcher = kubevirt.is_launcher_pod(pod)
         self.wait_only = wait_only or bool(meta.get("deletionTimestamp"))
+        self.vm = None  # namespace/name of the VM of a launcher pod whose migrations keep failing
         self.state = "waiting" if self.wait_only else "todo"  # todo|inflight|blocked|granted|waiting|gone
         self.attempts = 0
         self.next_try = 0.0
@@ -229,6 +234,8 @@ class DrainResult:
         self.fatal = None
         self.evicted = 0
         self.pdbs = []
+        self.gave_up = {}  # pod key -> why its VM cannot leave (its live migrations keep failing)
+        self.shut_down = []  # (namespace, VMI name) shut down because their migrations kept failing
 
     @property
     def pending(self):
@@ -255,10 +262,14 @@ class Drainer:
     ``watch_budgets``: False when the caller knows no PodDisruptionBudget but a VMI's own
     covers these pods (then a refusal is retried on its backoff alone, and the watch on
     budgets is saved).
+    ``non_migratable``: what to do about a VM whose live migrations keep failing
+    (MIGRATION_ATTEMPTS of them during this drain): ``fail`` the drain naming the VM and
+    KubeVirt's reason, ``shutdown`` (delete its VMI, so its run strategy restarts it
+    elsewhere, and wait for its pod), or ``wait`` (KubeVirt keeps retrying, until the deadline).
     """
 
     def __init__(self, client, node, options, deadline, progress=None, wait_only=(), workers=WORKERS,
-                 watch_budgets=True):
+                 watch_budgets=True, non_migratable="wait"):
         self.client = client
         self.node = node
         self.options = options
@@ -272,6 +283,9 @@ class Drainer:
         self.pdbs = None
         self.watch_budgets = watch_budgets
         self._spent = {}  # PDB key -> (resourceVersion, disruptions handed out at that version)
+        self.non_migratable = non_migratable
+        self.migrations = []  # one Informer per namespace of the VMs being migrated
+        self._failed_before = None  # UIDs of migrations that had failed before this drain
         self.result = DrainResult()
 
     # -- informers ---------------------------------------------------------------------------
@@ -280,7 +294,7 @@ class Drainer:
         gen = self.pods.generation + self.events
         if self.pdbs is not None:
             gen += self.pdbs.generation
-        return gen
+        return gen + sum(m.generation for m in self.migrations)
 
     def _await_sync(self, informer):
         with self.changed:
@@ -295,6 +309,8 @@ class Drainer:
         self.pods.stop()
         if self.pdbs is not None:
             self.pdbs.stop()
+        for informer in self.migrations:
+            informer.stop()
 
     # -- one eviction -------------------------------------------------------------------------
 
@@ -464,6 +480,84 @@ class Drainer:
             target.next_try = time.monotonic() + BACKOFF_CAP
             target.pdb_versions = {key: meta.get("resourceVersion")}
 
+    # -- live migrations that keep failing ----------------------------------------------------
+
+    def _watch_migrations(self):
+        """Watch the migrations of the namespaces whose VMs this drain migrates (not the whole
+        cluster: rights may end at those namespaces). A watch that cannot start (RBAC) only
+        leaves the drain to KubeVirt's retries and the deadline."""
+        namespaces = sorted(set(t.namespace for t in self.result.targets if t.launcher and not t.wait_only))
+        for namespace in namespaces:
+            informer = Informer(self.client, "VirtualMachineInstanceMigration", namespace=namespace,
+                                changed=self.changed)
+            self.migrations.append(informer.start())
+        for informer in self.migrations:
+            with self.changed:
+                while not (informer.synced.is_set() or informer.error is not None or self.deadline.expired()):
+                    self.changed.wait(min(1.0, max(0.01, self.deadline.remaining())))
+        for informer in [i for i in self.migrations if not i.synced.is_set()]:
+            informer.stop()
+            self.migrations.remove(informer)
+        self._failed_before = set(m["metadata"].get("uid") for m in self._all_migrations()
+                                  if (m.get("status") or {}).get("phase") == "Failed")
+
+    def _all_migrations(self):
+        return [m for informer in self.migrations for m in informer.items()]
+
+    def _stuck_vms(self):
+        """Launcher pods whose VM has had MIGRATION_ATTEMPTS live migrations fail during this
+        drain and that nothing was decided about yet; records why in result.gave_up."""
+        if not self.migrations:
+            return []
+        by_vmi = {}
+        for migration in self._all_migrations():
+            if migration["metadata"].get("uid") in self._failed_before:
+                continue
+            key = (migration["metadata"].get("namespace"), (migration.get("spec") or {}).get("vmiName"))
+            by_vmi.setdefault(key, []).append(migration)
+        stuck = []
+        for target in self.result.targets:
+            if not target.launcher or target.wait_only or target.key in self.result.gave_up \
+                    or target.state in ("gone", "inflight"):
+                continue
+            vmi_name = kubevirt.launcher_vmi_name(target.pod)
+            failed = kubevirt.failed_migrations(by_vmi.get((target.namespace, vmi_name), []))
+            if len(failed) < MIGRATION_ATTEMPTS:
+                continue
+            target.vm = "%s/%s" % (target.namespace, vmi_name)
+            self.result.gave_up[target.key] = describe_failures(failed)
+            if self.progress is not None:
+                self.progress.line("VM %s cannot leave the node: %s; non_migratable=%s" % (
+                    target.vm, self.result.gave_up[target.key], self.non_migratable))
+            stuck.append(target)
+        return stuck
+
+    def _shut_down(self, target):
+        """Delete the VMI of a VM that cannot migrate (its run strategy decides what follows)
+        and wait for its launcher pod like any other."""
+        namespace, name = target.vm.split("/", 1)
+        uid = kubevirt.launcher_vmi_uid(target.pod)
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
+        try:
+            self.client.delete("VirtualMachineInstance", name, namespace, body=body)
+            outcome = None
+        except ApiError as exc:
+            outcome = exc if exc.status != 409 else None  # 409: that VMI is gone already, a new one runs
+        except MaintenanceError as exc:
+            outcome = exc
+        with self.changed:
+            if outcome is None:
+                self.result.shut_down.append((namespace, name))
+                target.wait_only = True
+                if target.state != "gone":
+                    target.state = "waiting"
+            else:
+                target.state = "blocked"
+                target.reason = str(outcome)
+                self.result.fatal = outcome
+            self.events += 1
+            self.changed.notify_all()
+
     def _report(self):
         if self.progress is None:
             return
@@ -487,6 +581,8 @@ class Drainer:
             result.eviction = len(result.targets)
             if result.refused:
                 return result
+            if wait and self.non_migratable in ("fail", "shutdown"):
+                self._watch_migrations()
             if self.watch_budgets and any(not t.wait_only for t in result.targets) \
                     and not self.options.disable_eviction:
                 self.pdbs = Informer(self.client, "PodDisruptionBudget", changed=self.changed)
@@ -508,6 +604,18 @@ class Drainer:
                     self._refresh()
                     for target in [t for t in result.targets if t.key in inflight and t.state != "inflight"]:
                         inflight.discard(target.key)
+                    for target in self._stuck_vms():
+                        if self.non_migratable == "fail":
+                            result.fatal = MaintenanceError(
+                                "VM %s cannot leave node %s: %s (non_migratable=fail; shutdown would shut it down "
+                                "so that its run strategy restarts it elsewhere)."
+                                % (target.vm, self.node, result.gave_up[target.key]), node=self.node)
+                            break
+                        target.state = "inflight"
+                        inflight.add(target.key)
+                        pool.submit(self._shut_down, target)
+                    if result.fatal is not None:
+                        break
                     now = time.monotonic()
                     room = self.workers - len(inflight)
                     for target in (self._due(now, room) if room > 0 else []):
@@ -612,7 +720,7 @@ def _explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_defaul
                 % (name, kubevirt.describe_not_migratable(reason, message), node))
     own = migrations.get((meta.get("namespace"), meta.get("name")), [])
     active = [m for m in own if (m.get("status") or {}).get("phase") not in kubevirt.FINAL_MIGRATION_PHASES]
-    failed = [m for m in own if (m.get("status") or {}).get("phase") == "Failed"]
+    failures = describe_failures(kubevirt.failed_migrations(own), vmi)
     if active:
         migration = sorted(active, key=lambda m: m["metadata"].get("creationTimestamp") or "")[-1]
         state = kubevirt.migration_state(vmi)
@@ -621,16 +729,25 @@ def _explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_defaul
         pending_target = _pending_target_pod(client, migration)
         if pending_target:
             text += "; its target pod %s" % pending_target
+        if failures:
+            text += "; before it, %s" % failures
         return text
     text = "VM %s has no migration running" % name
-    if failed:
-        text += " (%d failed" % len(failed)
-        last = (failed[-1].get("status") or {}).get("migrationState") or {}
-        if last.get("failureReason"):
-            text += ", last: %s" % last["failureReason"]
-        text += ")"
+    if failures:
+        text += "; %s" % failures
     if last_reason:
         text += "; the last eviction answer was: %s" % last_reason.rstrip(".")
+    return text
+
+
+def describe_failures(failed, vmi=None):
+    """'2 live migrations failed, the last: <KubeVirt's reason>' (None when none failed)."""
+    if not failed:
+        return None
+    text = "%d live migration%s failed" % (len(failed), "" if len(failed) == 1 else "s")
+    reason = kubevirt.migration_failure_reason(failed[-1], vmi)
+    if reason:
+        text += ", the last: %s" % reason
     return text
 
 

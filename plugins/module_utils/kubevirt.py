@@ -200,6 +200,14 @@ def launcher_vmi_uid(pod):
     return None
 
 
+def launcher_vmi_name(pod):
+    """Name of the VMI a virt-launcher pod runs (owner reference, else KubeVirt's label)."""
+    for ref in _meta(pod).get("ownerReferences") or []:
+        if ref.get("kind") == "VirtualMachineInstance":
+            return ref.get("name")
+    return (_meta(pod).get("labels") or {}).get(VM_NAME_LABEL)
+
+
 def is_vmi_pdb(pdb):
     """A PodDisruptionBudget virt-controller keeps over one VMI's launcher pod."""
     meta = _meta(pdb)
@@ -242,3 +250,27 @@ def describe_migration(migration, source=None, target=None):
     if source or target:
         text += " (from %s to %s)" % (source or "an unknown node", target or "no node yet")
     return text
+
+
+def migration_failure_reason(migration, vmi=None):
+    """Why a failed migration failed, in KubeVirt's words: the migration state's
+    failureReason (the VMI's, when it describes this migration, else the migration's own),
+    else the message of the migration's Failed condition; None when nothing says."""
+    status = migration.get("status") or {}
+    uid = _meta(migration).get("uid")
+    states = [status.get("migrationState") or {}]
+    if vmi is not None and migration_state(vmi).get("migrationUid") == uid:
+        states.insert(0, migration_state(vmi))
+    for state in states:
+        if state.get("failureReason"):
+            return state["failureReason"].rstrip(".")
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Failed" and cond.get("status") == "True" and (cond.get("message") or cond.get("reason")):
+            return (cond.get("message") or cond.get("reason")).rstrip(".")
+    return None
+
+
+def failed_migrations(migrations):
+    """The Failed ones of a VMI's migrations, oldest first."""
+    failed = [m for m in migrations if (m.get("status") or {}).get("phase") == "Failed"]
+    return sorted(failed, key=lambda m: (_meta(m).get("creationTimestamp") or "", _meta(m).get("name") or ""))

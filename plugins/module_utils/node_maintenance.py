@@ -249,7 +249,7 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
             len(shutdown), "" if len(shutdown) == 1 else "s",
             ", ".join("%s/%s" % (vm["namespace"], vm["name"]) for vm in shutdown)))
     drainer = Drainer(client, name, options.drain, deadline, progress=progress, wait_only=wait_only,
-                      watch_budgets=plan.budgets_matter())
+                      watch_budgets=plan.budgets_matter(), non_migratable=params["non_migratable"])
     outcome = drainer.run(wait=params["wait"])
     if outcome.evicted:
         result["changed"] = True
@@ -257,7 +257,11 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
     result["eviction_pods"] = outcome.eviction
     result["pending_pods"] = outcome.pending_keys
     result["drain_progress"] = outcome.progress
-    explanations = {}
+    explanations = dict((key, "its live migrations keep failing: %s" % why) for key, why in outcome.gave_up.items())
+    if outcome.shut_down:
+        progress.line("shut down %d VM%s whose live migrations kept failing: %s" % (
+            len(outcome.shut_down), "" if len(outcome.shut_down) == 1 else "s",
+            ", ".join("%s/%s" % vm for vm in outcome.shut_down)))
     if outcome.refused:
         result["phase"] = "Failed"
         result["last_error"] = "Node %s has pods the drain options do not allow to evict: %s." % (
@@ -268,7 +272,7 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
     elif outcome.timed_out:
         result["phase"] = "Failed"
         pending = outcome.pending
-        explanations = dict(zip([t.key for t in pending], explain_pending(
+        explanations.update(zip([t.key for t in pending], explain_pending(
             client, name, [t.pod for t in pending], drainer.pdb_items(),
             reasons=dict((t.key, t.reason) for t in pending if t.reason))))
         result["last_error"] = "Timed out after %ds draining node %s: %d pod%s left: %s." % (

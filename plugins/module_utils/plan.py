@@ -117,6 +117,15 @@ _CONTINUE = re.compile(br'^\{[^\[]*?"metadata":\{[^{}]*?"continue":"([^"\\]*)"')
 _MANAGED_FIELDS = re.compile(br',"managedFields":\[[^\[\]]*\]\}(?=,"spec":)')
 
 
+def _requests(pod):
+    """pod_requests of a pod, computed once and kept with it: on a large cluster every pod
+    counts for its node's free room and again in the placement of its node's plan."""
+    cached = pod.get("_requests")
+    if cached is None:
+        cached = pod["_requests"] = pod_requests(pod["spec"])
+    return cached
+
+
 def list_pages(client, kind, transform=None, namespace=None, label_selector=None, field_selector=None,
                page_size=500, drop_managed_fields=False):
     """All items of a kind, transformed page by page; returns (items, resourceVersion).
@@ -269,7 +278,7 @@ class Snapshot:
                 for pod in self.pods_on(name):
                     if is_finished(pod):
                         continue
-                    for resource, amount in pod_requests(pod["spec"]).items():
+                    for resource, amount in _requests(pod).items():
                         room[resource] -= amount
                 self._free[name] = room
         return self._free
@@ -550,11 +559,11 @@ def _placement(plan, snapshot, name):
     free = snapshot.free()
     used = {}
     movers = [p for p in plan.evict if _moves(p, plan)]
-    movers.sort(key=lambda p: (-pod_requests(p["spec"])["memory"], pod_key(p)))
+    movers.sort(key=lambda p: (-_requests(p)["memory"], pod_key(p)))
     vm_by_pod = dict((id(vm["_pod"]), vm) for vm in plan.vms if vm["_pod"] is not None)
     room_short = []
     for pod in movers:
-        need = pod_requests(pod["spec"])
+        need = _requests(pod)
         vm = vm_by_pod.get(id(pod))
         eligible = snapshot.eligible_nodes(_next_pod_spec(pod, vm))
         target, fits_alone = None, False
@@ -587,7 +596,7 @@ def _placement(plan, snapshot, name):
         total = dict((r, 0.0) for r in RESOURCE_NAMES)
         for pod in room_short:
             for resource in RESOURCE_NAMES:
-                total[resource] += pod_requests(pod["spec"])[resource]
+                total[resource] += _requests(pod)[resource]
         plan.blockers.append(Blocker(CAPACITY, (
             "The other nodes lack room for everything node %s runs: %d pod%s (%s, %s) would find no node, "
             "for example %s." % (name, len(room_short), "" if len(room_short) == 1 else "s",

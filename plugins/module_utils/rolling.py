@@ -162,8 +162,7 @@ def preflight(client, params):
             resumed[name] = (reason.startswith(run_mark), reason, summary["maintenance_phase"])
     for name, (ours, _reason, _phase) in resumed.items():
         if ours:
-            snapshot.nodes[name] = back_in_service(snapshot.node(name))
-    snapshot._eligible = {}  # placement was cached for the nodes as they were
+            snapshot.replace_node(name, back_in_service(snapshot.node(name)))
     for name in selected:
         node = snapshot.node(name)
         summary = plan_mod.node_summary(snapshot, name, options)

@@ -873,6 +873,10 @@ def test_failing_migration_leaves_the_vm_on_its_node(lab, namespace, restore_nod
     assert status(vmi)["nodeName"] == status(before)["nodeName"]
     assert status(vmi)["migrationState"]["failed"] is True
     assert status(vmi)["migrationState"]["migrationUid"] == failed["metadata"]["uid"]
+    assert "kubevirt-ops.lab/fail-migration" in status(vmi)["migrationState"]["failureReason"]
+    assert status(failed)["migrationState"]["failureReason"] == status(vmi)["migrationState"]["failureReason"]
+    condition = next(c for c in status(failed)["conditions"] if c["type"] == "Failed")
+    assert condition["status"] == "True" and "fail-migration" in condition["message"]
     wait(lambda: len(launcher_pods(lab, namespace, before["metadata"]["uid"])) == 1, "the target pod to go")
     # a drain keeps being refused while every migration fails
     result = drain(lab, status(before)["nodeName"], timeout="20s", check=False)

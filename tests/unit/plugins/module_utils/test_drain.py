@@ -178,3 +178,112 @@ def test_explains_a_migration_stuck_without_a_target():
     assert sentence == ("VM ns1/web: migration ns1/kubevirt-evacuation-abc is in phase Scheduling (from worker-1 to "
                         "no node yet); its target pod ns1/virt-launcher-web-tgt12 is Pending: 0/4 nodes are "
                         "available: 3 node(s) were unschedulable")
+
+
+# -- live migrations that keep failing ------------------------------------------------------------
+
+FAILED_REASON = "Live migration failed: the VM is annotated kubevirt-ops.lab/fail-migration"
+
+
+def failed_migration(name, vmi_name="web", reason=FAILED_REASON, in_state=True):
+    status = {"phase": "Failed", "conditions": [
+        {"type": "Failed", "status": "True", "reason": "MigrationFailed", "message": reason}]}
+    if in_state:
+        status["migrationState"] = {"failed": True, "completed": True, "failureReason": reason}
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": name, "namespace": "ns1", "creationTimestamp": "2024-01-01T00:00:0%sZ" % name[-1]},
+            "spec": {"vmiName": vmi_name}, "status": status}
+
+
+def migrating_vm(server, name="web"):
+    """A migratable VM whose launcher pod is refused by its own budget (KubeVirt migrates it)."""
+    instance = vmi(name, eviction="LiveMigrate", migratable=True)
+    server.add("VirtualMachine", vm(name))
+    server.add("VirtualMachineInstance", instance)
+    server.add("Pod", launcher(instance))
+    server.webhook = lambda target: (429, "Cannot evict pod as it would violate the pod's disruption budget.") \
+        if target["metadata"]["name"].startswith("virt-launcher-") else None
+    return instance
+
+
+def failing_later(server, count, vmi_name="web"):
+    """Migrations of the VM fail one after another once the drain watches them."""
+    def fail():
+        for i in range(count):
+            server.add("VirtualMachineInstanceMigration", failed_migration("evacuation-%d" % (i + 1), vmi_name))
+    threading.Timer(0.3, fail).start()
+
+
+def drain_with_policy(client, policy, seconds=20):
+    engine = Drainer(client, "worker-1", DrainOptions(), Deadline(seconds), non_migratable=policy)
+    return engine, engine.run(wait=True)
+
+
+def test_failed_migrations_fail_the_drain_naming_the_vm_and_the_reason():
+    client, server = cluster()
+    migrating_vm(server)
+    server.add("Pod", pod("web-a"))
+    server.add("VirtualMachineInstanceMigration", failed_migration("before-1"))  # an earlier run's: not counted
+    failing_later(server, drain.MIGRATION_ATTEMPTS)
+    _engine, result = drain_with_policy(client, "fail")
+    assert not result.timed_out and result.fatal is not None
+    assert result.fatal.msg == (
+        "VM ns1/web cannot leave node worker-1: 3 live migrations failed, the last: %s (non_migratable=fail; "
+        "shutdown would shut it down so that its run strategy restarts it elsewhere)." % FAILED_REASON)
+    assert result.gave_up == {"ns1/virt-launcher-web-abcde": "3 live migrations failed, the last: %s" % FAILED_REASON}
+    assert server.get("VirtualMachineInstance", "web", "ns1") is not None
+    assert server.pods_on("worker-1") == ["ns1/virt-launcher-web-abcde"]
+
+
+def test_fewer_failed_migrations_than_the_bound_keep_the_drain_waiting():
+    client, server = cluster()
+    migrating_vm(server)
+    failing_later(server, drain.MIGRATION_ATTEMPTS - 1)
+    _engine, result = drain_with_policy(client, "fail", seconds=1.5)
+    assert result.timed_out and result.fatal is None and result.gave_up == {}
+
+
+def test_failed_migrations_with_shutdown_delete_the_vmi_and_wait_for_its_pod():
+    client, server = cluster()
+    instance = migrating_vm(server)
+    failing_later(server, drain.MIGRATION_ATTEMPTS)
+
+    def vmi_controller():  # a deleted VMI takes its launcher pod with it
+        with server.lock:
+            while server.get("VirtualMachineInstance", "web", "ns1") is not None:
+                server.lock.wait(0.1)
+            key = ("Pod", "ns1", "virt-launcher-web-abcde")
+            gone = server.objects.pop(key)
+            server.rv += 1
+            server.events.append((server.rv, "Pod", "DELETED", gone))
+            server.lock.notify_all()
+
+    threading.Thread(target=vmi_controller, daemon=True).start()
+    _engine, result = drain_with_policy(client, "shutdown")
+    assert result.done and result.shut_down == [("ns1", "web")]
+    deletes = [r for r in server.requests if r[0] == "DELETE" and r[1] == "VirtualMachineInstance"]
+    assert len(deletes) == 1 and instance["metadata"]["uid"]
+
+
+def test_failed_migrations_with_wait_leave_kubevirt_retrying():
+    client, server = cluster()
+    migrating_vm(server)
+    failing_later(server, drain.MIGRATION_ATTEMPTS)
+    engine, result = drain_with_policy(client, "wait", seconds=1.5)
+    assert result.timed_out and result.fatal is None and engine.migrations == []
+    (sentence,) = explain_pending(client, "worker-1", [t.pod for t in result.pending], engine.pdb_items())
+    assert sentence.startswith("VM ns1/web has no migration running; 3 live migrations failed, the last: %s"
+                               % FAILED_REASON), sentence
+
+
+def test_explains_a_failed_migration_by_its_condition_when_no_state_says_why():
+    client, server = cluster()
+    instance = vmi("web", eviction="LiveMigrate", migratable=True)
+    server.add("VirtualMachine", vm("web"))
+    server.add("VirtualMachineInstance", instance)
+    source = server.add("Pod", launcher(instance))
+    server.add("VirtualMachineInstanceMigration",
+               failed_migration("m-1", reason="target pod was unschedulable for 300s", in_state=False))
+    (sentence,) = explain_pending(client, "worker-1", [source], [])
+    assert sentence == ("VM ns1/web has no migration running; 1 live migration failed, the last: target pod was "
+                        "unschedulable for 300s")

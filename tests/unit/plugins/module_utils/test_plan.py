@@ -188,3 +188,26 @@ def test_a_vmi_without_a_vm_is_shut_down_for_good():
     server.add("Pod", launcher(instance))
     (entry,) = plan_for(client).as_dict()["vms"]
     assert entry["outcome"] == "shutdown" and entry["run_strategy"] is None
+
+
+def test_a_vm_that_migrated_here_may_go_back_where_it_came_from():
+    """Its launcher pod is the target of the earlier migration and excludes that migration's
+    source node; the next migration's target pod is made from the VMI's affinity again."""
+    client, server = cluster(workers=2)
+    bound = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                               "values": ["worker-1", "worker-2"]}]}]}}}
+    instance = vmi("pair", node_name="worker-2")
+    instance["spec"]["affinity"] = bound
+    server.add("VirtualMachine", vm("pair"))
+    server.add("VirtualMachineInstance", instance)
+    target = launcher(instance)
+    target["metadata"]["labels"]["kubevirt.io/migrationJobUID"] = "mig-1"
+    terms = [dict(t, matchFields=[{"key": "metadata.name", "operator": "NotIn", "values": ["worker-1"]}])
+             for t in bound["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]]
+    target["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}}}
+    server.add("Pod", target)
+    plan = plan_for(client, "worker-2")
+    assert plan.as_dict()["blockers"] == [] and plan.capacity_ok
+    assert plan.targets == {"ns1/virt-launcher-pair-abcde": "worker-1"}
