@@ -629,10 +629,9 @@ def _placement(plan, snapshot, name):
                                  ", ".join(pod_key(p) for p in room_short[:3])))))
 
 
-def node_summary(snapshot, name, options):
-    """One entry of node_maintenance_info's ``nodes``."""
+def maintenance_state(snapshot, name):
+    """(in maintenance, phase) of node ``name``: by a NodeMaintenance CR, our record or our drain taint."""
     node = snapshot.node(name)
-    plan = compute_plan(snapshot, name, options)
     phase = None
     record = nodes_mod.maintenance_record(node)
     crs = snapshot.maintenances_of(name)
@@ -642,12 +641,21 @@ def node_summary(snapshot, name, options):
         phase = record.get("phase") or "Running"
     elif nodes_mod.has_taint(node, nodes_mod.DRAIN_TAINT):
         phase = "Running"
+    return bool(crs) or record is not None or nodes_mod.has_taint(node, nodes_mod.DRAIN_TAINT), phase
+
+
+def node_summary(snapshot, name, options, plan=None):
+    """One entry of node_maintenance_info's ``nodes``; ``plan``: compute_plan's, if already made."""
+    node = snapshot.node(name)
+    if plan is None:
+        plan = compute_plan(snapshot, name, options)
+    in_maintenance, phase = maintenance_state(snapshot, name)
     return {
         "name": name,
         "ready": nodes_mod.is_ready(node),
         "schedulable": not nodes_mod.is_cordoned(node),
         "control_plane": nodes_mod.is_control_plane(node),
-        "in_maintenance": bool(crs) or record is not None or nodes_mod.has_taint(node, nodes_mod.DRAIN_TAINT),
+        "in_maintenance": in_maintenance,
         "maintenance_phase": phase,
         "plan": plan.as_dict(),
     }

@@ -156,17 +156,18 @@ def preflight(client, params):
     # other node, so the plans of the other nodes count them as back in service.
     resumed = {}
     for name in selected:
-        summary = plan_mod.node_summary(snapshot, name, options)
-        if summary["in_maintenance"]:
+        in_maintenance, phase = plan_mod.maintenance_state(snapshot, name)
+        if in_maintenance:
             reason = maintenance_reason(snapshot.node(name), snapshot.maintenances_of(name)) or ""
-            resumed[name] = (reason.startswith(run_mark), reason, summary["maintenance_phase"])
+            resumed[name] = (reason.startswith(run_mark), reason, phase)
     for name, (ours, _reason, _phase) in resumed.items():
         if ours:
             snapshot.replace_node(name, back_in_service(snapshot.node(name)))
     for name in selected:
         node = snapshot.node(name)
-        summary = plan_mod.node_summary(snapshot, name, options)
+        # One plan per node (on 1,000 nodes each costs a few milliseconds).
         plan = plan_mod.compute_plan(snapshot, name, options)
+        summary = plan_mod.node_summary(snapshot, name, options, plan=plan)
         resume = False
         if name in resumed:
             ours, reason, phase = resumed[name]
