@@ -191,8 +191,8 @@ AGGREGATED = {
     "apiVersion": "apidiscovery.k8s.io/v2",
     "items": [
         {"metadata": {"name": "kubevirt.io"},
-         "versions": [{"version": "v1", "resources": [{"resource": "virtualmachineinstances"},
-                                                       {"resource": "virtualmachines"}]}]},
+         "versions": [{"version": "v1", "resources": [
+             {"resource": "virtualmachineinstances"}, {"resource": "virtualmachines"}]}]},
         {"metadata": {"name": "policy"},
          "versions": [{"version": "v1", "resources": [{"resource": "poddisruptionbudgets"}]}]},
     ],
@@ -213,8 +213,8 @@ def test_kind_served_asks_aggregated_discovery_once_for_every_group(api):
 
 def test_kind_served_falls_back_to_each_group_on_an_older_server(api):
     api.script["/apis"] = [(200, {"kind": "APIGroupList", "groups": []}, {})]
-    api.script["/apis/kubevirt.io/v1"] = [(200, {"kind": "APIResourceList",
-                                                 "resources": [{"name": "virtualmachineinstances"}]}, {})]
+    listing = {"kind": "APIResourceList", "resources": [{"name": "virtualmachineinstances"}]}
+    api.script["/apis/kubevirt.io/v1"] = [(200, listing, {})]
     client = client_for(api)
     assert client.kind_served("VirtualMachineInstance")
     assert not client.kind_served("KubeVirt")
