@@ -18,8 +18,8 @@ def _pod(i, node, managed=None):
                 "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}},
                              "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {".": {}}}}}}],
         },
-        "spec": {"nodeName": node, "containers": [{"name": "app", "resources": {"requests": {"cpu": "10m",
-                                                                                         "memory": "16Mi"}}}],
+        "spec": {"nodeName": node,
+                 "containers": [{"name": "app", "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
                  "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
     }
