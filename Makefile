@@ -15,7 +15,7 @@ PYTEST_WORKERS ?= 1
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
-	@echo "make test      sanity, lint, unit tests, the lab tier (lab, simulator, modules, roles) and Molecule - what CI runs"
+	@echo "make test      sanity, lint, unit tests, the lab tier (lab, simulator, modules, roles), Molecule and the bench smoke - what CI runs"
 	@echo "make test-faults     fault-injection tests on the lab (kills, API server restart, node failure)"
 	@echo "make reliability-report  bad-input, least-privilege, secrets and fault tests; the table of figures"
 	@echo "make lab-up    start the local lab cluster (.lab/kubeconfig); make lab-down stops it"
@@ -40,6 +40,7 @@ test: venv collection
 	$(MAKE) integration
 	$(MAKE) test-roles
 	$(MAKE) molecule
+	$(MAKE) bench-smoke
 
 # ansible-test needs a real ansible_collections/<ns>/<name> directory (it resolves symlinks),
 # so sanity runs on a copy of exactly what the collection build ships plus its tests
@@ -79,8 +80,10 @@ test-roles: venv collection
 test-security: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/security
 
+# The benchmark harness, one tiny scenario per peer, on a lab of its own (never .build/bench-lab,
+# see tests/integration/bench/conftest.py); each test is cut off after 10 minutes, the whole at 30.
 bench-smoke: venv collection
-	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/bench
+	$(PYTEST_ENV) timeout --kill-after=60 1800 $(BIN)/pytest -q -p no:cacheprovider tests/integration/bench
 
 # Fault injection on the lab (tests/integration/faults): part of `make test`, or on its own.
 test-faults: venv collection

@@ -171,7 +171,9 @@ def main(argv=None):
             try:
                 result["scale"] = scale_mod.run(
                     lambda d, k, kube: peers_mod.Env(d, k, kube, REPO / ".build" / "collections", args.timeout),
-                    args.scale_nodes, args.scale_pods_per_node, args.scale_lab_dir.resolve(), args.keep_lab)
+                    args.scale_nodes, args.scale_pods_per_node, args.scale_lab_dir.resolve(), args.keep_lab,
+                    iterations=args.iterations)
+                result["scale"]["command"] = command
             except Exception as e:  # noqa: BLE001 - recorded: the largest scale that works is reported
                 say(f"scale scenario failed: {e}")
                 result["scale"] = {"nodes": args.scale_nodes, "pods": None, "error": str(e),

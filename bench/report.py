@@ -221,11 +221,24 @@ def markdown(result):
                       "itself supports) work, sizes between were not tried. The 1,000-node targets are not measured.", ""]
         if scale.get("error"):
             lines += [f"Failed: {scale['error']}", ""]
+        if scale.get("command") or scale.get("lab"):
+            how = []
+            if scale.get("command"):
+                how.append(f"Measured by `{scale['command']}`")
+            if scale.get("lab"):
+                how.append(f"on a lab started as `{scale['lab']}` (the lab's scale profile, lab/README.md)")
+            if scale.get("load_average_before"):
+                how.append("with the machine's load average at "
+                           f"{', '.join(_fmt(x) for x in scale['load_average_before'])} (1, 5, 15 min) "
+                           "before the runs (other work on the 2 cores)")
+            lines += [" ".join(how) + ".", ""]
         if scale.get("results"):
-            lines += ["| command | wall s | peak memory MiB (process tree) | largest process MiB | ok |",
-                      "|---|---:|---:|---:|---|"]
+            lines += ["| command | wall s (median) | all runs s | peak memory MiB (process tree) | "
+                      "largest process MiB | ok |",
+                      "|---|---:|---|---:|---:|---|"]
             for key, res in scale["results"].items():
-                lines.append(f"| {key} | {_fmt(res['wall_seconds'])} | {_fmt(res['peak_tree_rss_mib'])} | "
+                runs = ", ".join(_fmt(v) for v in res.get("all_wall_seconds") or [res["wall_seconds"]])
+                lines.append(f"| {key} | {_fmt(res['wall_seconds'])} | {runs} | {_fmt(res['peak_tree_rss_mib'])} | "
                              f"{_fmt(res['max_rss_mib'])} | {'yes' if res.get('ok') else 'no: ' + str(res.get('error'))[:120]} |")
             lines.append("")
     noop = result.get("noop")
