@@ -13,9 +13,9 @@ import re
 import pytest
 
 from kubevirt_objects import cluster, hyperconverged
+from module_runner import run_module
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils import basic
 from ansible_collections.kubevirt_ops.maintenance.plugins.filter.maintenance_window import maintenance_window
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
@@ -29,22 +29,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
     vm_eviction_strategy,
     vm_run_strategy,
 )
-
-try:
-    from ansible.module_utils.testing import patch_module_args
-except ImportError:  # ansible-core < 2.19
-    import contextlib
-
-    from ansible.module_utils.common.text.converters import to_bytes
-
-    @contextlib.contextmanager
-    def patch_module_args(args):
-        old = basic._ANSIBLE_ARGS
-        basic._ANSIBLE_ARGS = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-        try:
-            yield
-        finally:
-            basic._ANSIBLE_ARGS = old
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 RECORDS = os.path.join(REPO, "tests", "output", "reliability")
@@ -82,14 +66,6 @@ def api(monkeypatch):
     server.requests[:] = []
     monkeypatch.setattr(module_mod.MaintenanceModule, "client", property(lambda self: client))
     return server
-
-
-def run_module(module, args, capsys):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as info:
-            module.main()
-    out = capsys.readouterr().out
-    return info.value.code, json.loads(out)
 
 
 # (case id, module, args, words the sentence must contain)

@@ -1,38 +1,18 @@
 """vm_eviction_strategy, vm_run_strategy and hco_obsolete_cpus run end to end (argument spec, wrapper,
 logic) against the in-memory API server, and return exactly what their RETURN documentation says."""
 
-import json
 
 import pytest
-import yaml
 
 from kubevirt_objects import cluster, hyperconverged, kubevirt, vm
+from module_runner import assert_documented, run
 
-from ansible.module_utils import basic
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
     hco_obsolete_cpus,
     vm_eviction_strategy,
     vm_run_strategy,
 )
-
-try:
-    from ansible.module_utils.testing import patch_module_args
-except ImportError:  # ansible-core < 2.19
-    import contextlib
-
-    from ansible.module_utils.common.text.converters import to_bytes
-
-    @contextlib.contextmanager
-    def patch_module_args(args):
-        old = basic._ANSIBLE_ARGS
-        basic._ANSIBLE_ARGS = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-        try:
-            yield
-        finally:
-            basic._ANSIBLE_ARGS = old
-
-STANDARD_KEYS = {"changed", "failed", "msg", "warnings", "invocation", "diff", "deprecations"}
 
 
 @pytest.fixture
@@ -49,41 +29,6 @@ def api(monkeypatch):
 
     monkeypatch.setattr(module_mod.MaintenanceModule, "warn", warn)
     return server
-
-
-def run(module, args, capsys, check=False, diff=False):
-    args = dict(args)
-    if check:
-        args["_ansible_check_mode"] = True
-    if diff:
-        args["_ansible_diff"] = True
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            module.main()
-    return json.loads(capsys.readouterr().out)
-
-
-def assert_documented(result, module):
-    """Every returned key (and nested key) is in RETURN, and everything 'always' returned is there."""
-    doc = yaml.safe_load(module.RETURN)
-
-    def check(value, spec, where):
-        if spec.get("type") == "list" and spec.get("contains"):
-            for item in value:
-                check(item, {"type": "dict", "contains": spec["contains"]}, where + "[]")
-        elif spec.get("type") == "dict" and spec.get("contains"):
-            for key in value:
-                assert key in spec["contains"], "%s.%s is returned but not documented" % (where, key)
-                check(value[key], spec["contains"][key], where + "." + key)
-
-    for key, value in result.items():
-        if key in STANDARD_KEYS:
-            continue
-        assert key in doc, "%s is returned but not documented" % key
-        check(value, doc[key], key)
-    for key, spec in doc.items():
-        if spec.get("returned") == "always":
-            assert key in result, "%s is documented as always returned" % key
 
 
 def test_vm_eviction_strategy(api, capsys):
