@@ -518,7 +518,7 @@ class Drainer:
         stuck = []
         for target in self.result.targets:
             if not target.launcher or target.wait_only or target.key in self.result.gave_up \
-                    or target.state in ("gone", "inflight"):
+                    or target.state in ("gone", "inflight", "waiting"):
                 continue
             vmi_name = kubevirt.launcher_vmi_name(target.pod)
             failed = kubevirt.failed_migrations(by_vmi.get((target.namespace, vmi_name), []))

@@ -26,6 +26,7 @@ import runs
 import safety
 import workloads
 from lab.certs import Pki, _ensure_ca
+from lab.wait import wait_for
 
 REPO = identities.REPO
 ROLLING = os.path.join(REPO, "playbooks", "rolling_maintenance.yml")
@@ -269,7 +270,15 @@ def prepared(case, k8s):
     others = [n for n in workloads.node_names(k8s) if n != "lab-worker-1"]
     for name in others:
         core.patch_node(name, {"spec": {"unschedulable": True}})
+
+    def settled():
+        # The node lifecycle controller taints a cordoned node by itself, a moment later: the
+        # "before" snapshot must not see that as a change made by the module under test.
+        return all(any(t.key == "node.kubernetes.io/unschedulable" for t in core.read_node(n).spec.taints or [])
+                   for n in others)
+
     try:
+        wait_for(settled, 60, "the cordoned nodes' unschedulable taint")
         yield
     finally:
         for name in others:
