@@ -484,6 +484,12 @@ def shut_down_vms(result):
 
 # -- "nothing changed" ---------------------------------------------------------------------
 
+# Node fields the cluster's own controllers change at any time (see ResourceVersions._version).
+SYSTEM_TAINT_KEPT = ("node.kubernetes.io/unschedulable",)  # follows spec.unschedulable: a cordon is ours to judge
+SYSTEM_NODE_LABELS = ("kubevirt.io/schedulable",)
+SYSTEM_NODE_ANNOTATIONS = ("node.alpha.kubernetes.io/ttl",)
+
+
 class ResourceVersions:
     """resourceVersion of every object of the kinds an operation may touch."""
 
@@ -547,10 +553,19 @@ class ResourceVersions:
     @staticmethod
     def _version(kind, obj):
         """What identifies a change by a client: the resourceVersion, except for nodes, whose
-        status kwok rewrites with every heartbeat (then the spec, labels, annotations count)."""
+        status kwok rewrites with every heartbeat. For a node the spec, labels and annotations
+        count, less what the cluster itself keeps changing: the node-lifecycle controller's
+        taints (a node late with its heartbeat on a loaded machine is tainted not-ready or
+        unreachable for a moment), the TTL controller's annotation and virt-handler's label."""
         if kind == "Node":
             meta = obj.get("metadata") or {}
-            return json.dumps([obj.get("spec"), meta.get("labels"), meta.get("annotations")], sort_keys=True)
+            spec = dict(obj.get("spec") or {})
+            spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") in SYSTEM_TAINT_KEPT
+                              or not t.get("key", "").startswith("node.kubernetes.io/")]
+            labels = dict((k, v) for k, v in (meta.get("labels") or {}).items() if k not in SYSTEM_NODE_LABELS)
+            annotations = dict((k, v) for k, v in (meta.get("annotations") or {}).items()
+                               if k not in SYSTEM_NODE_ANNOTATIONS)
+            return json.dumps([spec, labels, annotations], sort_keys=True)
         return (obj.get("metadata") or {}).get("resourceVersion")
 
     def changes(self):
