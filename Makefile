@@ -15,7 +15,7 @@ PYTEST_WORKERS ?= 1
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
-	@echo "make test      sanity, lint, unit tests, the lab tier (lab, simulator, modules, roles), Molecule and the bench smoke - what CI runs"
+	@echo "make test      sanity, lint, unit tests, the lab tier (lab, simulator, modules, security, faults, roles), Molecule and the bench smoke - what CI runs"
 	@echo "make test-faults     fault-injection tests on the lab (kills, API server restart, node failure)"
 	@echo "make reliability-report  bad-input, least-privilege, secrets and fault tests; the table of figures"
 	@echo "make lab-up    start the local lab cluster (.lab/kubeconfig); make lab-down stops it"
@@ -38,6 +38,8 @@ test: venv collection
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) integration
+	$(MAKE) test-security
+	$(MAKE) test-faults
 	$(MAKE) test-roles
 	$(MAKE) molecule
 	$(MAKE) bench-smoke
@@ -67,8 +69,8 @@ unit: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q tests/unit
 
 # The lab tier that gates every change: the lab itself, the KubeVirt simulator's contract,
-# and the modules. The role, security and fault suites have targets of their own below and
-# join this list once they pass reliably on a fresh machine.
+# and the modules. The security, fault and role suites have targets of their own below
+# (each brings up a lab of its own); `make test` runs them after this one.
 INTEGRATION_SUITES := tests/integration/lab tests/integration/kubevirt_sim tests/integration/modules
 
 integration: venv collection
