@@ -268,7 +268,6 @@ def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes,
             figure.note(vms_lost=len(report.lost))
             if report.problems:
                 problems.append("%s: %s" % (name, report.problems))
-            left_cordoned = [n for n in (a, b) if "cordoned" in in_maintenance(k8s, n)]
             others = [n for n in workloads.cordoned(k8s) if n not in (a, b)]
             if others:
                 problems.append("%s: nodes outside the run are cordoned: %s" % (name, others))
@@ -285,6 +284,9 @@ def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes,
                 broken = runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
                 if broken.result().get("failed"):
                     problems.append("%s: breaking the dead run's lock failed: %s" % (name, broken.result()))
+            # What the next run must resume, read as late as possible before it starts: a write
+            # the killed module had already sent (its uncordon, say) may land after the kill.
+            left_cordoned = [n for n in (a, b) if "cordoned" in in_maintenance(k8s, n)]
             if not [p for p in problems if p.startswith(name + ":")]:
                 figure.passed(vms_lost=len(report.lost))
 
