@@ -202,15 +202,18 @@ class VMIController(Controller):
         method = "LiveMigration" if migratable["status"] == "True" else None
         if method and st.get("migrationMethod") != method:
             patch["migrationMethod"] = method
-        if patch:
-            self._patch_status(vmi, patch, precondition="phase" in patch)
+        # The node label comes first, as KubeVirt's controller sets it when the VMI is
+        # scheduled: nobody sees a Running VMI without it.
         if current_node and o.labels(vmi).get(o.NODE_NAME_LABEL) != current_node:
-            self.kube.patch(
+            vmi = self.kube.patch(
                 k.VMIS,
                 o.meta(vmi, "name"),
-                {"metadata": {"labels": {o.NODE_NAME_LABEL: current_node}}},
+                {"metadata": {"labels": {o.NODE_NAME_LABEL: current_node},
+                              "resourceVersion": o.meta(vmi, "resourceVersion")}},
                 o.meta(vmi, "namespace"),
             )
+        if patch:
+            self._patch_status(vmi, patch, precondition="phase" in patch)
 
     def _launcher_gone(self, key):
         """The cache shows no launcher where the VMI runs. Confirm from the apiserver
