@@ -155,7 +155,6 @@ def test_tls_failure_names_the_cause(tmp_path):
     import ssl
     import http.server
     # A TLS server with a certificate the client does not trust.
-    pytest.importorskip("cryptography")
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
