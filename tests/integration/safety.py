@@ -487,6 +487,9 @@ def shut_down_vms(result):
 # Node fields the cluster's own controllers change at any time (see ResourceVersions._version).
 SYSTEM_TAINT_KEPT = ("node.kubernetes.io/unschedulable",)  # follows spec.unschedulable: a cordon is ours to judge
 SYSTEM_NODE_LABELS = ("kubevirt.io/schedulable",)
+# virt-handler's node-labeller keeps these in line with the cluster's obsolete CPU models on its own cycle.
+SYSTEM_NODE_LABEL_PREFIXES = ("cpu-model.node.kubevirt.io/", "host-model-cpu.node.kubevirt.io/",
+                              "cpu-vendor.node.kubevirt.io/")
 SYSTEM_NODE_ANNOTATIONS = ("node.alpha.kubernetes.io/ttl",)
 
 
@@ -556,16 +559,17 @@ class ResourceVersions:
         status kwok rewrites with every heartbeat. For a node the spec, labels and annotations
         count, less what the cluster itself keeps changing: the node-lifecycle controller's
         taints (a node late with its heartbeat on a loaded machine is tainted not-ready or
-        unreachable for a moment), the TTL controller's annotation and virt-handler's label."""
+        unreachable for a moment), the TTL controller's annotation and virt-handler's labels."""
         if kind == "Node":
             meta = obj.get("metadata") or {}
             spec = dict(obj.get("spec") or {})
             spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") in SYSTEM_TAINT_KEPT
                               or not t.get("key", "").startswith("node.kubernetes.io/")]
-            labels = dict((k, v) for k, v in (meta.get("labels") or {}).items() if k not in SYSTEM_NODE_LABELS)
+            labels = dict((k, v) for k, v in (meta.get("labels") or {}).items()
+                          if k not in SYSTEM_NODE_LABELS and not k.startswith(SYSTEM_NODE_LABEL_PREFIXES))
             annotations = dict((k, v) for k, v in (meta.get("annotations") or {}).items()
                                if k not in SYSTEM_NODE_ANNOTATIONS)
-            return json.dumps([spec, labels, annotations], sort_keys=True)
+            return json.dumps({"spec": spec, "labels": labels, "annotations": annotations}, sort_keys=True)
         return (obj.get("metadata") or {}).get("resourceVersion")
 
     def changes(self):
@@ -585,8 +589,21 @@ class ResourceVersions:
             elif key not in self.versions:
                 out.append(label + " added")
             elif after[key] != self.versions[key]:
-                out.append(label + " changed")
+                out.append(label + " changed" + self._what_changed(kind, self.versions[key], after[key]))
         return out
+
+
+    @staticmethod
+    def _what_changed(kind, before, after):
+        """For a node, which of spec, labels and annotations changed: ' (spec.unschedulable)'."""
+        if kind != "Node":
+            return ""
+        before, after = json.loads(before), json.loads(after)
+        fields = []
+        for part in ("spec", "labels", "annotations"):
+            keys = set(before[part]) | set(after[part])
+            fields += ["%s.%s" % (part, k) for k in sorted(keys) if before[part].get(k) != after[part].get(k)]
+        return " (%s)" % ", ".join(fields)
 
 
 def wait_stable(seconds=2.0):

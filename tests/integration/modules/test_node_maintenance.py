@@ -226,7 +226,7 @@ def changes_to(versions, namespace, nodes=None):
     found = []
     for change in versions.changes():
         kind, rest = change.split(" ", 1)
-        name = rest.rsplit(" ", 1)[0]
+        name = rest.split(" ", 1)[0]
         if kind in ("NodeMaintenance", "LegacyNodeMaintenance") or name.startswith(namespace + "/"):
             found.append(change)
         elif kind == "Node" and (nodes is None or name in nodes):
