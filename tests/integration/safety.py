@@ -485,7 +485,8 @@ def shut_down_vms(result):
 # -- "nothing changed" ---------------------------------------------------------------------
 
 # Node fields the cluster's own controllers change at any time (see ResourceVersions._version).
-SYSTEM_TAINT_KEPT = ("node.kubernetes.io/unschedulable",)  # follows spec.unschedulable: a cordon is ours to judge
+# Every node.kubernetes.io/* taint is the node-lifecycle controller's, written on its own schedule, even
+# node.kubernetes.io/unschedulable, which trails spec.unschedulable (a cordon is judged by that field).
 SYSTEM_NODE_LABELS = ("kubevirt.io/schedulable",)
 # virt-handler's node-labeller keeps these in line with the cluster's obsolete CPU models on its own cycle.
 SYSTEM_NODE_LABEL_PREFIXES = ("cpu-model.node.kubevirt.io/", "host-model-cpu.node.kubevirt.io/",
@@ -563,8 +564,8 @@ class ResourceVersions:
         if kind == "Node":
             meta = obj.get("metadata") or {}
             spec = dict(obj.get("spec") or {})
-            spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") in SYSTEM_TAINT_KEPT
-                              or not t.get("key", "").startswith("node.kubernetes.io/")]
+            spec["taints"] = [t for t in spec.get("taints") or []
+                              if not t.get("key", "").startswith("node.kubernetes.io/")]
             labels = dict((k, v) for k, v in (meta.get("labels") or {}).items()
                           if k not in SYSTEM_NODE_LABELS and not k.startswith(SYSTEM_NODE_LABEL_PREFIXES))
             annotations = dict((k, v) for k, v in (meta.get("annotations") or {}).items()
@@ -595,14 +596,16 @@ class ResourceVersions:
 
     @staticmethod
     def _what_changed(kind, before, after):
-        """For a node, which of spec, labels and annotations changed: ' (spec.unschedulable)'."""
+        """For a node, which of spec, labels and annotations changed, from what to what."""
         if kind != "Node":
             return ""
         before, after = json.loads(before), json.loads(after)
         fields = []
         for part in ("spec", "labels", "annotations"):
             keys = set(before[part]) | set(after[part])
-            fields += ["%s.%s" % (part, k) for k in sorted(keys) if before[part].get(k) != after[part].get(k)]
+            fields += ["%s.%s: %s -> %s" % (part, k, json.dumps(before[part].get(k))[:300],
+                                              json.dumps(after[part].get(k))[:300])
+                       for k in sorted(keys) if before[part].get(k) != after[part].get(k)]
         return " (%s)" % ", ".join(fields)
 
 
