@@ -593,7 +593,6 @@ class ResourceVersions:
                 out.append(label + " changed" + self._what_changed(kind, self.versions[key], after[key]))
         return out
 
-
     @staticmethod
     def _what_changed(kind, before, after):
         """For a node, which of spec, labels and annotations changed, from what to what."""
