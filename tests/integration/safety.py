@@ -570,7 +570,7 @@ class ResourceVersions:
                           if k not in SYSTEM_NODE_LABELS and not k.startswith(SYSTEM_NODE_LABEL_PREFIXES))
             annotations = dict((k, v) for k, v in (meta.get("annotations") or {}).items()
                                if k not in SYSTEM_NODE_ANNOTATIONS)
-            return json.dumps({"spec": spec, "labels": labels, "annotations": annotations}, sort_keys=True)
+            return {"spec": spec, "labels": labels, "annotations": annotations}
         return (obj.get("metadata") or {}).get("resourceVersion")
 
     def changes(self):
@@ -598,7 +598,6 @@ class ResourceVersions:
         """For a node, which of spec, labels and annotations changed, from what to what."""
         if kind != "Node":
             return ""
-        before, after = json.loads(before), json.loads(after)
         fields = []
         for part in ("spec", "labels", "annotations"):
             keys = set(before[part]) | set(after[part])
