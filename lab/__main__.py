@@ -34,6 +34,19 @@ def main(argv=None):
         help="do not start the KubeVirt simulator (plain Kubernetes lab)",
     )
     up.add_argument(
+        "--kubevirt-version",
+        metavar="X.Y.Z",
+        help="run the real virt-controller and virt-api of this KubeVirt release "
+        "(1.7.0, 1.8.0 or 1.9.0; built from the Go module on first use)",
+    )
+    up.add_argument(
+        "--kubevirt",
+        choices=("real", "simulated"),
+        help="real: virt-controller and virt-api (default version 1.7.0) with a virt-handler "
+        "stand-in; simulated: the Python model of all of KubeVirt "
+        "(default: $KUBEVIRT_OPS_LAB_KUBEVIRT, else simulated)",
+    )
+    up.add_argument(
         "--scale",
         action="store_true",
         help="the scale profile for labs of hundreds to ~3,000 nodes: a larger pod CIDR, "
@@ -48,6 +61,9 @@ def main(argv=None):
         command.add_argument(
             "--no-wait", action="store_true", help="return without waiting for the node condition"
         )
+    for name, what in (("stop", "stop"), ("start", "start again")):
+        command = commands.add_parser(name, help=f"{what} virt-api or virt-controller (fault tests)")
+        command.add_argument("component", metavar="COMPONENT", choices=("virt-api", "virt-controller"))
     restart = commands.add_parser("restart", help="restart a component on the same port")
     restart.add_argument("component", metavar="COMPONENT", help="apiserver (or any core component)")
 
@@ -62,6 +78,8 @@ def main(argv=None):
                 hco=not args.no_hco,
                 kubevirt=not args.no_kubevirt,
                 profile="scale" if args.scale else None,
+                kubevirt_version=args.kubevirt_version,
+                kubevirt_mode=args.kubevirt,
             )
         elif args.command == "down":
             cluster.down(paths)
@@ -73,6 +91,10 @@ def main(argv=None):
             cluster.node_fail(paths, args.node, wait=not args.no_wait)
         elif args.command == "node-recover":
             cluster.node_recover(paths, args.node, wait=not args.no_wait)
+        elif args.command == "stop":
+            cluster.stop_component(paths, args.component)
+        elif args.command == "start":
+            cluster.start_component(paths, args.component)
         elif args.command == "restart":
             cluster.restart(paths, args.component)
     except LabError as e:

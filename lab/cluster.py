@@ -6,6 +6,7 @@ a shell can act on the same lab one after the other.
 """
 
 import fcntl
+import os
 import shutil
 import sys
 import time
@@ -17,12 +18,18 @@ from lab.certs import CLIENTS, ensure_pki
 from lab.components import CORE, Context
 from lab.errors import LabError
 from lab.kubeconfig import write_kubeconfig
+from lab.kubevirt import SUPPORTED_VERSIONS, VIRT_API, VIRT_CONTROLLER, control_plane
+from lab.kubevirt import normalize_version
 from lab.paths import REPO_ROOT
 from lab.wait import wait_for
 
 SIM = "kubevirt-sim"
 SIM_MAIN = REPO_ROOT / "lab" / "kubevirt_sim" / "__main__.py"
 SIM_READY_TIMEOUT = 60
+# Which KubeVirt a new lab runs when `up` is not told: "real" or "simulated".
+KUBEVIRT_MODE_ENV = "KUBEVIRT_OPS_LAB_KUBEVIRT"
+KUBEVIRT_MODES = ("real", "simulated")
+KUBEVIRT_COMPONENTS = (VIRT_API, VIRT_CONTROLLER)
 PORT_RELEASE_TIMEOUT = 30
 
 
@@ -30,12 +37,33 @@ def say(message):
     print(f"lab: {message}", file=sys.stderr, flush=True)
 
 
-def up(paths, workers=4, control_plane_nodes=1, hco=True, kubevirt=True, profile=None):
+def up(
+    paths,
+    workers=4,
+    control_plane_nodes=1,
+    hco=True,
+    kubevirt=True,
+    profile=None,
+    kubevirt_version=None,
+    kubevirt_mode=None,
+):
     """Bring the lab to the requested shape, starting only what is not running.
 
     ``profile`` is a key of lab.settings.PROFILES ("scale" for ``up --scale``); None keeps
-    the one the lab was created with ("default" for a new lab).
+    the one the lab was created with ("default" for a new lab). ``kubevirt_version``
+    (e.g. "1.9.0") implies the real KubeVirt control plane; ``kubevirt_mode`` is "real"
+    or "simulated" (default: $KUBEVIRT_OPS_LAB_KUBEVIRT, else the lab's own or "simulated").
     """
+    if kubevirt_version is not None:
+        kubevirt_version = normalize_version(kubevirt_version)
+        if kubevirt_version not in SUPPORTED_VERSIONS:
+            raise LabError(
+                f"KubeVirt {kubevirt_version} is not one the lab runs; one of: {', '.join(SUPPORTED_VERSIONS)}"
+            )
+        kubevirt_mode = kubevirt_mode or "real"
+    kubevirt_mode = kubevirt_mode or os.environ.get(KUBEVIRT_MODE_ENV) or None
+    if kubevirt_mode is not None and kubevirt_mode not in KUBEVIRT_MODES:
+        raise LabError(f"unknown KubeVirt mode {kubevirt_mode!r}; one of: {', '.join(KUBEVIRT_MODES)}")
     if workers < 0 or control_plane_nodes < 1:
         raise LabError("need at least one control-plane node and zero or more workers")
     if profile is not None and profile not in lab_settings.PROFILES:
@@ -43,7 +71,9 @@ def up(paths, workers=4, control_plane_nodes=1, hco=True, kubevirt=True, profile
     started = time.monotonic()
     paths.state_dir.mkdir(parents=True, exist_ok=True)
     with _locked(paths):
-        ctx = _prepare(paths, workers, control_plane_nodes, hco, kubevirt, profile)
+        ctx = _prepare(
+            paths, workers, control_plane_nodes, hco, kubevirt, profile, kubevirt_mode, kubevirt_version
+        )
         for component in CORE:
             _ensure_running(ctx, component)
         api = nodes.api_client(paths.kubeconfig)
@@ -57,7 +87,10 @@ def up(paths, workers=4, control_plane_nodes=1, hco=True, kubevirt=True, profile
             [n.name for n in planned if n.name not in failed],
             timeout=ctx.settings.tuning.ready_timeout,
         )
-        if kubevirt:
+        if kubevirt and ctx.settings.kubevirt_mode == "real":
+            control_plane.ensure(ctx, api, say)
+            _ensure_kubevirt_sim(paths, hco, real_kubevirt=True)
+        elif kubevirt:
             _ensure_kubevirt_sim(paths, hco)
     say(
         f"up in {time.monotonic() - started:.0f}s: {len(planned)} nodes"
@@ -76,7 +109,10 @@ def down(paths):
         recorded = processes.recorded_names(paths)
         core = [c.name for c in reversed(CORE)]
         # Clients first (the simulator, anything else recorded), the control plane last.
-        order = [SIM] + [n for n in recorded if n not in core and n != SIM] + core
+        if processes.stop(paths, SIM, processes.DEFAULT_STOP_GRACE):
+            say(f"stopped {SIM}")
+        control_plane.stop(paths, say)
+        order = [n for n in recorded if n not in core and n not in (SIM, *KUBEVIRT_COMPONENTS)] + core
         for name in order:
             component = components.BY_NAME.get(name)
             grace = component.stop_grace if component else processes.DEFAULT_STOP_GRACE
@@ -131,6 +167,21 @@ def status(paths):
         rss = processes.rss_bytes(record) if record else 0
         total_rss += rss
         lines.append(f"  {component.name:<24} 127.0.0.1:{port:<6} {state}{_mib(rss)}")
+    if settings.kubevirt_mode == "real" and settings.kubevirt:
+        for name in KUBEVIRT_COMPONENTS:
+            record = processes.tracked(paths, name)
+            where = f"{settings.service_address}:{settings.ports[name]}" if name == VIRT_API else f"127.0.0.1:{settings.ports[name]}"
+            if record is None:
+                state = "not running"
+                healthy = False
+            elif control_plane.healthy(ctx, name, settings.service_address):
+                state = f"pid {record.pid}, {'leader' if name == VIRT_CONTROLLER else 'healthy'}"
+            else:
+                state = f"pid {record.pid}, NOT healthy"
+                healthy = False
+            rss = processes.rss_bytes(record) if record else 0
+            total_rss += rss
+            lines.append(f"  {name + ' v' + settings.kubevirt_version:<24} {where:<16} {state}{_mib(rss)}")
     sim = processes.tracked(paths, SIM)
     if sim:
         rss = processes.rss_bytes(sim)
@@ -158,8 +209,35 @@ def status(paths):
     return healthy
 
 
+def stop_component(paths, name):
+    """Stop one KubeVirt component (virt-api, virt-controller), e.g. for a fault test."""
+    _require_kubevirt_component(name)
+    with _locked(paths):
+        _require_settings(paths)
+        if processes.stop(paths, name, control_plane.STOP_GRACE):
+            say(f"stopped {name}")
+
+
+def start_component(paths, name):
+    """Start a stopped KubeVirt component again; wait until it serves (and leads)."""
+    _require_kubevirt_component(name)
+    with _locked(paths):
+        settings = _require_settings(paths)
+        control_plane.start_one(_context(paths, settings), name)
+    say(f"started {name}")
+
+
+def _require_kubevirt_component(name):
+    if name not in KUBEVIRT_COMPONENTS:
+        raise LabError(f"unknown KubeVirt component {name!r}; one of: {', '.join(KUBEVIRT_COMPONENTS)}")
+
+
 def restart(paths, name):
     """Stop and start one control-plane component on its port; wait until it serves."""
+    if name in KUBEVIRT_COMPONENTS:
+        stop_component(paths, name)
+        start_component(paths, name)
+        return
     component = components.BY_NAME.get(name) or components.BY_NAME.get(f"kube-{name}")
     if component is None:
         raise LabError(f"unknown component {name!r}; one of: {', '.join(components.BY_NAME)}")
@@ -189,7 +267,9 @@ def node_recover(paths, name, wait=True):
     say(f"node {name} recovered" + ("" if wait else " (not waiting for Ready)"))
 
 
-def _prepare(paths, workers, control_plane_nodes, hco, kubevirt, profile=None):
+def _prepare(
+    paths, workers, control_plane_nodes, hco, kubevirt, profile=None, kubevirt_mode=None, kubevirt_version=None
+):
     """Settings, certificates and config files for ``up``; returns the start context."""
     bin_dir = binaries.ensure()
     settings = lab_settings.load(paths)
@@ -218,6 +298,15 @@ def _prepare(paths, workers, control_plane_nodes, hco, kubevirt, profile=None):
         )
     settings.workers, settings.control_plane_nodes = workers, control_plane_nodes
     settings.hco, settings.kubevirt = hco, kubevirt
+    wanted_mode = kubevirt_mode or settings.kubevirt_mode
+    wanted_version = kubevirt_version or settings.kubevirt_version
+    if (wanted_mode, wanted_version) != (settings.kubevirt_mode, settings.kubevirt_version):
+        if anything_running and kubevirt:
+            raise LabError(
+                f"the lab in {paths.state_dir} runs {settings.kubevirt_mode} KubeVirt"
+                f" {settings.kubevirt_version}: take it down first"
+            )
+        settings.kubevirt_mode, settings.kubevirt_version = wanted_mode, wanted_version
     lab_settings.save(paths, settings)
 
     pki = ensure_pki(paths.pki)
@@ -271,7 +360,7 @@ def _ensure_running(ctx, component):
         raise
 
 
-def _ensure_kubevirt_sim(paths, hco):
+def _ensure_kubevirt_sim(paths, hco, real_kubevirt=False):
     if not SIM_MAIN.exists():
         say("lab/kubevirt_sim is not there yet: skipping the KubeVirt simulator")
         return
@@ -290,7 +379,9 @@ def _ensure_kubevirt_sim(paths, hco):
         ]
         if not hco:
             argv.append("--no-hco")
-        say("starting the KubeVirt simulator")
+        if real_kubevirt:
+            argv.append("--real-kubevirt")
+        say("starting the virt-handler stand-in" if real_kubevirt else "starting the KubeVirt simulator")
         env = components.environment()
         env["PYTHONUNBUFFERED"] = "1"
         record = processes.start(paths, SIM, argv, env=env, cwd=str(REPO_ROOT))

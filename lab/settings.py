@@ -13,6 +13,8 @@ PORT_NAMES = (
     "kube-controller-manager",
     "kube-scheduler",
     "kwok",
+    "virt-api",
+    "virt-controller",
 )
 
 
@@ -77,6 +79,12 @@ class Settings:
     kubevirt: bool = True
     ports: dict = field(default_factory=dict)
     profile: str = "default"
+    # "real": virt-controller and virt-api of kubevirt_version with the virt-handler
+    # stand-in; "simulated": the older Python model of all of KubeVirt (lab/kubevirt_sim).
+    kubevirt_mode: str = "simulated"
+    kubevirt_version: str = "1.7.0"
+    # The /32 on the lab's veth pair where virt-api serves (lab/netif.py).
+    service_address: str = None
 
     def choose_ports(self):
         self.ports = dict(zip(PORT_NAMES, network.free_ports(len(PORT_NAMES))))
@@ -93,7 +101,9 @@ class Settings:
 
 def load(paths):
     try:
-        return Settings(**json.loads(paths.settings.read_text()))
+        data = json.loads(paths.settings.read_text())
+        known = Settings.__dataclass_fields__
+        return Settings(**{k: v for k, v in data.items() if k in known})
     except FileNotFoundError:
         return None
 

@@ -90,8 +90,12 @@ fi
 # virt-api and virt-controller report this version (client-go's version/base.go).
 ldflags="-s -w -X kubevirt.io/client-go/version.gitVersion=$KUBEVIRT_VERSION -X kubevirt.io/client-go/version.gitTreeState=clean -X kubevirt.io/client-go/version.gitCommit=$KUBEVIRT_VERSION"
 mkdir -p out
-go build -ldflags "$ldflags" -o out/ kubevirt.io/kubevirt/cmd/virt-controller kubevirt.io/kubevirt/cmd/virt-api
-go build -ldflags "-s -w" -o out/kubevirt-manifests ./manifests
-for b in "${PROGRAMS[@]}"; do mv "out/$b" "$BIN/$b"; done
+commands=()
+for b in virt-controller virt-api; do
+  [ -x "$BIN/$b" ] || commands+=("kubevirt.io/kubevirt/cmd/$b")
+done
+if [ ${#commands[@]} -gt 0 ]; then go build -ldflags "$ldflags" -o out/ "${commands[@]}"; fi
+[ -x "$BIN/kubevirt-manifests" ] || go build -ldflags "-s -w" -o out/kubevirt-manifests ./manifests
+for b in "${PROGRAMS[@]}"; do [ -f "out/$b" ] && mv "out/$b" "$BIN/$b"; done
 echo "kubevirt build: done in $(( $(date +%s) - start )) s" >&2
 echo "$BIN"

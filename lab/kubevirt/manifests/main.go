@@ -1,7 +1,7 @@
 // Command kubevirt-manifests prints, as one JSON list, the cluster objects virt-operator
 // would install for this KubeVirt version: every CRD, the virt-api webhook configurations
-// and APIServices, the priority class and the RBAC of virt-api, virt-controller and the
-// cluster roles. It calls virt-operator's own generators
+// and APIServices, the priority class and the RBAC of virt-api, virt-controller, virt-handler
+// and the cluster roles. It calls virt-operator's own generators
 // (pkg/virt-operator/resource/generate/{components,rbac}), so nothing is hand-written;
 // the lab then points the webhooks and the APIService at its local virt-api.
 package main
@@ -57,6 +57,10 @@ func main() {
 		objects = append(objects, object)
 	}
 	for _, object := range controllerRBAC(namespace) {
+		objects = append(objects, object)
+	}
+	// virt-handler's identity: the lab's virt-handler stand-in acts with these rights.
+	for _, object := range rbac.GetAllHandler(namespace) {
 		objects = append(objects, object)
 	}
 	encoder := json.NewEncoder(os.Stdout)
