@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
@@ -76,15 +76,14 @@ def run(module):
     if fatal:
         raise BlockedError(blocked_message(name, fatal, policy, task="be decommissioned"),
                            blockers=[b.text for b in fatal], plan=plan.as_dict(), node=name)
-    shutdown = [] if powered_off else [vm for vm in plan.vms
-                                       if policy == "shutdown" and vm["outcome"] == kubevirt.BLOCK]
+    shutdown = [] if powered_off else [vm for vm in plan.vms if vm["_fate"].shut_down_by_us]
     result["changed"] = True
     if module.check_mode:
         result["plan"] = plan.as_dict()
         result["deleted"] = True
         result["evicted_pods"] = len(plan.evict)
         for vm in plan.vms:
-            moves = vm["outcome"] == kubevirt.MIGRATE or vm["run_strategy"] in RESTARTING
+            moves = vm["_fate"].moves or (powered_off and vm["run_strategy"] in RESTARTING)
             if moves:
                 target = plan.targets.get(pod_key(vm["_pod"])) if vm["_pod"] is not None else None
                 result["vms"]["rescheduled"].append({"namespace": vm["namespace"], "name": vm["name"], "node": target})
@@ -145,7 +144,10 @@ def run(module):
                     name, cr["metadata"]["name"], exc.msg))
     moving = []
     for vm in plan.vms:
-        if (vm["outcome"] == kubevirt.MIGRATE and not powered_off) or vm["run_strategy"] in RESTARTING:
+        # A powered-off node's pods are force-deleted: its VMIs fail, and Always and
+        # RerunOnFailure start failed VMIs again.
+        if (vm["outcome"] == fates.MIGRATE and not powered_off) or vm["_fate"].restart_by or \
+                (powered_off and vm["run_strategy"] in RESTARTING):
             moving.append(vm)
         else:
             result["vms"]["not_restarted"].append({"namespace": vm["namespace"], "name": vm["name"],

@@ -21,7 +21,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     ApiError,
     MaintenanceError,
@@ -49,9 +49,10 @@ WORKERS = 8
 BACKOFF_START = 1.0
 BACKOFF_CAP = 8.0
 LAUNCHER_BACKOFF_CAP = 30.0
-# A virt-launcher pod refused by its VMI's own budget has been marked for evacuation by
-# KubeVirt's webhook (which runs first): KubeVirt migrates it, retries failed migrations
-# itself, and the pod goes away when done. Asking again is only a safety net.
+# A virt-launcher pod refused with "Eviction triggered evacuation of VMI ..." (virt-api's
+# webhook, KubeVirt >= 1.5) or by its VMI's own budget (older KubeVirt) has been marked for
+# evacuation: KubeVirt migrates it, retries failed migrations itself, and the pod goes away
+# when done. Asking again is only a safety net.
 EVACUATION_RECHECK = 60.0
 # KubeVirt retries a failed evacuation migration by itself, with backoff. After this many
 # failed live migrations of one VM during a drain, the VM counts as unable to leave the
@@ -344,6 +345,10 @@ class Drainer:
                 outcome, reason = "blocked", message
             elif exc.status == 500 and "PodDisruptionBudget" in (message or ""):
                 outcome, reason = "blocked", message  # more than one PDB: retried until fixed or the deadline
+            elif kubevirt.webhook_unreachable(exc.status, message):
+                # virt-api's eviction webhook fails closed (failurePolicy Fail): while virt-api is
+                # down every launcher-pod eviction gets a 500. Keep waiting; it comes back.
+                outcome, reason = "blocked", kubevirt.VIRT_API_DOWN % message
             else:
                 outcome, reason = "fatal", exc
         except MaintenanceError as exc:
@@ -367,7 +372,7 @@ class Drainer:
             target.reason = reason
             cap = LAUNCHER_BACKOFF_CAP if target.launcher else BACKOFF_CAP
             delay = min(cap, BACKOFF_START * (2 ** max(0, target.attempts - 1)))
-            if target.launcher and "disruption budget" in (reason or ""):
+            if target.launcher and kubevirt.evacuation_under_way(reason):
                 delay = EVACUATION_RECHECK
             target.next_try = time.monotonic() + delay * (0.9 + 0.2 * random.random())
             if self.pdbs is not None:
@@ -713,7 +718,7 @@ def _explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_defaul
         return "pod %s runs a VMI that no longer exists" % key
     meta = vmi["metadata"]
     name = "%s/%s" % (meta.get("namespace"), kubevirt.vm_name_of(vmi) or meta.get("name"))
-    strategy = kubevirt.effective_eviction_strategy(vmi.get("spec"), cluster_default)
+    strategy = fates.effective_strategy(vmi, cluster_default)
     migratable, reason, message = kubevirt.live_migratable(vmi)
     if strategy == "LiveMigrate" and not migratable:
         return ("VM %s is not live-migratable (%s) and its eviction strategy LiveMigrate keeps it on node %s"

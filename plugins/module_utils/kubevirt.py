@@ -15,14 +15,6 @@ LAUNCHER_LABEL = "kubevirt.io=virt-launcher"
 CREATED_BY_LABEL = "kubevirt.io/created-by"
 NODE_NAME_LABEL = "kubevirt.io/nodeName"
 
-# Predicted results of draining a VMI's node (node_maintenance_info plan 'outcome').
-MIGRATE = "migrate"
-SHUTDOWN = "shutdown"
-RESTART_ELSEWHERE = "restart_elsewhere"
-STAY_STOPPED = "stay_stopped"
-BLOCK = "block"
-
-
 def cluster_eviction_strategy(client):
     """The cluster default eviction strategy from the KubeVirt CR (None when unset/absent)."""
     if not client.kind_served("KubeVirt"):
@@ -33,11 +25,6 @@ def cluster_eviction_strategy(client):
         if value:
             return value
     return None
-
-
-def effective_eviction_strategy(vmi_spec, cluster_default):
-    """The VMI's own ``spec.evictionStrategy``, else the cluster default, else None."""
-    return (vmi_spec or {}).get("evictionStrategy") or cluster_default or None
 
 
 def live_migratable(vmi):
@@ -57,24 +44,6 @@ def vm_run_strategy(vm):
     if "running" in spec:
         return "Always" if spec["running"] else "Halted"
     return "Halted"
-
-
-def eviction_outcome(strategy, migratable, run_strategy):
-    """What draining the node does to a running VMI, following the eviction table.
-
-    ``migratable`` is the LiveMigratable condition (None = unknown, treated as not migratable
-    for LiveMigrateIfPossible, as KubeVirt keeps no PDB without the condition).
-    """
-    if strategy in ("LiveMigrate", "External"):
-        if strategy == "External" or migratable:
-            return MIGRATE
-        return BLOCK
-    if strategy == "LiveMigrateIfPossible" and migratable:
-        return MIGRATE
-    # LiveMigrateIfPossible without migration, None or unset: the eviction shuts the VMI down.
-    if run_strategy in ("Always", "RerunOnFailure"):
-        return RESTART_ELSEWHERE
-    return STAY_STOPPED
 
 
 FINAL_VMI_PHASES = ("Succeeded", "Failed")
@@ -206,6 +175,26 @@ def launcher_vmi_name(pod):
         if ref.get("kind") == "VirtualMachineInstance":
             return ref.get("name")
     return (_meta(pod).get("labels") or {}).get(VM_NAME_LABEL)
+
+
+# virt-api's eviction webhook (pkg/virt-api/webhooks/validating-webhook/admitters/
+# pod-eviction-admitter.go) answers 429 itself, with these words, once it has marked the VMI
+# for evacuation; before KubeVirt 1.6 the VMI's own PodDisruptionBudget answered instead.
+EVACUATION_MESSAGES = ("Eviction triggered evacuation of VMI", "Evacuation in progress", "disruption budget")
+WEBHOOK_NAME = "virt-launcher-eviction-interceptor.kubevirt.io"
+VIRT_API_DOWN = "virt-api is not answering, so KubeVirt's eviction webhook refuses every eviction (%s)"
+
+
+def evacuation_under_way(message):
+    """True when an eviction was refused because KubeVirt is evacuating the VMI."""
+    return any(words in (message or "") for words in EVACUATION_MESSAGES)
+
+
+def webhook_unreachable(status, message):
+    """True for the apiserver's answer while KubeVirt's eviction webhook cannot be called
+    (failurePolicy Fail: "Internal error occurred: failed calling webhook ...")."""
+    text = message or ""
+    return status in (500, 502, 503, 504) and "failed calling webhook" in text and WEBHOOK_NAME in text
 
 
 def is_vmi_pdb(pdb):

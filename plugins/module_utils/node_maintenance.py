@@ -14,7 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nm_cr
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
@@ -132,7 +132,7 @@ def enter(module):
     if fatal:
         raise BlockedError(blocked_message(name, fatal, policy), blockers=[b.text for b in fatal],
                            plan=plan.as_dict(), node=name, method=method)
-    shutdown = [vm for vm in plan.vms if policy == "shutdown" and vm["outcome"] == kubevirt.BLOCK]
+    shutdown = [vm for vm in plan.vms if vm["_fate"].shut_down_by_us]
     if module.check_mode:
         return predict(module, result, plan, node, method, ours_cr, shutdown, deadline)
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
@@ -155,16 +155,15 @@ def predict(module, result, plan, node, method, ours_cr, shutdown, deadline):
     if params["wait"]:
         result["pending_pods"] = []
         result["drain_progress"] = 100
-    shut_uids = set(vm["_vmi"]["metadata"].get("uid") for vm in shutdown)
     vms = result["vms"]
     for vm in plan.vms:
         outcome = vm["outcome"]
         uid = vm["_vmi"]["metadata"].get("uid")
-        if outcome == kubevirt.MIGRATE:
+        if outcome == fates.MIGRATE:
             target = plan.targets.get(pod_key(vm["_pod"])) if vm["_pod"] is not None else None
             vms["migrated"].append({"namespace": vm["namespace"], "name": vm["name"], "source": plan.node,
                                     "target": target})
-        elif outcome in (kubevirt.RESTART_ELSEWHERE, kubevirt.STAY_STOPPED, kubevirt.SHUTDOWN) or uid in shut_uids:
+        elif outcome in fates.SHUT_DOWN_OUTCOMES:
             vms["shut_down"].append(_shut_down_entry(vm, plan.node))
         else:
             vms["blocked"].append({"namespace": vm["namespace"], "name": vm["name"],
@@ -198,15 +197,15 @@ def _blocker_text(plan, uid):
     return None
 
 
-def _shut_down_entry(vm, source):
-    if vm["run_strategy"] in ("Always", "RerunOnFailure"):
-        outcome = kubevirt.RESTART_ELSEWHERE
-    elif vm["run_strategy"] is None:
-        outcome = kubevirt.SHUTDOWN  # a VMI without a VM
-    else:
-        outcome = kubevirt.STAY_STOPPED
-    return {"namespace": vm["namespace"], "name": vm["name"], "source": source, "run_strategy": vm["run_strategy"],
-            "outcome": outcome}
+def _shut_down_entry(vm, source, restarted_on=None):
+    fate = vm["_fate"]
+    entry = {"namespace": vm["namespace"], "name": vm["name"], "source": source, "run_strategy": vm["run_strategy"],
+             "outcome": fate.outcome if fate.outcome in fates.SHUT_DOWN_OUTCOMES else fates.SHUTDOWN}
+    if fate.restart_by:
+        entry["restart_by"] = fate.restart_by
+    if restarted_on is not None:
+        entry["restarted_on"] = restarted_on
+    return entry
 
 
 def _permissions_for_drain(plan, options, shutdown):
@@ -304,7 +303,7 @@ def vm_report(client, plan, explanations, final=True):
         if now is not None and kubevirt.vmi_is_active(now) and kubevirt.migration_target(now) == plan.node:
             pod = vm["_pod"]
             reason = explanations.get(pod_key(pod)) if pod is not None else None
-            if final or vm["outcome"] == kubevirt.BLOCK:
+            if final or vm["outcome"] in (fates.BLOCK, fates.EXTERNAL):
                 vms["blocked"].append({"namespace": vm["namespace"], "name": vm["name"],
                                        "reason": reason or _blocker_text(plan, uid) or
                                        "still on node %s" % plan.node})

@@ -19,7 +19,7 @@ import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import resource_path
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
@@ -63,10 +63,11 @@ NODE_MAINTENANCE_KINDS = ("NodeMaintenance", "LegacyNodeMaintenance")
 class PlanOptions:
     """Drain options plus the safety overrides."""
 
-    def __init__(self, drain, allow_control_plane=False, allow_last_schedulable_node=False):
+    def __init__(self, drain, allow_control_plane=False, allow_last_schedulable_node=False, non_migratable="fail"):
         self.drain = drain
         self.allow_control_plane = allow_control_plane
         self.allow_last_schedulable_node = allow_last_schedulable_node
+        self.non_migratable = non_migratable or "fail"
 
     @classmethod
     def from_params(cls, params):
@@ -74,7 +75,8 @@ class PlanOptions:
 
         return cls(DrainOptions.from_params(params),
                    allow_control_plane=params.get("allow_control_plane", False),
-                   allow_last_schedulable_node=params.get("allow_last_schedulable_node", False))
+                   allow_last_schedulable_node=params.get("allow_last_schedulable_node", False),
+                   non_migratable=params.get("non_migratable") or "fail")
 
 
 # -- reading the cluster ------------------------------------------------------------------------
@@ -343,6 +345,7 @@ class Plan:
         self.capacity_ok = True
         self.pdbs = []
         self.targets = {}         # pod key -> predicted node
+        self.non_migratable = "fail"  # the policy the VMs' fates were decided under
         self._budget_namespaces = set()
 
     def budgets_matter(self):
@@ -379,6 +382,7 @@ def compute_plan(snapshot, name, options):
     """What maintenance of node ``name`` would do, from ``snapshot`` (no API request)."""
     node = snapshot.node(name)
     plan = Plan(name)
+    plan.non_migratable = getattr(options, "non_migratable", "fail")
     plan._budget_namespaces = set(snapshot.pdbs_by_namespace)
     pods = sorted(snapshot.pods_on(name), key=pod_key)
     plan.total_pods = len(pods)
@@ -447,29 +451,28 @@ def _vms(plan, snapshot, name):
         vm_name = kubevirt.vm_name_of(vmi)
         vm = snapshot.vms.get((namespace, vm_name)) if vm_name else None
         run_strategy = kubevirt.vm_run_strategy(vm) if vm else None
-        strategy = kubevirt.effective_eviction_strategy(vmi.get("spec"), snapshot.cluster_eviction_strategy)
         migratable, reason, message = kubevirt.live_migratable(vmi)
-        outcome = kubevirt.eviction_outcome(strategy, migratable, run_strategy)
-        if vm is None and outcome in (kubevirt.RESTART_ELSEWHERE, kubevirt.STAY_STOPPED):
-            outcome = kubevirt.SHUTDOWN  # a VMI without a VM: once shut down, nothing brings it back
         display = "%s/%s" % (namespace, vm_name or vmi["metadata"]["name"])
+        why_not = None if migratable else kubevirt.describe_not_migratable(reason, message)
+        fate = fates.decide(vmi, run_strategy, snapshot.cluster_eviction_strategy, plan.non_migratable,
+                            display, name, not_migratable_reason=why_not)
         entry = {
             "namespace": namespace,
             "name": vm_name or vmi["metadata"]["name"],
-            "eviction_strategy": strategy,
+            "eviction_strategy": fate.strategy,
             "live_migratable": bool(migratable),
-            "reason": None if migratable else kubevirt.describe_not_migratable(reason, message),
-            "outcome": outcome,
+            "reason": why_not,
+            "outcome": fate.outcome,
+            "explanation": fate.sentence,
+            "restart_by": fate.restart_by,
             "run_strategy": run_strategy,
             "_vmi": vmi,
             "_pod": launchers.get(uid),
+            "_fate": fate,
         }
         plan.vms.append(entry)
-        if outcome == kubevirt.BLOCK:
-            plan.blockers.append(Blocker(VM, (
-                "VM %s cannot leave node %s: its eviction strategy is %s but it is not live-migratable (%s); "
-                "give it LiveMigrateIfPossible or None, or use non_migratable=shutdown."
-                % (display, name, strategy, entry["reason"])), vmi_uid=uid))
+        if fate.obstacle:
+            plan.blockers.append(Blocker(VM, fate.obstacle, vmi_uid=uid))
 
 
 def _pdbs(plan, snapshot):
@@ -513,7 +516,7 @@ def _moves(pod, plan):
     if kubevirt.is_launcher_pod(pod):
         for vm in plan.vms:
             if vm["_pod"] is pod:
-                return vm["outcome"] in (kubevirt.MIGRATE, kubevirt.RESTART_ELSEWHERE)
+                return vm["outcome"] in fates.MOVING_OUTCOMES
         return False
     controller = controller_of(pod)
     return controller is not None and controller.get("kind") != "DaemonSet"

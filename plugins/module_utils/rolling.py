@@ -22,7 +22,7 @@ __metaclass__ = type
 import copy
 import datetime
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
@@ -188,10 +188,7 @@ def preflight(client, params):
         vms = summary["plan"]["vms"]
         expected_stopped = []
         for vm in vms:
-            stays_stopped = vm["outcome"] == kubevirt.STAY_STOPPED or (
-                vm["outcome"] == kubevirt.BLOCK and policy == "shutdown"
-                and vm.get("run_strategy") not in ("Always", "RerunOnFailure"))
-            if stays_stopped:
+            if vm["outcome"] in fates.STOPPED_OUTCOMES:
                 expected_stopped.append({"namespace": vm["namespace"], "name": vm["name"], "node": name,
                                          "run_strategy": vm.get("run_strategy")})
                 warnings.append("VM %s on node %s will stay stopped after it leaves the node (run strategy %s); "
@@ -208,8 +205,8 @@ def preflight(client, params):
             "internal_ip": _internal_ip(node),
             "pods": len(summary["plan"]["evict"]),
             "vms": len(vms),
-            "vms_migrating": sum(1 for vm in vms if vm["outcome"] == kubevirt.MIGRATE),
-            "vms_shut_down": sum(1 for vm in vms if vm["outcome"] != kubevirt.MIGRATE),
+            "vms_migrating": sum(1 for vm in vms if vm["outcome"] == fates.MIGRATE),
+            "vms_shut_down": sum(1 for vm in vms if vm["outcome"] in fates.SHUT_DOWN_OUTCOMES),
             "expected_stopped": expected_stopped,
             "plan": summary["plan"],
         })

@@ -221,6 +221,15 @@ vms:
             - V(restart_elsewhere) (run strategy C(Always) or C(RerunOnFailure)), V(stay_stopped) (C(Manual),
               C(Once)), or V(shutdown) (a VMI without a VM, gone for good).
           type: str
+        restart_by:
+          description:
+            - For V(restart_elsewhere), who starts it again, V(kubevirt) or V(collection) (see RV(plan.vms[].restart_by)).
+          type: str
+          returned: when the VM is started again
+        restarted_on:
+          description: The node the VM runs on again, once it was started there.
+          type: str
+          returned: when the VM was started again and runs
     blocked:
       description: VMs still on the node at the end, with why.
       type: list
@@ -313,11 +322,22 @@ plan:
           description:
             - V(migrate) (live migration), V(restart_elsewhere) (shut down, then started on another node by its run
               strategy), V(stay_stopped) (shut down, run strategy C(Manual) or C(Once)), V(shutdown) (a VMI without a
-              VM, gone for good) or V(block) (eviction strategy C(LiveMigrate) but not live-migratable, so the drain
-              cannot finish).
+              VM, gone for good), V(block) (eviction strategy C(LiveMigrate) but not live-migratable, so the drain
+              cannot finish) or V(external) (eviction strategy C(External), for which KubeVirt only marks the VMI and an
+              external controller has to move or stop it).
           type: str
         run_strategy:
           description: The VM's run strategy.
+          type: str
+        explanation:
+          description: One sentence saying what happens to the VM and why (eviction strategy, live-migratability,
+            run strategy).
+          type: str
+        restart_by:
+          description:
+            - Who starts a shut-down VM again on another node, V(kubevirt) (run strategy C(Always)) or
+              V(collection) (C(RerunOnFailure), which KubeVirt does not restart after a clean shutdown, so the
+              collection asks it to start the VM once its old VMI has ended); null when nobody does.
           type: str
     blockers:
       description: What stops maintenance, one sentence each, saying what to do.

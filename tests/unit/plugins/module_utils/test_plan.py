@@ -32,7 +32,9 @@ def add_vm(server, name, node_name="worker-1", run_strategy="Always", **vmi_args
     (None, "LiveMigrateIfPossible", False, "Manual", "stay_stopped"),
     ("LiveMigrate", "None", True, "Once", "stay_stopped"),
     (None, None, True, "Always", "restart_elsewhere"),
-    ("None", "External", False, "Always", "migrate"),
+    # External: KubeVirt only marks the VMI; an external controller has to act.
+    ("None", "External", False, "Always", "external"),
+    ("None", "External", True, "Always", "external"),
 ])
 def test_eviction_table(cluster_default, own, migratable, run_strategy, outcome):
     client, server = cluster()
@@ -45,6 +47,8 @@ def test_eviction_table(cluster_default, own, migratable, run_strategy, outcome)
     assert entry["eviction_strategy"] == (own or cluster_default)
     assert entry["run_strategy"] == run_strategy
     assert entry["live_migratable"] is migratable
+    assert entry["restart_by"] == {"Always": "kubevirt", "RerunOnFailure": "collection"}.get(run_strategy) \
+        if outcome == "restart_elsewhere" else entry["restart_by"] is None
     blockers = plan.as_dict()["blockers"]
     if outcome == "block":
         assert blockers == ["VM ns1/vm1 cannot leave node worker-1: its eviction strategy is LiveMigrate but it is not "
@@ -52,6 +56,12 @@ def test_eviction_table(cluster_default, own, migratable, run_strategy, outcome)
                             "LiveMigrateIfPossible or None, or use non_migratable=shutdown."]
         assert [b.kind for b in plan.fatal_blockers("shutdown")] == []
         assert [b.kind for b in plan.fatal_blockers("fail")] == ["vm"]
+    elif outcome == "external":
+        assert blockers == ["VM ns1/vm1 cannot leave node worker-1: its eviction strategy is External: KubeVirt only "
+                            "marks it for evacuation and waits for an external controller to move or stop it; make "
+                            "sure that controller runs, or use non_migratable=wait or shutdown."]
+        assert [b.kind for b in plan.fatal_blockers("fail")] == ["vm"]
+        assert [b.kind for b in plan.fatal_blockers("wait")] == []
     else:
         assert blockers == []
     assert plan.capacity_ok
