@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
@@ -30,7 +30,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import (
     blocked_message,
-    shut_down_vmis,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan import (
     NODE,
@@ -99,9 +98,7 @@ def run(module):
         perms.append(Permission("delete", "pods", namespaces=namespaces))
     elif namespaces:
         perms.append(Permission("create", "pods", subresource="eviction", namespaces=namespaces))
-    if shutdown:
-        perms.append(Permission("delete", "virtualmachineinstances", group="kubevirt.io",
-                                namespaces=[vm["namespace"] for vm in shutdown]))
+    perms.extend(restart_elsewhere.permissions(shutdown, [] if powered_off else plan.vms))
     require(client, perms, "decommission node %s" % name)
 
     nodes_mod.update_node(client, name, lambda current: nodes_mod.enter_changes(current, "decommission"), node=node)
@@ -111,7 +108,7 @@ def run(module):
         progress.line("phase=Running node is not Ready and declared powered off: force-deleting its pods")
     else:
         drain_options = options.drain
-    wait_only = shut_down_vmis(client, shutdown)
+    wait_only = restart_elsewhere.shut_down(client, shutdown)
     drainer = Drainer(client, name, drain_options, deadline, progress=progress, wait_only=wait_only,
                       watch_budgets=plan.budgets_matter(), non_migratable=policy)
     outcome = drainer.run(wait=True)
@@ -152,6 +149,9 @@ def run(module):
         else:
             result["vms"]["not_restarted"].append({"namespace": vm["namespace"], "name": vm["name"],
                                                    "run_strategy": vm["run_strategy"]})
+    if not powered_off:
+        # RerunOnFailure VMs the drain shut down: KubeVirt does not start them again by itself.
+        restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
     if moving:
         result["vms"]["rescheduled"] = _wait_for_vms(client, name, moving, deadline, params["wait_for_vms"], result)
     result["duration_seconds"] = round(deadline.elapsed(), 1)

@@ -14,7 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nm_cr
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
@@ -216,18 +216,8 @@ def _permissions_for_drain(plan, options, shutdown):
             perms.append(Permission("delete", "pods", namespaces=namespaces))
         else:
             perms.append(Permission("create", "pods", subresource="eviction", namespaces=namespaces))
-    if shutdown:
-        perms.append(Permission("delete", "virtualmachineinstances", group="kubevirt.io",
-                                namespaces=[vm["namespace"] for vm in shutdown]))
+    perms.extend(restart_elsewhere.permissions(shutdown, plan.vms))
     return perms
-
-
-def shut_down_vmis(client, shutdown):
-    """Delete the VMIs of VMs that block the drain; their run strategy decides what follows."""
-    for vm in shutdown:
-        vmi = vm["_vmi"]["metadata"]
-        client.delete("VirtualMachineInstance", vmi["name"], vmi["namespace"])
-    return [pod_key(vm["_pod"]) for vm in shutdown if vm["_pod"] is not None]
 
 
 def enter_drain(module, result, plan, node, shutdown, options, deadline, progress):
@@ -241,7 +231,7 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
     result["changed"] = patch is not None
     if patch is not None:
         progress.line("phase=Running cordoned, tainted %s:NoSchedule" % nodes_mod.DRAIN_TAINT["key"])
-    wait_only = shut_down_vmis(client, shutdown)
+    wait_only = restart_elsewhere.shut_down(client, shutdown)
     if shutdown:
         result["changed"] = True
         progress.line("shut down %d VM%s that cannot migrate: %s" % (
@@ -279,7 +269,10 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
             "; ".join(explanations[t.key] for t in pending))
     else:
         result["phase"] = "Succeeded" if not outcome.pending else "Running"
-    result["vms"] = vm_report(client, plan, explanations, final=params["wait"])
+    restarted = {}
+    if result["phase"] == "Succeeded" and params["wait"]:
+        restarted = restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
+    result["vms"] = vm_report(client, plan, explanations, final=params["wait"], restarted=restarted)
     nodes_mod.set_record_phase(client, node_after, result["phase"], result["last_error"])
     progress.update(outcome.total, outcome.eviction, len(outcome.pending),
                     sum(1 for t in outcome.pending if t.launcher), phase=result["phase"])
@@ -288,7 +281,7 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
     return outcome.timed_out
 
 
-def vm_report(client, plan, explanations, final=True):
+def vm_report(client, plan, explanations, final=True, restarted=None):
     """Where each VM that ran on the node is now: migrated, shut down, blocked or pending."""
     vms = empty_vms()
     if not plan.vms:
@@ -314,7 +307,7 @@ def vm_report(client, plan, explanations, final=True):
             vms["migrated"].append({"namespace": vm["namespace"], "name": vm["name"], "source": plan.node,
                                     "target": kubevirt.migration_target(now)})
         else:
-            vms["shut_down"].append(_shut_down_entry(vm, plan.node))
+            vms["shut_down"].append(_shut_down_entry(vm, plan.node, (restarted or {}).get((vm["namespace"], vm["name"]))))
     return vms
 
 
@@ -323,9 +316,7 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
     client = module.client
     name = plan.node
     perms = [] if ours_cr else [Permission("create", "nodemaintenances", group=nm_cr.API_VERSIONS[cr_kind].split("/")[0])]
-    if shutdown:
-        perms.append(Permission("delete", "virtualmachineinstances", group="kubevirt.io",
-                                namespaces=[vm["namespace"] for vm in shutdown]))
+    perms.extend(restart_elsewhere.permissions(shutdown, plan.vms))
     if perms:
         require(client, perms, "put node %s into maintenance" % name)
     node = nodes_mod.get_node(client, name)
@@ -341,7 +332,7 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
     if shutdown:
         wait_for_object(client, "Node", name, lambda n: n is not None and nodes_mod.is_cordoned(n),
                         deadline.remaining(), "NodeMaintenance %s to cordon node %s" % (cr_name, name))
-        shut_down_vmis(client, shutdown)
+        restart_elsewhere.shut_down(client, shutdown)
         result["changed"] = True
     namespaces = dict((p["metadata"]["name"], p["metadata"]["namespace"]) for p in plan.evict)
     timed_out = False
@@ -387,7 +378,10 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
         result["last_error"] = "%s (phase %s%s)%s." % (
             what, view["phase"], ", last error: %s" % view["last_error"].rstrip(".") if view["last_error"] else "",
             ": %s" % detail if detail else "")
-    result["vms"] = vm_report(client, plan, explanations, final=params["wait"])
+    restarted = {}
+    if result["phase"] == "Succeeded" and params["wait"]:
+        restarted = restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
+    result["vms"] = vm_report(client, plan, explanations, final=params["wait"], restarted=restarted)
     if module.diff_mode:
         result["diff"] = {"before": before, "after": nodes_mod.maintenance_view(nodes_mod.get_node(client, name))}
     return timed_out

@@ -7,7 +7,10 @@ The transition table (kubevirt-behavior page, as virtctl and the console apply i
 
   before \\ action   start                  stop      restart
   Always            -                      Halted    Always (VMI re-created)
-  RerunOnFailure    -                      Halted    RerunOnFailure (VMI re-created)
+  RerunOnFailure    -                      (kept)*   RerunOnFailure (VMI re-created)
+  ...
+  * KubeVirt >= 1.2 stops the VMI and keeps RerunOnFailure; the seeds' table (and
+    KubeVirt < 1.2) says Halted.
   Manual            Manual (VMI started)   Manual    Manual (VMI re-created)
   Halted            Always                 -         -
 
@@ -44,7 +47,9 @@ FINAL_PHASES = ("Succeeded", "Failed")
 # Run strategy after each action; None = the action is refused for that strategy.
 AFTER_ACTION = {
     "Always": {"start": "Always", "stop": "Halted", "restart": "Always"},
-    "RerunOnFailure": {"start": "RerunOnFailure", "stop": "Halted", "restart": "RerunOnFailure"},
+    # KubeVirt >= 1.2 keeps RerunOnFailure on stop (pkg/virt-api/rest/lifecycle.go asks the VM
+    # controller to stop the VMI instead of rewriting the strategy); the seeds' table says Halted.
+    "RerunOnFailure": {"start": "RerunOnFailure", "stop": "RerunOnFailure", "restart": "RerunOnFailure"},
     "Manual": {"start": "Manual", "stop": "Manual", "restart": "Manual"},
     "Halted": {"start": "Always", "stop": "Halted", "restart": "Halted"},
     "Once": {"start": "Once", "stop": "Halted", "restart": None},
@@ -161,7 +166,7 @@ def plan_action(vm, vmi, action):
         plan.error = ("%s has run strategy Once and its VMI is not running; Once does not support start: set "
                       "run_strategy instead." % plan.describe())
         return plan
-    elif action == "stop" and active and before == "Manual":
+    elif action == "stop" and active and before in ("Manual", "RerunOnFailure"):
         plan.vmi_request = "stop"
     elif action == "restart" and vmi and before in ("Always", "RerunOnFailure", "Manual"):
         plan.vmi_request = "restart"

@@ -15,7 +15,9 @@ description:
   - Sets the run strategy (C(spec.runStrategy)) of one, many or all KubeVirt virtual machines, or applies the
     C(virtctl) actions start, stop and restart to them.
   - "The actions follow KubeVirt's transition table: with C(Always), start does nothing, stop sets C(Halted) and
-    restart re-creates the VMI; with C(RerunOnFailure), stop sets C(Halted) and restart re-creates the VMI;
+    restart re-creates the VMI; with C(RerunOnFailure), stop stops the VMI and keeps C(RerunOnFailure) (as
+    KubeVirt 1.2 and later do; the table of older releases, and of the product documentation, says C(Halted))
+    and restart re-creates the VMI;
     with C(Manual), start, stop and restart act on the VMI and the strategy stays C(Manual); with C(Halted), start
     sets C(Always) and stop and restart do nothing. With C(Once), stop sets C(Halted); start (of a VM that is not
     running) and restart are refused, as KubeVirt refuses them."
@@ -78,7 +80,7 @@ EXAMPLES = r"""
     namespace: team-a
     run_strategy: Always
 
-- name: Stop every VM of a namespace (Always and RerunOnFailure VMs become Halted)
+- name: Stop every VM of a namespace (Always VMs become Halted, RerunOnFailure and Manual VMs keep their strategy)
   kubevirt_ops.maintenance.vm_run_strategy:
     namespace: team-a
     action: stop

@@ -17,7 +17,8 @@ TABLE = [
     ("Always", "Running", "restart", "Always", "restart", "restart", "running"),
     ("RerunOnFailure", "Running", "start", "RerunOnFailure", None, None, None),
     ("RerunOnFailure", "Succeeded", "start", "RerunOnFailure", "start", "start", "running"),
-    ("RerunOnFailure", "Running", "stop", "Halted", None, "stop", "gone"),
+    # KubeVirt >= 1.2 keeps RerunOnFailure on stop (the seeds say Halted).
+    ("RerunOnFailure", "Running", "stop", "RerunOnFailure", "stop", "stop", "gone"),
     ("RerunOnFailure", "Running", "restart", "RerunOnFailure", "restart", "restart", "running"),
     ("Manual", None, "start", "Manual", "start", "start", "running"),
     ("Manual", "Succeeded", "start", "Manual", "start", "start", "running"),

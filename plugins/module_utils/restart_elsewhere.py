@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Shutting VMs down for a drain, and starting them again elsewhere, through KubeVirt's API.
+
+* Shutting down a VM the ``non_migratable=shutdown`` policy acts on goes through the VM's
+  subresources (as ``virtctl`` does): ``restart`` for run strategies ``Always`` and
+  ``RerunOnFailure`` (KubeVirt stops the VMI and starts a new one, which the cordon sends to
+  another node), ``stop`` for ``Manual`` (the strategy stays Manual). ``Once`` and a VMI
+  without a VM are shut down by deleting the VMI: ``stop`` would turn Once into Halted,
+  and deleting ends the VMI exactly as an eviction does.
+* A ``RerunOnFailure`` VM whose guest an eviction shut down ends ``Succeeded``, which KubeVirt
+  does not restart (pkg/virt-controller/watch/vm/vm.go); its ``start`` subresource does
+  (pkg/virt-api/rest/lifecycle.go: a Succeeded VMI is replaced). ``start_again`` asks for
+  that once the old VMI has ended and waits until the new one runs on another node.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import run_strategy
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+    ConflictError,
+    MaintenanceError,
+    NotFoundError,
+    WaitTimeoutError,
+    describe_object,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer, wait_until
+
+
+SUBRESOURCE_GROUP = "subresources.kubevirt.io"
+
+
+def permissions(shutdown, entries):
+    """What shutting down ``shutdown`` and starting again the VMs of ``entries`` needs."""
+    perms = []
+    by_action = {}
+    for vm in shutdown:
+        if vm["run_strategy"] in ("Always", "RerunOnFailure", "Manual"):
+            action = "stop" if vm["run_strategy"] == "Manual" else "restart"
+            by_action.setdefault(action, set()).add(vm["namespace"])
+        else:
+            by_action.setdefault("delete", set()).add(vm["namespace"])
+    for vm in needs_start(entries):
+        by_action.setdefault("start", set()).add(vm["namespace"])
+    for action, namespaces in sorted(by_action.items()):
+        if action == "delete":
+            perms.append(Permission("delete", "virtualmachineinstances", group="kubevirt.io",
+                                    namespaces=sorted(namespaces)))
+        else:
+            perms.append(Permission("update", "virtualmachines", group=SUBRESOURCE_GROUP, subresource=action,
+                                    namespaces=sorted(namespaces)))
+    return perms
+
+
+def shut_down(client, entries):
+    """Shut down the VMs of ``entries`` (plan VM entries) that cannot leave by eviction.
+
+    Returns the launcher pods the drain then only waits for (keys ``namespace/name``).
+    """
+    served = None
+    waiting = []
+    for vm in entries:
+        vmi = vm["_vmi"]["metadata"]
+        strategy = vm["run_strategy"]
+        if strategy in ("Always", "RerunOnFailure", "Manual"):
+            if served is None:
+                served = run_strategy.subresources_served(client)
+            owner = client.get("VirtualMachine", vm["name"], vm["namespace"])
+            action = "stop" if strategy == "Manual" else "restart"
+            run_strategy.request_vmi_action(client, owner, vm["_vmi"], action, served)
+        else:
+            client.delete("VirtualMachineInstance", vmi["name"], vmi["namespace"],
+                          body={"preconditions": {"uid": vmi.get("uid")}})
+        if vm["_pod"] is not None:
+            pod = vm["_pod"]["metadata"]
+            waiting.append("%s/%s" % (pod["namespace"], pod["name"]))
+    return waiting
+
+
+def needs_start(entries):
+    """The entries whose VM the collection starts again after the drain shut it down."""
+    return [vm for vm in entries if vm["_fate"].restart_by == fates.BY_US and not vm["_fate"].shut_down_by_us]
+
+
+def start_again(client, entries, source, deadline, progress=None):
+    """Start the VMs of ``entries`` once their old VMI has ended; wait until each runs on a
+    node other than ``source``. Returns {(namespace, name): node} of those that run."""
+    todo = dict(((vm["namespace"], vm["name"]), vm["_vmi"]["metadata"].get("uid")) for vm in needs_start(entries))
+    if not todo:
+        return {}
+    namespaces = set(ns for ns, _name in todo)
+    informer = Informer(client, "VirtualMachineInstance",
+                        namespace=list(namespaces)[0] if len(namespaces) == 1 else None)
+    served = run_strategy.subresources_served(client)
+    asked = set()
+    running = {}
+
+    def check():
+        for key, old_uid in todo.items():
+            vmi = informer.get(key[1], key[0])
+            uid = (vmi or {}).get("metadata", {}).get("uid")
+            if key not in asked and (vmi is None or uid != old_uid or kubevirt.vmi_is_final(vmi)):
+                if vmi is None or uid == old_uid:
+                    _start(client, key, vmi, served)
+                asked.add(key)
+                if progress is not None:
+                    progress.line("started VM %s/%s again (run strategy RerunOnFailure, shut down by the drain)"
+                                  % key)
+            if uid and uid != old_uid and (vmi.get("status") or {}).get("phase") == "Running" \
+                    and kubevirt.vmi_node(vmi) not in (None, source):
+                running[key] = kubevirt.vmi_node(vmi)
+        return len(running) == len(todo)
+
+    def pending():
+        return ", ".join("%s/%s" % key for key in sorted(todo) if key not in running)
+
+    try:
+        wait_until(check, [informer], deadline.remaining(), "VMs started again on another node",
+                   describe_pending=pending, deadline=deadline)
+    except WaitTimeoutError:
+        pass  # the report says which did not come back
+    finally:
+        informer.stop()
+    return running
+
+
+def _start(client, key, vmi, served):
+    namespace, name = key
+    try:
+        vm = client.get("VirtualMachine", name, namespace)
+    except NotFoundError:
+        return  # deleted meanwhile: nothing to start
+    try:
+        run_strategy.request_vmi_action(client, vm, vmi, "start", served)
+    except ConflictError:
+        pass  # "VM is already running": KubeVirt started it meanwhile
+    except MaintenanceError as exc:
+        raise MaintenanceError("Could not start %s again after the drain shut it down: %s"
+                               % (describe_object("VirtualMachine", name, namespace), exc.msg))
