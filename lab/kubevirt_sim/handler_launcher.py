@@ -15,8 +15,16 @@ What a real node does with a virt-launcher pod, beyond what KWOK's stages do:
   terminated with exit code 0, reason Completed), as ``kubectl get pods`` shows
   ``Completed`` after a live migration.
 
+- Image IDs: a kubelet reports each container's ``imageID`` (the image's digest);
+  KWOK leaves it empty. virt-controller needs it to migrate a VMI with containerDisks
+  (the target pod must run the same image: "can not proceed with the migration when no
+  reproducible image digest can be detected"), so it is filled in with a digest derived
+  from the image name.
+
 Nothing happens on a failed node: its kubelet is dead (lab/nodes.py ``fail``).
 """
+
+import hashlib
 
 from lab.kubevirt_sim import kube as k
 from lab.kubevirt_sim import objects as o
@@ -24,6 +32,14 @@ from lab.kubevirt_sim.handler_migration import migration_done
 from lab.kubevirt_sim.handler_nodes import node_failed
 from lab.kubevirt_sim.handler_vmi import guest_pod
 from lab.kubevirt_sim.workqueue import Controller
+
+
+def image_id(image):
+    """``<repository>@sha256:<digest>`` as a kubelet reports it, stable per image name."""
+    repository = (image or "").split("@")[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]
+    return f"{repository}@sha256:{hashlib.sha256((image or '').encode()).hexdigest()}"
 
 
 def _vmi_of(sim, pod):
@@ -36,7 +52,7 @@ def _vmi_of(sim, pod):
 def in_flight_target(vmi, pod):
     """Whether the pod is the target pod of the VMI's current migration."""
     state = o.status(vmi).get("migrationState") or {}
-    return o.is_migration_target(pod) and o.labels(pod).get(o.MIGRATION_JOB_LABEL) == state.get("migrationUID")
+    return o.is_migration_target(pod) and o.labels(pod).get(o.MIGRATION_JOB_LABEL) == state.get("migrationUid")
 
 
 def guest_runs_in(sim, vmi, pod):
@@ -109,7 +125,20 @@ class LauncherPods(Controller):
             return None
         if o.pod_phase(pod) == "Running" and launcher_exited(self.sim, vmi, pod):
             self._complete(pod)
+        elif o.pod_phase(pod) == "Running":
+            self._report_image_ids(pod)
         return None
+
+    def _report_image_ids(self, pod):
+        patch = {}
+        for field in ("containerStatuses", "initContainerStatuses"):
+            statuses = o.status(pod).get(field) or []
+            if any(not cs.get("imageID") for cs in statuses):
+                patch[field] = [dict(cs, imageID=cs.get("imageID") or image_id(cs.get("image"))) for cs in statuses]
+        if patch:
+            self.kube.patch(
+                k.PODS, o.meta(pod, "name"), {"status": patch}, namespace=o.meta(pod, "namespace"), subresource="status"
+            )
 
     def _complete(self, pod):
         now = o.now()

@@ -57,7 +57,7 @@ def migration_done(state):
 
 
 def target_pod(sim, vmi, state):
-    for pod in sim.pods.by_index("migration", state.get("migrationUID") or ""):
+    for pod in sim.pods.by_index("migration", state.get("migrationUid") or ""):
         if o.meta(pod, "namespace") == o.meta(vmi, "namespace"):
             return pod
     return None
@@ -69,6 +69,13 @@ def listener_ports(uid):
     digest = hashlib.sha256((uid or "").encode()).digest()
     ports = [30000 + int.from_bytes(digest[i : i + 2], "big") % 30000 for i in (0, 2, 4)]
     return {str(ports[0]): 0, str(ports[1]): 49152, str(ports[2]): 49153}
+
+
+def _mirror_target_state(state, **fields):
+    """Upstream also writes these into ``targetState`` when virt-controller created it
+    (decentralized migrations)."""
+    if state.get("targetState") is not None:
+        state["targetState"] = dict(state["targetState"], **fields)
 
 
 class MigrationHandler(Controller):
@@ -106,7 +113,7 @@ class MigrationHandler(Controller):
         if vmi is None or o.deleting(vmi):
             return None
         state = o.status(vmi).get("migrationState")
-        if not state or not state.get("migrationUID"):
+        if not state or not state.get("migrationUid"):
             return None
         delays = []
         target_node = o.labels(vmi).get(o.MIGRATION_TARGET_NODE_LABEL)
@@ -135,7 +142,7 @@ class MigrationHandler(Controller):
     def _target(self, vmi, state, node):
         """One step of migration-target.go ``sync``: (wrote the VMI?, seconds until the next step)."""
         if migration_done(state):
-            self._started.pop(state.get("migrationUID"), None)
+            self._started.pop(state.get("migrationUid"), None)
             return self._final_cleanup(vmi), None
         if state.get("failed"):
             return False, None
@@ -145,16 +152,14 @@ class MigrationHandler(Controller):
         started = bool(state.get("startTimestamp"))
         if state.get("endTimestamp") and started and not state.get("completed"):
             update_vmi(self.kube, vmi, {"migrationState": dict(state, completed=True)})
-            self.log.info("%s: migration %s completed on %s", k.key_of(vmi), state["migrationUID"], node)
+            self.log.info("%s: migration %s completed on %s", k.key_of(vmi), state["migrationUid"], node)
             return True, None
         if not started:
             address = migration_address(self.sim, node)
             if address and state.get("targetNodeAddress") != address:
-                new = dict(
-                    state,
-                    targetNodeAddress=address,
-                    targetDirectMigrationNodePorts=listener_ports(o.meta(vmi, "uid")),
-                )
+                ports = listener_ports(o.meta(vmi, "uid"))
+                new = dict(state, targetNodeAddress=address, targetDirectMigrationNodePorts=ports)
+                _mirror_target_state(new, nodeAddress=address, directMigrationNodePorts=ports)
                 update_vmi(self.kube, vmi, {"migrationState": new})
                 self.log.info("%s: target %s prepared at %s", k.key_of(vmi), node, address)
                 return True, None
@@ -163,6 +168,7 @@ class MigrationHandler(Controller):
         new = dict(state)
         if not new.get("targetNodeDomainDetected"):
             new["targetNodeDomainDetected"] = True
+            _mirror_target_state(new, domainDetected=True)
         left = self._transfer_left(vmi, state)
         if left > 0 or o.fails_migrations(vmi, self._vm(vmi)):
             if new != state:
@@ -173,6 +179,7 @@ class MigrationHandler(Controller):
         now = o.now()
         if not new.get("targetNodeDomainReadyTimestamp"):
             new["targetNodeDomainReadyTimestamp"] = now
+            _mirror_target_state(new, domainReadyTimestamp=now)
         new["endTimestamp"] = now
         self._ack_completion(vmi, new, node)
         return True, None
@@ -211,7 +218,7 @@ class MigrationHandler(Controller):
     # -- source -------------------------------------------------------------------------
 
     def _source(self, vmi, state):
-        uid = state["migrationUID"]
+        uid = state["migrationUid"]
         if state.get("abortRequested"):
             return self._report_failure(vmi, state, ABORTED, abort=True)
         if not state.get("startTimestamp"):
@@ -243,8 +250,8 @@ class MigrationHandler(Controller):
         if abort:
             new["abortStatus"] = "Succeeded"
         update_vmi(self.kube, vmi, {"migrationState": new})
-        self._started.pop(state.get("migrationUID"), None)
-        self.log.info("%s: migration %s failed: %s", k.key_of(vmi), state.get("migrationUID"), reason)
+        self._started.pop(state.get("migrationUid"), None)
+        self.log.info("%s: migration %s failed: %s", k.key_of(vmi), state.get("migrationUid"), reason)
         return True, None
 
     # -- timing -------------------------------------------------------------------------
@@ -265,7 +272,7 @@ class MigrationHandler(Controller):
         """Seconds until the transfer ends; measured from this process's own start when
         it saw it, else from ``startTimestamp`` (whole seconds, so at most one second
         longer than exact)."""
-        started = self._started.get(state.get("migrationUID"))
+        started = self._started.get(state.get("migrationUid"))
         if started is not None:
             elapsed = time.monotonic() - started
         else:

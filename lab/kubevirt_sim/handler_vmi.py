@@ -56,7 +56,7 @@ def guest_pod(sim, vmi):
     not the target of a migration still in flight; the newest if several."""
     node = o.status(vmi).get("nodeName")
     state = o.status(vmi).get("migrationState") or {}
-    in_flight = state.get("migrationUID") if migration_in_progress(vmi) else None
+    in_flight = state.get("migrationUid") if migration_in_progress(vmi) else None
     pods = [
         p
         for p in vmi_pods(sim, vmi)
