@@ -75,14 +75,12 @@ def launcher_exited(sim, vmi, pod):
         return migration_done(state) and bool(state.get("failed"))
     if guest_runs_in(sim, vmi, pod):
         return False
-    # A pod the guest has left: the source after a completed migration.
-    return (
-        bool(state.get("completed"))
-        and not state.get("failed")
-        and migration_done(state)
-        and o.pod_node(pod) == state.get("sourceNode")
-        and o.pod_node(pod) != o.status(vmi).get("nodeName")
-    )
+    # A pod the guest has left: the source of the last migration, once it completed.
+    if not (state.get("completed") and not state.get("failed") and migration_done(state)):
+        return False
+    if state.get("sourcePod"):
+        return o.meta(pod, "name") == state["sourcePod"]
+    return o.pod_node(pod) == state.get("sourceNode") != o.status(vmi).get("nodeName")
 
 
 class LauncherPods(Controller):
