@@ -5,7 +5,14 @@ kwok v0.8 applies the Stages given with ``--config``. The ones used here are the
 lab/build.sh): nodes become Ready at once and keep a Lease renewed, pods become
 Ready as soon as they are bound, and a pod with a deletionTimestamp is removed
 straight away, the way a kubelet confirms a graceful deletion.
+
+With the real virt-controller, virt-launcher pods are left out of that last stage
+(``launchers_by_handler``): a real launcher pod lives on after SIGTERM until
+virt-handler has shut its guest down, and the virt-handler stand-in
+(lab/kubevirt_sim/handler_launcher.py) confirms their deletion once it has.
 """
+
+import yaml
 
 from lab.binaries import stages_dir
 from lab.errors import LabError
@@ -17,14 +24,26 @@ STAGE_FILES = (
     "pod/fast/pod-complete.yaml",
     "pod/fast/pod-delete.yaml",
 )
+POD_DELETE_STAGE = "pod/fast/pod-delete.yaml"
+# kwok's selector keys are jq expressions; NotIn also matches pods without the label.
+NOT_A_LAUNCHER = {"key": '.metadata.labels["kubevirt.io"]', "operator": "NotIn", "values": ["virt-launcher"]}
 
 
-def write_config(path, bin_dir):
+def write_config(path, bin_dir, launchers_by_handler=False):
     stages = stages_dir(bin_dir)
     documents = []
     for relative in STAGE_FILES:
         stage = stages / relative
         if not stage.is_file():
             raise LabError(f"kwok stage {relative} missing in {stages}: re-run lab/build.sh")
-        documents.append(stage.read_text().strip() + "\n")
+        text = stage.read_text().strip() + "\n"
+        if launchers_by_handler and relative == POD_DELETE_STAGE:
+            text = _without_launchers(text)
+        documents.append(text)
     path.write_text("---\n".join(documents))
+
+
+def _without_launchers(text):
+    stage = yaml.safe_load(text)
+    stage["spec"]["selector"]["matchExpressions"].append(dict(NOT_A_LAUNCHER))
+    return yaml.safe_dump(stage, sort_keys=False)

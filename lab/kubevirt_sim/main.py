@@ -1,10 +1,14 @@
 """Start the KubeVirt simulator against a running cluster.
 
-    python -m lab.kubevirt_sim --kubeconfig KUBECONFIG --state-dir DIR [--no-hco]
+    python -m lab.kubevirt_sim --kubeconfig KUBECONFIG --state-dir DIR [--no-hco] [--real-kubevirt]
 
 Applies the CRDs, creates the KubeVirt (and HyperConverged) CRs, starts the caches,
 controllers, webhooks and the aggregated API, then writes ``DIR/ready`` (JSON:
 pid, webhook port, how VM actions are served). It runs until SIGTERM/SIGINT.
+
+With ``--real-kubevirt`` the real virt-controller and virt-api run beside it (their
+CRDs, KubeVirt CR and webhooks installed by others): it then plays only virt-handler
+on every node (handler_*.py), the storage provisioner, HCO and NodeMaintenance.
 """
 
 import argparse
@@ -22,6 +26,11 @@ from lab.kubevirt_sim import kube as k
 from lab.kubevirt_sim import objects as o
 from lab.kubevirt_sim.cluster_config import ClusterConfig
 from lab.kubevirt_sim.evacuation import EvacuationController
+from lab.kubevirt_sim.handler_launcher import LauncherPods
+from lab.kubevirt_sim.handler_migration import MigrationHandler
+from lab.kubevirt_sim.handler_node_labeller import HandlerNodeLabeller
+from lab.kubevirt_sim.handler_nodes import LEASES, NODE_LEASE_NAMESPACE, Heartbeat
+from lab.kubevirt_sim.handler_vmi import VMIHandler
 from lab.kubevirt_sim.hco import HyperConvergedController
 from lab.kubevirt_sim.informer import Informer
 from lab.kubevirt_sim.kubevirt_cr import KubeVirtStatus
@@ -79,6 +88,11 @@ class Simulator:
         self.vmims.add_index("vmi", lambda m: [f"{o.meta(m, 'namespace')}/{o.spec(m).get('vmiName')}"])
         self.vmims.add_index("uid", lambda m: [o.meta(m, "uid")])
 
+    def add_handler_caches(self):
+        """What the virt-handler stand-in reads besides the shared caches."""
+        self.leases = Informer(self.kube, LEASES, field_selector=f"metadata.namespace={NODE_LEASE_NAMESPACE}")
+        self.vmis.add_index("uid", lambda v: [o.meta(v, "uid")])
+
     def informers(self):
         return [v for v in vars(self).values() if isinstance(v, Informer)]
 
@@ -104,6 +118,24 @@ def parse_args(argv):
         "--no-node-maintenance",
         action="store_true",
         help="leave NodeMaintenance CRs to another controller (e.g. the real node-maintenance-operator)",
+    )
+    p.add_argument(
+        "--real-kubevirt",
+        action="store_true",
+        help="the real virt-controller and virt-api run: play only virt-handler (plus storage, "
+        "HCO and NodeMaintenance); KubeVirt's CRDs and KubeVirt CR must exist",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=60.0,
+        help="virt-handler heartbeat period in seconds, before upstream's 1.2 jitter (default 60)",
+    )
+    p.add_argument(
+        "--guest-shutdown-seconds",
+        type=float,
+        default=1.0,
+        help="how long a guest takes to power off after an ACPI shutdown (default 1)",
     )
     p.add_argument("--log-level", default=os.environ.get("KUBEVIRT_SIM_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
@@ -137,6 +169,8 @@ def wait_for_kubevirt_nodes(sim, timeout=20):
 
 
 def run(args):
+    if args.real_kubevirt:
+        return run_handler(args)
     state_dir = Path(args.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     ready_file = state_dir / "ready"
@@ -226,6 +260,81 @@ def run(args):
             subresources.withdraw()
         except Exception as e:
             log.warning("could not withdraw the APIService: %s", e)
+    log.info("stopped")
+
+
+def run_handler(args):
+    """The virt-handler stand-in beside the real virt-controller and virt-api."""
+    state_dir = Path(args.state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    ready_file = state_dir / "ready"
+    ready_file.unlink(missing_ok=True)
+
+    kube = k.Kube(args.kubeconfig)
+    log.info("starting the virt-handler stand-in against %s", kube.host)
+    wait_for_apiserver(kube)
+    crds.apply_all(kube, exclude_groups=("kubevirt.io",))
+    kubevirt_cr.ensure_namespace(kube, "kubevirt")
+    if not args.no_hco:
+        hco.ensure_hyperconverged(kube)
+    storage.ensure_storage_class(kube)
+    # virt-operator's DaemonSet: KWOK runs its pods, drains skip them, and virt-controller's
+    # node controller expects exactly one (pkg/virt-controller/watch/node/node.go).
+    nodes.ensure_virt_handler(kube)
+
+    sim = Simulator(kube, args.migration_bandwidth)
+    sim.add_handler_caches()
+    heartbeat = Heartbeat(sim, args.heartbeat_interval)
+    controllers = [
+        heartbeat,
+        VMIHandler(sim, args.guest_shutdown_seconds),
+        MigrationHandler(sim),
+        LauncherPods(sim),
+        HandlerNodeLabeller(sim),
+        Provisioner(sim),
+        HyperConvergedController(sim),
+    ]
+    if not args.no_node_maintenance:
+        controllers.append(NodeMaintenanceController(sim))
+    for informer in sim.informers():
+        informer.start()
+    for informer in sim.informers():
+        if not informer.wait_synced(120):
+            raise TimeoutError(f"cache of {informer.name} did not sync (are KubeVirt's CRDs installed?)")
+    for controller in controllers:
+        controller.start()
+
+    webhook_port = None
+    if not args.no_node_maintenance:
+        serving = certs.create(state_dir / "certs", ["127.0.0.1"], ["localhost"])
+        webhook_port = webhook.start(sim, serving, kubevirt=False)
+
+    wait_for_kubevirt_nodes(sim)
+    info = {
+        "pid": os.getpid(),
+        "mode": "real-kubevirt",
+        "webhook": f"https://127.0.0.1:{webhook_port}" if webhook_port else None,
+        "vm_actions": None,
+        "subresources_address": None,
+        "migration_bandwidth": args.migration_bandwidth,
+        "hco": not args.no_hco,
+    }
+    tmp = ready_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info, indent=2) + "\n")
+    tmp.replace(ready_file)
+    log.info("ready: %s", json.dumps(info))
+
+    stopping = threading.Event()
+
+    def stop(signum, frame):
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not stopping.wait(3600):
+        pass
+    ready_file.unlink(missing_ok=True)
+    heartbeat.stop()
     log.info("stopped")
 
 

@@ -34,17 +34,20 @@ def _route(path, handler):
     return route
 
 
-def start(sim, serving):
-    """Serve the webhooks on 127.0.0.1 and register them; returns the port."""
+def start(sim, serving, kubevirt=True):
+    """Serve the webhooks on 127.0.0.1 and register them; returns the port.
+
+    Without ``kubevirt`` (real virt-api serves KubeVirt's) only NMO's are served."""
     admission = Admission(sim)
-    routes = [
-        _route("/pod-eviction", admission.eviction),
-        _route("/virtualmachines-validate", admission.virtual_machine),
-        _route("/migration-validate-create", admission.migration),
-        _route("/nodemaintenance-validate", admission.node_maintenance),
-    ]
+    routes = [_route("/nodemaintenance-validate", admission.node_maintenance)]
+    if kubevirt:
+        routes += [
+            _route("/pod-eviction", admission.eviction),
+            _route("/virtualmachines-validate", admission.virtual_machine),
+            _route("/migration-validate-create", admission.migration),
+        ]
     _, port = https_server.serve("127.0.0.1", serving.cert_file, serving.key_file, routes)
-    register(sim.kube, port, serving.ca_pem)
+    register(sim.kube, port, serving.ca_pem, kubevirt=kubevirt)
     log.info("admission webhooks served on https://127.0.0.1:%d", port)
     return port
 
@@ -75,8 +78,8 @@ def _rule(group, version, resources, operations):
     }
 
 
-def register(kube, port, ca_pem):
-    kubevirt = {
+def register(kube, port, ca_pem, kubevirt=True):
+    kubevirt_hooks = {
         "metadata": {"name": KUBEVIRT_CONFIGURATION, "labels": {"kubevirt.io": "virt-api-validator"}},
         "webhooks": [
             _hook(
@@ -127,5 +130,5 @@ def register(kube, port, ca_pem):
             ),
         ],
     }
-    for configuration in (kubevirt, nmo):
+    for configuration in (kubevirt_hooks, nmo) if kubevirt else (nmo,):
         kube.apply(k.VALIDATING_WEBHOOKS, configuration)

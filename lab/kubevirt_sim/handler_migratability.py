@@ -1,0 +1,179 @@
+"""The LiveMigratable and StorageLiveMigratable conditions, as virt-handler computes them.
+
+Upstream: ``pkg/virt-handler/vm.go`` (kubevirt v1.7) ``calculateLiveMigrationCondition``,
+``calculateLiveStorageMigrationCondition`` and ``checkVolumesForMigration``; the
+interface check is ``pkg/network/vmispec/interface.go`` ``VerifyVMIMigratable``.
+
+LiveMigratable reports the FIRST blocker, in upstream's order: interfaces, host-model
+CPU, PCI host devices/GPUs, SEV/TDX, SCSI persistent reservation, TSC frequency,
+Hyper-V passthrough, and only then the disks. The disks are judged from
+``status.volumeStatus[].persistentVolumeClaimInfo.accessModes`` (filled by
+virt-controller), not from the PVC objects. StorageLiveMigratable lists every blocker
+but the disks, joined, with reason ``NotMigratable``.
+
+Not blockers any more (v1.7): host-passthrough CPU, virtiofs filesystems (a virtiofs
+volume is skipped by the disk check), read-only CD-ROMs. Local disks such as
+containerDisk, cloudInit or emptyDisk make the migration a block migration
+(``status.migrationMethod: BlockMigration``) but do not block it.
+
+The lab's nodes all report a host CPU model, so the host-model check never blocks;
+the TSC-frequency check (only for VMIs requiring ``invtsc`` without topology hints) is
+not simulated.
+"""
+
+from lab.kubevirt_sim import objects as o
+
+LIVE_MIGRATABLE = "LiveMigratable"
+STORAGE_LIVE_MIGRATABLE = "StorageLiveMigratable"
+
+# kubevirt.io/api core/v1 types.go reasons
+DISKS = "DisksNotLiveMigratable"
+INTERFACE = "InterfaceNotLiveMigratable"
+HOST_DEVICE = "HostDeviceNotLiveMigratable"
+SEV = "SEVNotLiveMigratable"
+TDX = "TDXNotLiveMigratable"
+PERSISTENT_RESERVATION = "PersistentReservationNotLiveMigratable"
+HYPERV_PASSTHROUGH = "HypervPassthroughNotLiveMigratable"
+NOT_MIGRATABLE = "NotMigratable"
+
+LIVE_MIGRATION = "LiveMigration"
+BLOCK_MIGRATION = "BlockMigration"
+
+_SHARED = "ReadWriteMany"
+_NOT_SHARED = (
+    "cannot migrate VMI: PVC {} is not shared, live migration requires that all PVCs must be "
+    "shared (using ReadWriteMany access mode)"
+)
+_UNKNOWN_SHARING = (
+    "cannot migrate VMI: Unable to determine if PVC {} is shared, live migration requires that all "
+    "PVCs must be shared (using ReadWriteMany access mode)"
+)
+
+
+def conditions(vmi, binding_plugins=None):
+    """(LiveMigratable condition, StorageLiveMigratable condition, migration method)."""
+    block_migration, disk_error = check_volumes(vmi)
+    blockers = _non_storage_blockers(vmi, binding_plugins or {})
+    if blockers:
+        reason, message = blockers[0]
+        live = _false(LIVE_MIGRATABLE, reason, message)
+    elif disk_error:
+        live = _false(LIVE_MIGRATABLE, DISKS, disk_error)
+    else:
+        live = _true(LIVE_MIGRATABLE)
+    if blockers:
+        message = ", ".join(f"{reason}: {msg}" for reason, msg in blockers)
+        storage = _false(STORAGE_LIVE_MIGRATABLE, NOT_MIGRATABLE, message)
+    else:
+        storage = _true(STORAGE_LIVE_MIGRATABLE)
+    return live, storage, BLOCK_MIGRATION if block_migration else LIVE_MIGRATION
+
+
+def _true(type_):
+    return {"type": type_, "status": "True", "lastProbeTime": None, "lastTransitionTime": None}
+
+
+def _false(type_, reason, message):
+    return {
+        "type": type_,
+        "status": "False",
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": None,
+        "lastTransitionTime": None,
+    }
+
+
+def _devices(vmi):
+    return ((o.spec(vmi).get("domain") or {}).get("devices")) or {}
+
+
+def _non_storage_blockers(vmi, binding_plugins):
+    spec = o.spec(vmi)
+    domain = spec.get("domain") or {}
+    blockers = []
+    iface_error = interfaces_error(vmi, binding_plugins)
+    if iface_error:
+        blockers.append((INTERFACE, iface_error))
+    devices = _devices(vmi)
+    if devices.get("hostDevices") or devices.get("gpus"):
+        blockers.append((HOST_DEVICE, "VMI uses a PCI host devices"))
+    security = domain.get("launchSecurity") or {}
+    if "sev" in security:
+        blockers.append((SEV, "VMI uses SEV"))
+    elif "tdx" in security:
+        blockers.append((TDX, "VMI uses TDX"))
+    # pkg/storage/reservation: a LUN disk with reservation: true
+    if any((disk.get("lun") or {}).get("reservation") for disk in devices.get("disks") or []):
+        blockers.append((PERSISTENT_RESERVATION, "VMI uses SCSI persistent reservation"))
+    passthrough = (domain.get("features") or {}).get("hypervPassthrough") or {}
+    if passthrough.get("enabled"):
+        blockers.append((HYPERV_PASSTHROUGH, "VMI uses hyperv passthrough"))
+    return blockers
+
+
+def interfaces_error(vmi, binding_plugins):
+    """``VerifyVMIMigratable``: with interfaces, the pod network must use masquerade,
+    bridge with the allow annotation (any value) or a binding plugin that migrates."""
+    spec = o.spec(vmi)
+    ifaces = _devices(vmi).get("interfaces") or []
+    if not ifaces:
+        return None
+    pod_network = next((n for n in spec.get("networks") or [] if "pod" in n), None)
+    pod_iface = None
+    if pod_network is not None:
+        pod_iface = next((i for i in ifaces if i.get("name") == pod_network.get("name")), None)
+    if pod_iface is not None:
+        allowed = o.ALLOW_POD_BRIDGE_MIGRATION_ANNOTATION in o.annotations(vmi)
+        if allowed and "bridge" in pod_iface:
+            return None
+        if "masquerade" in pod_iface:
+            return None
+        binding = (pod_iface.get("binding") or {}).get("name")
+        if binding and (binding_plugins.get(binding) or {}).get("migration") is not None:
+            return None
+    return (
+        "cannot migrate VMI which does not use masquerade, bridge with "
+        f"{o.ALLOW_POD_BRIDGE_MIGRATION_ANNOTATION} VM annotation or a migratable plugin "
+        "to connect to the pod network"
+    )
+
+
+def check_volumes(vmi):
+    """``checkVolumesForMigration``: (block migration?, error message or None)."""
+    spec = o.spec(vmi)
+    status = o.status(vmi)
+    by_name = {v.get("name"): v for v in status.get("volumeStatus") or []}
+    migrated = {v.get("volumeName") for v in status.get("migratedVolumes") or []}
+    block = bool(status.get("migratedVolumes"))
+    filesystems = {fs.get("name") for fs in _devices(vmi).get("filesystems") or []}
+    read_only_cdroms = {
+        d.get("name")
+        for d in _devices(vmi).get("disks") or []
+        if "cdrom" in d and (d.get("cdrom") or {}).get("readonly", True) is not False
+    }
+    for volume in spec.get("volumes") or []:
+        name = volume.get("name")
+        if "persistentVolumeClaim" in volume or "dataVolume" in volume:
+            if "persistentVolumeClaim" in volume:
+                claim = volume["persistentVolumeClaim"].get("claimName")
+            else:
+                claim = volume["dataVolume"].get("name")
+            info = (by_name.get(name) or {}).get("persistentVolumeClaimInfo")
+            if not info:
+                return True, _UNKNOWN_SHARING.format(claim)
+            if _SHARED not in (info.get("accessModes") or []) and name not in migrated:
+                return True, _NOT_SHARED.format(claim)
+        elif "hostDisk" in volume:
+            info = (by_name.get(name) or {}).get("persistentVolumeClaimInfo")
+            if info:
+                if _SHARED not in (info.get("accessModes") or []) and name not in migrated:
+                    return True, _NOT_SHARED.format(info.get("claimName"))
+                continue
+            if not (volume["hostDisk"] or {}).get("shared"):
+                return True, "cannot migrate VMI with non-shared HostDisk"
+        else:
+            if name in filesystems or name in read_only_cdroms:
+                continue
+            block = True
+    return block, None

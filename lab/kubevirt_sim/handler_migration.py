@@ -1,0 +1,280 @@
+"""virt-handler's parts of a live migration: the target and the source handler.
+
+virt-controller (``pkg/virt-controller/watch/migration/migration.go``) creates the target
+launcher pod and, once it is Ready, hands the migration off (``handleTargetPodHandoff``):
+it writes ``status.migrationState`` (migrationUID, sourceNode, targetNode, targetPod) and
+labels the VMI ``kubevirt.io/migrationTargetNodeName=<target>``. It then moves the
+migration object Scheduled -> PreparingTarget (targetNode set) -> TargetReady
+(``targetNodeAddress`` set) -> Running (``startTimestamp`` set) -> Succeeded
+(``completed``), or Failed when ``migrationState.failed`` is reported.
+
+The handlers' parts, each written as one VMI ``Update`` like upstream:
+
+Target (``pkg/virt-handler/migration-target.go``), on the labelled node:
+  1. prepare: ``targetNodeAddress`` (its pod IP, ``FindMigrationIP``) and
+     ``targetDirectMigrationNodePorts`` once the target launcher runs;
+  2. when the incoming domain appears (the source started): ``targetNodeDomainDetected``;
+  3. when it runs on the target and its metadata carries the end time:
+     ``targetNodeDomainReadyTimestamp`` and ``ackMigrationCompletion``: ``endTimestamp``,
+     ``status.nodeName`` and label ``kubevirt.io/nodeName`` = target, ``evacuationNodeName``
+     and the ``kubevirt.io/eviction-source`` annotation cleared,
+     ``launcherContainerImageVersion`` cleared, ``migrationTransport: Unix``;
+  4. ``finalizeMigration``: ``completed: true``;
+  5. ``finalCleanup``: drops the target label and ``kubevirt.io/create-migration-target``.
+
+Source (``pkg/virt-handler/migration-source.go``), on ``status.nodeName`` ==
+``migrationState.sourceNode``: once the target published its address, starts the
+migration in its launcher and reports the launcher's ``startTimestamp`` and ``mode``;
+on failure or abort ``failed``, ``failureReason``, ``endTimestamp`` (and ``abortStatus``).
+
+No bytes move: the transfer lasts guest memory / bandwidth, the bandwidth being the
+KubeVirt CR's ``spec.configuration.migrations.bandwidthPerMigration`` when set, else the
+stand-in's ``--migration-bandwidth`` ("0" = instant). Lab knob: a VMI or its VM
+annotated ``kubevirt-ops.lab/fail-migration: "true"`` fails every migration at the end
+of the transfer, reported by the source as a real failure; virt-controller then fails
+the migration object and (for evacuations) retries with its own backoff.
+"""
+
+import hashlib
+import time
+
+from lab.kubevirt_sim import kube as k
+from lab.kubevirt_sim import objects as o
+from lab.kubevirt_sim.handler_nodes import handler_alive, migration_address
+from lab.kubevirt_sim.handler_vmi import update_vmi
+from lab.kubevirt_sim.workqueue import Controller
+
+CREATE_MIGRATION_TARGET_ANNOTATION = "kubevirt.io/create-migration-target"
+EVICTION_SOURCE_ANNOTATION = "kubevirt.io/eviction-source"
+OUTDATED_LAUNCHER_IMAGE_LABEL = "kubevirt.io/outdatedLauncherImage"
+FAILED_BY_KNOB = f"Live migration failed: the VM is annotated {o.FAIL_MIGRATION_ANNOTATION}"
+ABORTED = "Live migration aborted "  # sic, virt-launcher's live-migration-source.go
+
+
+def migration_done(state):
+    """migration-source.go ``isMigrationDone``."""
+    return not state or bool(state.get("endTimestamp") and (state.get("completed") or state.get("failed")))
+
+
+def target_pod(sim, vmi, state):
+    for pod in sim.pods.by_index("migration", state.get("migrationUid") or ""):
+        if o.meta(pod, "namespace") == o.meta(vmi, "namespace"):
+            return pod
+    return None
+
+
+def listener_ports(uid):
+    """Ports the target's migration proxy listens on (``GetTargetListenerPorts``): one for
+    the domain (source port 0) and the two direct-migration ports 49152 and 49153."""
+    digest = hashlib.sha256((uid or "").encode()).digest()
+    ports = [30000 + int.from_bytes(digest[i : i + 2], "big") % 30000 for i in (0, 2, 4)]
+    return {str(ports[0]): 0, str(ports[1]): 49152, str(ports[2]): 49153}
+
+
+def _mirror_target_state(state, **fields):
+    """Upstream also writes these into ``targetState`` when virt-controller created it
+    (decentralized migrations)."""
+    if state.get("targetState") is not None:
+        state["targetState"] = dict(state["targetState"], **fields)
+
+
+class MigrationHandler(Controller):
+    name = "handler-migration"
+    workers = 4
+    resync_seconds = 15.0
+
+    def __init__(self, sim):
+        super().__init__(sim)
+        self._started = {}  # migration UID -> monotonic start, for an exact transfer time
+        sim.vmis.add_handler(self._on_vmi)
+        sim.pods.add_handler(self._on_pod)
+        sim.vms.add_handler(self._on_vm)
+
+    def _on_vmi(self, event, vmi, old):
+        if o.status(vmi).get("migrationState") or (old and o.status(old).get("migrationState")):
+            self.enqueue(k.key_of(vmi))
+
+    def _on_pod(self, event, pod, old):
+        uid = o.labels(pod).get(o.CREATED_BY_LABEL)
+        if o.labels(pod).get(o.APP_LABEL) == o.LAUNCHER and uid:
+            for vmi in self.sim.vmis.by_index("uid", uid):
+                self.enqueue(k.key_of(vmi))
+
+    def _on_vm(self, event, vm, old):
+        key = k.key_of(vm)
+        if self.sim.vmis.get(key) is not None:
+            self.enqueue(key)
+
+    def all_keys(self):
+        return [k.key_of(v) for v in self.sim.vmis.list() if o.status(v).get("migrationState")]
+
+    def reconcile(self, key):
+        vmi = self.sim.vmis.get(key)
+        if vmi is None or o.deleting(vmi):
+            return None
+        state = o.status(vmi).get("migrationState")
+        if not state or not state.get("migrationUid"):
+            return None
+        delays = []
+        target_node = o.labels(vmi).get(o.MIGRATION_TARGET_NODE_LABEL)
+        if target_node and not o.vmi_is_final(vmi) and handler_alive(self.sim, target_node):
+            wrote, delay = self._target(vmi, state, target_node)
+            if wrote:
+                return None  # the watch brings the VMI back
+            delays.append(delay)
+        node = o.status(vmi).get("nodeName")
+        if (
+            not o.vmi_is_final(vmi)
+            and node
+            and node == state.get("sourceNode")
+            and not migration_done(state)
+            and handler_alive(self.sim, node)
+        ):
+            wrote, delay = self._source(vmi, state)
+            if wrote:
+                return None
+            delays.append(delay)
+        delays = [d for d in delays if d is not None]
+        return min(delays) if delays else None
+
+    # -- target -------------------------------------------------------------------------
+
+    def _target(self, vmi, state, node):
+        """One step of migration-target.go ``sync``: (wrote the VMI?, seconds until the next step)."""
+        if migration_done(state):
+            self._started.pop(state.get("migrationUid"), None)
+            return self._final_cleanup(vmi), None
+        if state.get("failed"):
+            return False, None
+        pod = target_pod(self.sim, vmi, state)
+        if pod is None or o.pod_phase(pod) != "Running" or o.deleting(pod):
+            return False, None  # no target launcher to talk to
+        started = bool(state.get("startTimestamp"))
+        if state.get("endTimestamp") and started and not state.get("completed"):
+            update_vmi(self.kube, vmi, {"migrationState": dict(state, completed=True)})
+            self.log.info("%s: migration %s completed on %s", k.key_of(vmi), state["migrationUid"], node)
+            return True, None
+        if not started:
+            address = migration_address(self.sim, node)
+            if address and state.get("targetNodeAddress") != address:
+                ports = listener_ports(o.meta(vmi, "uid"))
+                new = dict(state, targetNodeAddress=address, targetDirectMigrationNodePorts=ports)
+                _mirror_target_state(new, nodeAddress=address, directMigrationNodePorts=ports)
+                update_vmi(self.kube, vmi, {"migrationState": new})
+                self.log.info("%s: target %s prepared at %s", k.key_of(vmi), node, address)
+                return True, None
+            return False, None
+        # The source started: the incoming domain exists on the target.
+        new = dict(state)
+        if not new.get("targetNodeDomainDetected"):
+            new["targetNodeDomainDetected"] = True
+            _mirror_target_state(new, domainDetected=True)
+        left = self._transfer_left(vmi, state)
+        if left > 0 or o.fails_migrations(vmi, self._vm(vmi)):
+            if new != state:
+                update_vmi(self.kube, vmi, {"migrationState": new})
+                return True, None
+            return False, (left if left > 0 else None)
+        # The domain runs on the target and its metadata carries the end time.
+        now = o.now()
+        if not new.get("targetNodeDomainReadyTimestamp"):
+            new["targetNodeDomainReadyTimestamp"] = now
+            _mirror_target_state(new, domainReadyTimestamp=now)
+        new["endTimestamp"] = now
+        self._ack_completion(vmi, new, node)
+        return True, None
+
+    def _ack_completion(self, vmi, state, node):
+        status = o.status(vmi)
+        changes = {
+            "migrationState": state,
+            "nodeName": node,
+            "evacuationNodeName": None,
+            "launcherContainerImageVersion": None,
+            "migrationTransport": "Unix",
+        }
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "MigrationRequired"]
+        if len(conditions) != len(status.get("conditions") or []):
+            changes["conditions"] = conditions
+        labels = {o.NODE_NAME_LABEL: node}
+        if OUTDATED_LAUNCHER_IMAGE_LABEL in o.labels(vmi):
+            labels[OUTDATED_LAUNCHER_IMAGE_LABEL] = None
+        annotations = None
+        if EVICTION_SOURCE_ANNOTATION in o.annotations(vmi):
+            annotations = {EVICTION_SOURCE_ANNOTATION: None}
+        update_vmi(self.kube, vmi, changes, labels=labels, annotations=annotations)
+        self.log.info("%s: target %s received the running domain", k.key_of(vmi), node)
+
+    def _final_cleanup(self, vmi):
+        """Whether it wrote: the target label (and annotation) go once the migration ended."""
+        if o.MIGRATION_TARGET_NODE_LABEL not in o.labels(vmi):
+            return False
+        annotations = None
+        if CREATE_MIGRATION_TARGET_ANNOTATION in o.annotations(vmi):
+            annotations = {CREATE_MIGRATION_TARGET_ANNOTATION: None}
+        update_vmi(self.kube, vmi, {}, labels={o.MIGRATION_TARGET_NODE_LABEL: None}, annotations=annotations)
+        return True
+
+    # -- source -------------------------------------------------------------------------
+
+    def _source(self, vmi, state):
+        uid = state["migrationUid"]
+        if state.get("abortRequested"):
+            return self._report_failure(vmi, state, ABORTED, abort=True)
+        if not state.get("startTimestamp"):
+            if not state.get("targetNodeAddress") or not state.get("targetDirectMigrationNodePorts"):
+                return False, None  # waiting for the target to publish its ports
+            self._started[uid] = time.monotonic()
+            update_vmi(
+                self.kube,
+                vmi,
+                {"migrationState": dict(state, startTimestamp=o.now(), mode="PreCopy")},
+            )
+            self.log.info(
+                "%s: migration %s started %s -> %s",
+                k.key_of(vmi),
+                uid,
+                state.get("sourceNode"),
+                state.get("targetNode"),
+            )
+            return True, None
+        left = self._transfer_left(vmi, state)
+        if left > 0:
+            return False, left
+        if o.fails_migrations(vmi, self._vm(vmi)):
+            return self._report_failure(vmi, state, FAILED_BY_KNOB)
+        return False, None  # success is the target's to acknowledge
+
+    def _report_failure(self, vmi, state, reason, abort=False):
+        new = dict(state, failed=True, failureReason=reason, endTimestamp=o.now())
+        if abort:
+            new["abortStatus"] = "Succeeded"
+        update_vmi(self.kube, vmi, {"migrationState": new})
+        self._started.pop(state.get("migrationUid"), None)
+        self.log.info("%s: migration %s failed: %s", k.key_of(vmi), state.get("migrationUid"), reason)
+        return True, None
+
+    # -- timing -------------------------------------------------------------------------
+
+    def _vm(self, vmi):
+        for ref in o.meta(vmi, "ownerReferences") or []:
+            if ref.get("kind") == "VirtualMachine":
+                return self.sim.vms.get_by(o.meta(vmi, "namespace"), ref.get("name"))
+        return None
+
+    def _duration(self, vmi):
+        bandwidth = self.sim.config.bandwidth_bytes_per_second()
+        if bandwidth <= 0:
+            return 0.0
+        return o.guest_memory_bytes(o.spec(vmi)) / bandwidth
+
+    def _transfer_left(self, vmi, state):
+        """Seconds until the transfer ends; measured from this process's own start when
+        it saw it, else from ``startTimestamp`` (whole seconds, so at most one second
+        longer than exact)."""
+        started = self._started.get(state.get("migrationUid"))
+        if started is not None:
+            elapsed = time.monotonic() - started
+        else:
+            elapsed = (o.seconds_since(state.get("startTimestamp")) or 0.0) - 1.0
+        return max(0.0, self._duration(vmi) - elapsed)

@@ -1,0 +1,111 @@
+"""Unit checks of the virt-handler stand-in's decisions; no cluster needed.
+
+test_handler_standin.py checks the same behaviour end to end beside the real
+virt-controller; these pin down upstream's rules (pkg/virt-handler/vm.go) with the
+exact input that would break them.
+"""
+
+import pytest
+import yaml
+
+from lab import kwok
+from lab.kubevirt_sim import handler_migratability as m
+from lab.kubevirt_sim.handler_migration import migration_done
+
+
+def vmi(devices=None, volumes=(), volume_status=(), networks=None, annotations=None, domain=None):
+    spec_domain = dict(domain or {}, devices=devices or {})
+    return {
+        "metadata": {"name": "v", "namespace": "ns", "annotations": annotations or {}},
+        "spec": {"domain": spec_domain, "volumes": list(volumes), "networks": networks or []},
+        "status": {"volumeStatus": list(volume_status)},
+    }
+
+
+def claim_status(name, modes):
+    return {"name": name, "persistentVolumeClaimInfo": {"claimName": name, "accessModes": modes}}
+
+
+POD_NET = [{"name": "default", "pod": {}}]
+
+
+def test_no_interfaces_and_local_disks_are_migratable_by_block_migration():
+    live, storage, method = m.conditions(vmi(volumes=[{"name": "root", "containerDisk": {"image": "x"}}]))
+    assert live["status"] == "True" and storage["status"] == "True"
+    assert method == m.BLOCK_MIGRATION
+
+
+def test_rwo_claim_blocks_with_upstreams_message_but_not_storage_migration():
+    v = vmi(
+        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}],
+        volume_status=[claim_status("data", ["ReadWriteOnce"])],
+    )
+    live, storage, method = m.conditions(v)
+    assert (live["reason"], storage["status"]) == (m.DISKS, "True")
+    assert live["message"].startswith("cannot migrate VMI: PVC c is not shared")
+    assert method == m.BLOCK_MIGRATION
+
+
+def test_claim_without_volume_status_blocks():
+    v = vmi(volumes=[{"name": "data", "dataVolume": {"name": "dv"}}])
+    assert m.conditions(v)[0]["message"].startswith("cannot migrate VMI: Unable to determine if PVC dv")
+
+
+def test_rwx_claim_is_a_live_migration():
+    v = vmi(
+        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}],
+        volume_status=[claim_status("data", ["ReadWriteMany"])],
+    )
+    assert m.conditions(v)[0]["status"] == "True" and m.conditions(v)[2] == m.LIVE_MIGRATION
+
+
+@pytest.mark.parametrize(
+    "iface, annotations, migratable",
+    [
+        ({"name": "default", "masquerade": {}}, {}, True),
+        ({"name": "default", "bridge": {}}, {}, False),
+        # The annotation only has to exist (VerifyVMIMigratable).
+        ({"name": "default", "bridge": {}}, {"kubevirt.io/allow-pod-bridge-network-live-migration": ""}, True),
+    ],
+)
+def test_pod_network_binding(iface, annotations, migratable):
+    live = m.conditions(vmi(devices={"interfaces": [iface]}, networks=POD_NET, annotations=annotations))[0]
+    assert (live["status"] == "True") is migratable
+    if not migratable:
+        assert live["reason"] == m.INTERFACE
+
+
+def test_interface_blocker_is_reported_before_disks_and_storage_lists_all_but_disks():
+    v = vmi(
+        devices={"interfaces": [{"name": "default", "bridge": {}}], "gpus": [{"name": "g", "deviceName": "x"}]},
+        networks=POD_NET,
+        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}],
+        volume_status=[claim_status("data", ["ReadWriteOnce"])],
+    )
+    live, storage, _ = m.conditions(v)
+    assert live["reason"] == m.INTERFACE
+    assert storage["reason"] == m.NOT_MIGRATABLE
+    assert storage["message"].startswith(m.INTERFACE + ": ") and (m.HOST_DEVICE + ": ") in storage["message"]
+    assert m.DISKS not in storage["message"]
+
+
+def test_host_passthrough_and_virtiofs_no_longer_block():
+    v = vmi(
+        domain={"cpu": {"model": "host-passthrough"}},
+        devices={"filesystems": [{"name": "share", "virtiofs": {}}]},
+        volumes=[{"name": "share", "configMap": {"name": "cm"}}],
+    )
+    live, _, method = m.conditions(v)
+    assert live["status"] == "True" and method == m.LIVE_MIGRATION
+
+
+def test_migration_done_needs_an_end_and_an_outcome():
+    assert not migration_done({"migrationUid": "u", "endTimestamp": "t"})
+    assert migration_done({"migrationUid": "u", "endTimestamp": "t", "failed": True})
+    assert migration_done({"migrationUid": "u", "endTimestamp": "t", "completed": True})
+
+
+def test_kwok_leaves_launcher_pods_to_the_handler_only_when_asked():
+    text = "kind: Stage\nspec:\n  selector:\n    matchExpressions:\n    - key: .metadata.deletionTimestamp\n      operator: Exists\n"
+    stage = yaml.safe_load(kwok._without_launchers(text))
+    assert kwok.NOT_A_LAUNCHER in stage["spec"]["selector"]["matchExpressions"]

@@ -1,0 +1,313 @@
+"""The virt-handler stand-in beside the real virt-controller (``--real-kubevirt``).
+
+What virt-handler does at the API, checked with kubectl the way a user would on a real
+cluster: node heartbeat and device-plugin resources, VMIs started and reported Running
+by the handler of their node, the LiveMigratable conditions, live migrations that keep
+the VMI and move it, failed migrations reported by the source, guests shut down when
+their launcher pod is evicted (Succeeded) or crashing (Failed), the node-labeller's
+skip annotation, and a failed node whose handler falls silent.
+
+Needs a lab whose KubeVirt is the real virt-controller plus this stand-in (the ``lab``
+fixture of lab/pytest_plugin.py, or ``KUBEVIRT_OPS_LAB_DIR`` pointing at one). Tests
+drain, cordon and fail nodes, so they run one at a time.
+"""
+
+import json
+import time
+
+import pytest
+
+from lab.wait import wait_for
+
+WAIT = 180
+DEVICES = ("devices.kubevirt.io/kvm", "devices.kubevirt.io/tun", "devices.kubevirt.io/vhost-net")
+FAIL_MIGRATION = "kubevirt-ops.lab/fail-migration"
+GUEST_CRASH = "kubevirt-ops.lab/guest-crash"
+SKIP_NODE = "node-labeller.kubevirt.io/skip-node"
+MODEL_LABEL = "cpu-model.node.kubevirt.io/Haswell-noTSX"
+DRAIN_FLAGS = ("--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=120s")
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def get(lab, *args, namespace=None):
+    ns = ("-n", namespace) if namespace else ()
+    result = lab.kubectl("get", *args, *ns, "-o", "json", check=False)
+    if result.returncode != 0:
+        return None
+    return json.loads(result.stdout)
+
+
+def apply(lab, manifest, namespace):
+    lab.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+
+
+def vm(name, run_strategy="Always", eviction="LiveMigrate", memory="2Gi", claim=None, annotations=None):
+    devices = {
+        "disks": [{"name": "root", "disk": {"bus": "virtio"}}],
+        "interfaces": [{"name": "default", "masquerade": {}}],
+    }
+    volumes = [{"name": "root", "containerDisk": {"image": "quay.io/containerdisks/fedora:41"}}]
+    if claim:
+        devices["disks"].append({"name": "data", "disk": {"bus": "virtio"}})
+        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": claim}})
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {
+            "runStrategy": run_strategy,
+            "template": {
+                "spec": {
+                    "evictionStrategy": eviction,
+                    "domain": {"devices": devices, "resources": {"requests": {"memory": memory, "cpu": "100m"}}},
+                    "networks": [{"name": "default", "pod": {}}],
+                    "volumes": volumes,
+                }
+            },
+        },
+    }
+
+
+def pvc(name, mode):
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {"accessModes": [mode], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
+def migration(name, vmi_name):
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": name},
+        "spec": {"vmiName": vmi_name},
+    }
+
+
+def condition(obj, type_):
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return c
+    return None
+
+
+def running_vmi(lab, namespace, name):
+    def ready():
+        vmi = get(lab, "vmi", name, namespace=namespace)
+        if vmi and vmi["status"].get("phase") == "Running" and (condition(vmi, "Ready") or {}).get("status") == "True":
+            return vmi
+        return None
+
+    return wait_for(ready, WAIT, f"VMI {namespace}/{name} Running and Ready")
+
+
+def launcher_pods(lab, namespace, name):
+    pods = get(lab, "pods", "-l", f"vm.kubevirt.io/name={name}", namespace=namespace)
+    return pods["items"] if pods else []
+
+
+def worker_nodes(lab):
+    nodes = get(lab, "nodes", "-l", "node-role.kubernetes.io/worker")["items"]
+    return [n for n in nodes if not n["spec"].get("unschedulable")]
+
+
+def seconds_between(start, end):
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    return time.mktime(time.strptime(end, fmt)) - time.mktime(time.strptime(start, fmt))
+
+
+@pytest.fixture
+def uncordon(lab):
+    drained = []
+    yield drained
+    for node in drained:
+        lab.kubectl("uncordon", node, check=False)
+
+
+# -- nodes ----------------------------------------------------------------------------------
+
+
+def test_workers_heartbeat_and_advertise_device_plugins(lab):
+    for node in worker_nodes(lab):
+        labels, status = node["metadata"]["labels"], node["status"]
+        assert labels.get("kubevirt.io/schedulable") == "true", node["metadata"]["name"]
+        assert "kubevirt.io/heartbeat" in node["metadata"]["annotations"]
+        for resource in DEVICES:
+            assert status["capacity"].get(resource) == "1k", (node["metadata"]["name"], resource)
+            assert status["allocatable"].get(resource) == "1k", (node["metadata"]["name"], resource)
+        assert any(key.startswith("host-model-cpu.node.kubevirt.io/") for key in labels)
+
+
+def test_device_plugin_resources_come_back(lab):
+    name = worker_nodes(lab)[0]["metadata"]["name"]
+    patch = [{"op": "remove", "path": "/status/allocatable/devices.kubevirt.io~1kvm"}]
+    lab.kubectl("patch", "node", name, "--subresource=status", "--type=json", "-p", json.dumps(patch))
+    wait_for(
+        lambda: get(lab, "node", name)["status"]["allocatable"].get(DEVICES[0]) == "1k",
+        30,
+        f"{DEVICES[0]} back in the allocatable of {name}",
+    )
+
+
+def test_skip_node_annotation_freezes_labels_whatever_its_value(lab):
+    name = worker_nodes(lab)[-1]["metadata"]["name"]
+    lab.kubectl("annotate", "node", name, f"{SKIP_NODE}=false", "--overwrite")
+    try:
+        lab.kubectl("label", "node", name, f"{MODEL_LABEL}-")
+        time.sleep(10)
+        assert MODEL_LABEL not in get(lab, "node", name)["metadata"]["labels"]
+    finally:
+        lab.kubectl("annotate", "node", name, f"{SKIP_NODE}-")
+    wait_for(
+        lambda: get(lab, "node", name)["metadata"]["labels"].get(MODEL_LABEL) == "true",
+        60,
+        f"{MODEL_LABEL} back on {name}",
+    )
+
+
+# -- VMI lifecycle --------------------------------------------------------------------------
+
+
+def test_vm_runs_and_handler_reports_it(lab, namespace):
+    apply(lab, vm("web"), namespace)
+    vmi = running_vmi(lab, namespace, "web")
+    status = vmi["status"]
+    assert vmi["metadata"]["labels"]["kubevirt.io/nodeName"] == status["nodeName"]
+    assert (condition(vmi, "LiveMigratable") or {}).get("status") == "True"
+    assert (condition(vmi, "StorageLiveMigratable") or {}).get("status") == "True"
+    assert status["migrationMethod"] == "BlockMigration"  # the containerDisk is local
+    assert "Running" in [t["phase"] for t in status["phaseTransitionTimestamps"]]
+    [pod] = [p for p in launcher_pods(lab, namespace, "web") if p["status"]["phase"] == "Running"]
+    assert pod["spec"]["nodeName"] == status["nodeName"]
+    assert status["interfaces"][0]["name"] == "default"
+    assert status["interfaces"][0]["ipAddress"] == pod["status"]["podIP"]
+    assert [v.get("target") for v in status["volumeStatus"] if v["name"] == "root"] == ["vda"]
+
+
+def test_rwo_claim_blocks_live_migration_rwx_does_not(lab, namespace):
+    apply(lab, pvc("rwo", "ReadWriteOnce"), namespace)
+    apply(lab, pvc("rwx", "ReadWriteMany"), namespace)
+    apply(lab, vm("pinned", claim="rwo", memory="1Gi"), namespace)
+    apply(lab, vm("mobile", claim="rwx", memory="1Gi"), namespace)
+    pinned = running_vmi(lab, namespace, "pinned")
+    mobile = running_vmi(lab, namespace, "mobile")
+    blocked = condition(pinned, "LiveMigratable")
+    assert blocked["status"] == "False" and blocked["reason"] == "DisksNotLiveMigratable"
+    assert "PVC rwo is not shared" in blocked["message"]
+    # Storage migration does not mind the access mode.
+    assert condition(pinned, "StorageLiveMigratable")["status"] == "True"
+    assert condition(mobile, "LiveMigratable")["status"] == "True"
+
+
+# -- live migration -------------------------------------------------------------------------
+
+
+def test_migration_keeps_the_vmi_and_moves_it(lab, namespace):
+    apply(lab, vm("mover", memory="2Gi"), namespace)
+    before = running_vmi(lab, namespace, "mover")
+    apply(lab, migration("move", "mover"), namespace)
+    wait_for(
+        lambda: (get(lab, "vmim", "move", namespace=namespace) or {}).get("status", {}).get("phase")
+        in ("Succeeded", "Failed"),
+        WAIT,
+        "the migration to end",
+    )
+    assert get(lab, "vmim", "move", namespace=namespace)["status"]["phase"] == "Succeeded"
+    after = get(lab, "vmi", "mover", namespace=namespace)
+    state = after["status"]["migrationState"]
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["status"]["nodeName"] == state["targetNode"] != before["status"]["nodeName"]
+    assert after["metadata"]["labels"]["kubevirt.io/nodeName"] == state["targetNode"]
+    assert "kubevirt.io/migrationTargetNodeName" not in after["metadata"]["labels"]
+    assert state["completed"] is True and state["targetNodeDomainDetected"] is True
+    # 2Gi at the default 1Gi/s: whole-second timestamps at least a second apart.
+    assert seconds_between(state["startTimestamp"], state["endTimestamp"]) >= 1
+    source = [p for p in launcher_pods(lab, namespace, "mover") if p["metadata"]["name"] == state["sourcePod"]]
+    assert source and source[0]["status"]["phase"] == "Succeeded"
+
+
+def test_fail_migration_knob_fails_the_migration_at_the_source(lab, namespace):
+    apply(lab, vm("stubborn", memory="1Gi", annotations={FAIL_MIGRATION: "true"}), namespace)
+    before = running_vmi(lab, namespace, "stubborn")
+    apply(lab, migration("try", "stubborn"), namespace)
+    wait_for(
+        lambda: (get(lab, "vmim", "try", namespace=namespace) or {}).get("status", {}).get("phase")
+        in ("Succeeded", "Failed"),
+        WAIT,
+        "the migration to end",
+    )
+    assert get(lab, "vmim", "try", namespace=namespace)["status"]["phase"] == "Failed"
+    after = get(lab, "vmi", "stubborn", namespace=namespace)
+    state = after["status"]["migrationState"]
+    assert state["failed"] is True and FAIL_MIGRATION in state["failureReason"]
+    assert after["status"]["phase"] == "Running"
+    assert after["status"]["nodeName"] == before["status"]["nodeName"]
+    wait_for(
+        lambda: "kubevirt.io/migrationTargetNodeName"
+        not in get(lab, "vmi", "stubborn", namespace=namespace)["metadata"]["labels"],
+        60,
+        "the target handler's final cleanup",
+    )
+
+
+# -- ending ---------------------------------------------------------------------------------
+
+
+def test_evicted_launcher_shuts_the_guest_down_succeeded(lab, namespace, uncordon):
+    apply(lab, vm("plain", run_strategy="Manual", eviction="None", memory="1Gi"), namespace)
+    lab.kubectl("patch", "vm", "plain", "-n", namespace, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"stateChangeRequests": [{"action": "Start"}]}}))
+    vmi = running_vmi(lab, namespace, "plain")
+    node = vmi["status"]["nodeName"]
+    uncordon.append(node)
+    lab.kubectl("drain", node, *DRAIN_FLAGS, "--pod-selector=vm.kubevirt.io/name=plain")
+    ended = wait_for(
+        lambda: (lambda v: v if v and v["status"].get("phase") in ("Succeeded", "Failed") else None)(
+            get(lab, "vmi", "plain", namespace=namespace)
+        ),
+        WAIT,
+        "the VMI to end",
+    )
+    assert ended["metadata"]["uid"] == vmi["metadata"]["uid"]
+    assert ended["status"]["phase"] == "Succeeded"
+    wait_for(lambda: not launcher_pods(lab, namespace, "plain"), 60, "the launcher pod to go")
+
+
+def test_guest_crash_knob_fails_the_vmi_and_rerun_on_failure_restarts_it(lab, namespace):
+    apply(lab, vm("crashy", run_strategy="RerunOnFailure", memory="1Gi"), namespace)
+    first = running_vmi(lab, namespace, "crashy")
+    lab.kubectl("annotate", "vmi", "crashy", "-n", namespace, f"{GUEST_CRASH}=true")
+    second = wait_for(
+        lambda: (lambda v: v if v and v["metadata"]["uid"] != first["metadata"]["uid"] else None)(
+            get(lab, "vmi", "crashy", namespace=namespace)
+        ),
+        WAIT,
+        "a new VMI after the crash",
+    )
+    assert second is not None
+    running_vmi(lab, namespace, "crashy")
+
+
+# -- a failed node --------------------------------------------------------------------------
+
+
+def test_failed_node_handler_falls_silent(lab, namespace, restore_nodes):
+    node = worker_nodes(lab)[0]["metadata"]["name"]
+    lab.node_fail(node)
+    beat = get(lab, "node", node)["metadata"]["annotations"]["kubevirt.io/heartbeat"]
+    patch = [{"op": "remove", "path": "/status/allocatable/devices.kubevirt.io~1kvm"}]
+    lab.kubectl("patch", "node", node, "--subresource=status", "--type=json", "-p", json.dumps(patch))
+    time.sleep(15)
+    silent = get(lab, "node", node)
+    assert DEVICES[0] not in silent["status"]["allocatable"], "a dead handler wrote its node"
+    assert silent["metadata"]["annotations"]["kubevirt.io/heartbeat"] == beat
+    lab.node_recover(node)
+    wait_for(
+        lambda: get(lab, "node", node)["status"]["allocatable"].get(DEVICES[0]) == "1k",
+        60,
+        f"the handler of {node} back at work",
+    )
