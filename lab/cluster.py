@@ -328,7 +328,13 @@ def _prepare(
             CLIENTS[component][0],
         )
     paths.audit_policy.write_text(components.audit_policy(settings))
-    kwok.write_config(paths.kwok_config, settings.bin_dir)
+    # With real KubeVirt, the virt-handler stand-in (playing virt-launcher) ends a launcher
+    # pod's deletion once its guest has shut down; kwok must not delete it at once.
+    kwok.write_config(
+        paths.kwok_config,
+        settings.bin_dir,
+        launchers_by_handler=settings.kubevirt and settings.kubevirt_mode == "real",
+    )
     return Context(paths, settings, pki)
 
 

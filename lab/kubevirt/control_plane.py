@@ -135,6 +135,9 @@ def configuration(ctx):
     return {
         "developerConfiguration": {"featureGates": []},
         "evictionStrategy": "LiveMigrate",
+        # Plain KubeVirt's default pod-network binding is bridge, which is not live-migratable;
+        # HCO-installed clusters (OpenShift Virtualization) use masquerade.
+        "network": {"defaultNetworkInterface": "masquerade"},
     }
 
 
@@ -145,6 +148,10 @@ def kubevirt_status(version):
         "observedKubeVirtVersion": version,
         "targetKubeVirtVersion": version,
         "operatorVersion": version,
+        # virt-operator records the architecture VMs default to; virt-config reads it
+        # (pkg/virt-config/configuration.go), and VMs without one are refused.
+        "defaultArchitecture": "amd64",
+        "observedKubeVirtRegistry": "quay.io/kubevirt",
         "conditions": [
             {"type": "Available", "status": "True", "reason": "AllComponentsReady", "message": "All components are ready."},
             {"type": "Progressing", "status": "False", "reason": "AllComponentsReady", "message": "All components are ready."},

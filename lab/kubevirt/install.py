@@ -180,14 +180,12 @@ def _wait_established(api_client, names):
 def _set_kubevirt_status(applier, kubevirt, status):
     resource = applier.resource(kubevirt)
     current = resource.get(name=KUBEVIRT_CR, namespace=NAMESPACE).to_dict()
-    if (current.get("status") or {}).get("phase") == status["phase"] and (
-        current.get("status") or {}
-    ).get("observedKubeVirtVersion") == status["observedKubeVirtVersion"]:
+    have = current.get("status") or {}
+    if all(have.get(key) == value for key, value in status.items() if key != "conditions"):
         return
-    resource.patch(
+    resource.subresources["status"].patch(
         name=KUBEVIRT_CR,
         namespace=NAMESPACE,
         body={"status": status},
         content_type="application/merge-patch+json",
-        subresource="status",
     )

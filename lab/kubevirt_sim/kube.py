@@ -134,11 +134,15 @@ LEGACY_NODEMAINTENANCES = Resource(
 class Kube:
     """Thread-safe JSON access to one apiserver, authenticated from a kubeconfig."""
 
-    def __init__(self, kubeconfig, user_agent="kubevirt-sim"):
+    def __init__(self, kubeconfig, user_agent="kubevirt-sim", impersonate=None):
+        """``impersonate``: a user name every request acts as (the kubeconfig's user must be
+        allowed to impersonate; a ServiceAccount's user also gets its groups)."""
         cfg = k8s_client.Configuration()
         k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
         self.host = cfg.host.rstrip("/")
         self._headers = {"User-Agent": user_agent}
+        if impersonate:
+            self._headers["Impersonate-User"] = impersonate
         token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
         if token:
             self._headers["Authorization"] = token if token.startswith("Bearer ") else f"Bearer {token}"

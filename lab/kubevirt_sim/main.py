@@ -47,6 +47,7 @@ from lab.kubevirt_sim.vmi_controller import VMIController
 log = logging.getLogger("lab.kubevirt_sim")
 
 ACTIONS_AGGREGATED = "aggregated-api"
+HANDLER_USER = "system:serviceaccount:kubevirt:kubevirt-handler"
 ACTIONS_VM_OBJECT = "vm-object"
 
 
@@ -296,6 +297,13 @@ def run_handler(args):
     ]
     if not args.no_node_maintenance:
         controllers.append(NodeMaintenanceController(sim))
+    # virt-handler's own writes act as its ServiceAccount, so the RBAC virt-operator gives it and
+    # virt-api's webhooks (which keep VMI status changes from anyone but KubeVirt's own
+    # ServiceAccounts) judge them as they judge the real virt-handler.
+    handler_kube = k.Kube(args.kubeconfig, user_agent="virt-handler", impersonate=HANDLER_USER)
+    for controller in controllers:
+        if isinstance(controller, (VMIHandler, MigrationHandler, HandlerNodeLabeller)):
+            controller.kube = handler_kube
     for informer in sim.informers():
         informer.start()
     for informer in sim.informers():
