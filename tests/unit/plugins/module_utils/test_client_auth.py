@@ -161,7 +161,7 @@ def test_exec_credential_plugin(tmp_path):
     os.chmod(str(plugin), 0o755)
     cfg = {"current-context": "c", "clusters": [{"name": "k", "cluster": {"server": "https://h:1"}}],
            "users": [{"name": "u", "user": {"exec": {"command": str(plugin),
-                                                      "apiVersion": "client.authentication.k8s.io/v1"}}}],
+                                                     "apiVersion": "client.authentication.k8s.io/v1"}}}],
            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}
     path = tmp_path / "kc"
     path.write_text(yaml.safe_dump(cfg))

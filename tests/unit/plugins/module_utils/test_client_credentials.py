@@ -204,8 +204,8 @@ def tls_kubeconfig(tmp_path, api, **cluster):
 
 
 def test_tls_server_name_is_the_name_verified_and_sent(tls_api, tmp_path):
-    s = resolve_settings({"kubeconfig": tls_kubeconfig(tmp_path, tls_api, **{"tls-server-name":
-                                                                              "kubernetes.default.svc"})})
+    cluster = {"tls-server-name": "kubernetes.default.svc"}
+    s = resolve_settings({"kubeconfig": tls_kubeconfig(tmp_path, tls_api, **cluster)})
     assert s.tls_server_name == "kubernetes.default.svc"
     c = KubeClient(s, retry_budget=0.5)
     assert c._pool.connection_pool_kw["server_hostname"] == "kubernetes.default.svc"
