@@ -234,7 +234,7 @@ def _entry(config, section, name, what, where):
     for item in _value(config).get(section) or []:
         item_value = _value(item)
         if isinstance(item_value, dict) and item_value.get("name") == name:
-            return item, item_value.get(section[:-1]) or {}
+            return item_value.get(section[:-1]) or {}
     raise ConfigurationError("%s has no %s named '%s'." % (where, what, name))
 
 
@@ -303,17 +303,15 @@ def _merge_files(paths, kube_config):
 
 def _from_kubeconfig(config, context_name, where):
     """Settings of one context of a (merged) kubeconfig, loaded by the kubernetes library."""
-    Configuration, kube_config, _incluster, ConfigException = _kubernetes_config()
+    Configuration, kube_config, _incluster, _exc = _kubernetes_config()
     if not isinstance(_value(config), dict):
         raise ConfigurationError("%s is not a kubeconfig: it holds no clusters, users or contexts." % _sentence(where))
     context_name = context_name or _value(config).get("current-context")
     if not context_name:
         raise ConfigurationError("%s sets no current-context; give the 'context' option." % _sentence(where))
-    _item, context = _entry(config, "contexts", context_name, "Context", where)
-    _item, cluster = _entry(config, "clusters", context.get("cluster"), "Cluster", where)
-    user = {}
-    if context.get("user"):
-        _item, user = _entry(config, "users", context.get("user"), "User", where)
+    context = _entry(config, "contexts", context_name, "Context", where)
+    cluster = _entry(config, "clusters", context.get("cluster"), "Cluster", where)
+    user = _entry(config, "users", context["user"], "User", where) if context.get("user") else {}
     if not cluster.get("server"):
         raise ConfigurationError("Cluster '%s' in %s has no server address." % (context.get("cluster"), where))
     describe = "user '%s' of %s" % (context.get("user"), where)
@@ -326,7 +324,7 @@ def _from_kubeconfig(config, context_name, where):
                     config_dict=config, active_context=context_name, config_base_path=None,
                     temp_file_path=_private_dir())
                 loader.load_and_set(configuration)
-            except (ConfigException, ValueError, KeyError, TypeError, IOError, OSError) as exc:
+            except Exception as exc:  # ConfigException, a missing file, an auth provider's own errors
                 raise ConfigurationError("Cannot load the credentials of %s: %s." % (
                     describe, _short(exc).rstrip("."))) from exc
         if log.messages:

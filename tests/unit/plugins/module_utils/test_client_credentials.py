@@ -338,6 +338,20 @@ def test_oidc_auth_provider_is_used(api, tmp_path):
         assert secret in s.secrets
 
 
+def test_auth_provider_that_cannot_get_a_token_is_one_sentence(monkeypatch, tmp_path):
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    path = write_yaml(tmp_path / "kubeconfig", {
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "g", "user": {"auth-provider": {"name": "gcp", "config": {}}}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "g"}}],
+    })
+    with pytest.raises(errors.ConfigurationError, match="Cannot load the credentials of user 'g' of kubeconfig"):
+        resolve_settings({"kubeconfig": path})
+
+
 # -- in-cluster service account ------------------------------------------------------------------
 
 @pytest.fixture
