@@ -11,11 +11,12 @@ PYTEST_ENV := PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COL
 LAB := $(BIN)/python -m lab
 PYTEST_WORKERS ?= 1
 
-.PHONY: help venv collection test sanity lint changelog-lint unit integration test-roles test-security bench-smoke test-faults reliability-report molecule demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test sanity lint changelog-lint unit unit-floor integration test-roles test-security bench-smoke test-faults reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
 	@echo "make test      sanity, lint, unit tests, the lab tier (lab, simulator, modules, security, faults, roles), Molecule and the bench smoke - what CI runs"
+	@echo "make unit-floor  unit tests on the oldest declared runtime (kubernetes 24.2.0, urllib3 1.26)"
 	@echo "make test-faults     fault-injection tests on the lab (kills, API server restart, node failure)"
 	@echo "make reliability-report  bad-input, least-privilege, secrets and fault tests; the table of figures"
 	@echo "make lab-up    start the local lab cluster (.lab/kubeconfig); make lab-down stops it"
@@ -67,6 +68,20 @@ changelog-lint: venv
 
 unit: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q tests/unit
+
+# The unit tests on the floor of requirements.txt (kubernetes 24.2.0 with urllib3 1.26),
+# in a virtualenv of its own bootstrapped from requirements-floor.txt.
+FLOOR_VENV := .venv-floor
+FLOOR_BIN := $(CURDIR)/$(FLOOR_VENV)/bin
+
+$(FLOOR_VENV)/.installed: requirements-floor.txt
+	$(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_BIN)/pip install --quiet --disable-pip-version-check -r requirements-floor.txt
+	touch $@
+
+unit-floor: $(FLOOR_VENV)/.installed collection
+	PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS) PATH=$(FLOOR_BIN):$$PATH \
+	  $(FLOOR_BIN)/pytest -q -p no:cacheprovider tests/unit
 
 # The lab tier that gates every change: the lab itself, the KubeVirt simulator's contract,
 # and the modules. The security, fault and role suites have targets of their own below

@@ -14,8 +14,12 @@ options:
   kubeconfig:
     description:
       - Path to a kubeconfig file, or the kubeconfig itself as a dictionary.
+      - Several paths separated by C(:) are merged as kubectl merges C(KUBECONFIG) (the first file to name an
+        entry wins).
       - When neither O(kubeconfig) nor O(host) is given, C(KUBECONFIG) or C(~/.kube/config) is used,
         and inside a pod its service account.
+      - Read by the C(kubernetes) library; C(tls-server-name), C(proxy-url), client certificates, exec
+        credential plugins and auth providers are honoured, and a token that expires during the run is renewed.
       - Environment variable E(K8S_AUTH_KUBECONFIG).
     type: raw
   context:

@@ -54,7 +54,7 @@ options:
     default: true
   kubeconfig:
     description:
-      - Path to a kubeconfig file.
+      - Path to a kubeconfig file; several separated by C(:) are merged as kubectl merges C(KUBECONFIG).
       - When neither O(kubeconfig) nor O(host) is given, C(KUBECONFIG) or C(~/.kube/config) is used, and inside a
         pod its service account.
     type: raw
@@ -265,8 +265,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             raise AnsibleParserError("kubevirt_ops.maintenance.nodes: %s" % exc.msg) from exc
         except ImportError as exc:
             raise AnsibleParserError(
-                "kubevirt_ops.maintenance.nodes needs the Python libraries urllib3 and PyYAML on the controller "
-                "(pip install kubernetes): %s" % exc) from exc
+                "kubevirt_ops.maintenance.nodes needs the Python library kubernetes (with urllib3 and PyYAML) on the "
+                "controller (pip install kubernetes): %s" % exc) from exc
 
     def parse(self, inventory, loader, path, cache=True):
         super(InventoryModule, self).parse(inventory, loader, path, cache)

@@ -3,9 +3,14 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Connection settings -> a small, fast Kubernetes REST client.
 
-Why not ``kubernetes.client``: importing it loads thousands of generated model classes
-(about half a second per module run). The modules only speak JSON to a handful of
-resources, so they use urllib3 (a dependency of the ``kubernetes`` package) directly,
+The settings come from the ``kubernetes`` library's own loaders: kubeconfig files merged
+as kubectl merges KUBECONFIG, contexts, exec credential plugins and auth providers (their
+tokens renewed when they expire during a run), ``tls-server-name``, ``proxy-url``, client
+certificates, and the in-cluster service account.
+
+Requests do not go through ``kubernetes.client``'s generated API and model classes: the
+modules only speak JSON to a handful of resources, so they use urllib3 (a dependency of
+the ``kubernetes`` package) directly, configured from the library's ``Configuration``,
 with retries on transient failures, a user agent naming the collection, and watches.
 """
 
@@ -15,12 +20,14 @@ __metaclass__ = type
 
 import atexit
 import base64
+import copy
 import json
+import logging
 import os
 import random
 import shutil
-import subprocess
 import tempfile
+import threading
 import time
 
 from urllib.parse import urlencode
@@ -83,11 +90,16 @@ def resource_path(kind, name=None, namespace=None, subresource=None, prefix=None
 
 
 class ConnectionSettings:
-    """Resolved connection settings: where the API is and how to authenticate."""
+    """Resolved connection settings: where the API is and how to authenticate.
+
+    ``credentials`` (a :class:`Credentials`) renews the Authorization header when its
+    token expires (exec credential plugins, auth providers, the in-cluster token file);
+    without it, ``token`` is sent as it is.
+    """
 
     def __init__(self, host, token=None, ca_cert=None, client_cert=None, client_key=None,
                  verify=True, proxy=None, impersonate_user=None, impersonate_groups=None,
-                 source=None, secrets=None):
+                 source=None, secrets=None, tls_server_name=None, credentials=None):
         self.host = host.rstrip("/")
         self.token = token
         self.ca_cert = ca_cert
@@ -95,145 +107,309 @@ class ConnectionSettings:
         self.client_key = client_key
         self.verify = verify
         self.proxy = proxy
+        self.tls_server_name = tls_server_name
         self.impersonate_user = impersonate_user
         self.impersonate_groups = impersonate_groups or []
         self.source = source
-        # Values that must never appear in results or messages.
+        self.credentials = credentials
+        # Values that must never appear in results or messages; grows when a token is renewed.
         self.secrets = [s for s in (secrets or []) if s]
+
+    def add_secret(self, value):
+        if value and value not in self.secrets:
+            self.secrets.append(value)
 
 
 _temp_dir = []
 
 
-def _private_file(data, suffix):
-    """Write inline kubeconfig data (certificates, keys) to a private temporary file."""
+def _private_dir():
+    """A private directory for the certificates and keys a kubeconfig holds inline, removed at exit."""
     if not _temp_dir:
         path = tempfile.mkdtemp(prefix="kubevirt-ops-")
         _temp_dir.append(path)
         atexit.register(shutil.rmtree, path, True)
-    fd, path = tempfile.mkstemp(suffix=suffix, dir=_temp_dir[0])
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    return path
+    return _temp_dir[0]
 
 
-def _load_yaml(path):
-    import yaml  # lazy: only needed when a kubeconfig is read
+class _LibraryLog(logging.Handler):
+    """Collects what the kubernetes library logs while it loads or renews credentials.
 
+    The library logs a failed exec credential plugin instead of raising; the message
+    becomes the error the user sees, and nothing reaches the module's stderr.
+    """
+
+    def __init__(self):
+        super(_LibraryLog, self).__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        if "kubernetes" in (record.pathname or ""):
+            self.messages.append(record.getMessage())
+
+    def __enter__(self):
+        logging.getLogger().addHandler(self)
+        return self
+
+    def __exit__(self, *exc_info):
+        logging.getLogger().removeHandler(self)
+
+
+def _kubernetes_config():
+    """The kubernetes library's configuration loaders (imported on first use)."""
+    from kubernetes.client import Configuration
+    from kubernetes.config import incluster_config, kube_config
+    from kubernetes.config.config_exception import ConfigException
+
+    return Configuration, kube_config, incluster_config, ConfigException
+
+
+class Credentials:
+    """The Authorization header of a kubeconfig user or a service account, kept fresh.
+
+    ``load`` returns a ``kubernetes.client.Configuration`` filled by the library's loader.
+    Reading the header goes through the library's ``refresh_api_key_hook``, which runs the
+    exec plugin (or auth provider, or re-reads the service account token) again once the
+    token is about to expire; :meth:`renew` loads from scratch, after the API server
+    rejected the token. Thread-safe: the drain engine evicts from several threads.
+    """
+
+    def __init__(self, load, describe):
+        self._load = load
+        self._lock = threading.Lock()
+        self.describe = describe
+        self.configuration = load()
+
+    def header(self):
+        with self._lock:
+            with _LibraryLog() as log:
+                auth = self.configuration.auth_settings().get("BearerToken") or {}
+            if log.messages:
+                raise ConfigurationError("Cannot renew the credentials of %s: %s." % (
+                    self.describe, "; ".join(m.strip().rstrip(".") for m in log.messages)))
+            value = auth.get("value")
+            return value.strip() if value else None
+
+    def renew(self):
+        with self._lock:
+            self.configuration = self._load()
+
+
+def _check_file(path, what):
+    if path and not os.path.isfile(os.path.expanduser(path)):
+        raise ConfigurationError("The %s file %s does not exist." % (what, path))
+
+
+def _read_secret_file(path, secrets):
     try:
-        with open(path, "rb") as handle:
-            data = yaml.safe_load(handle)
-    except (IOError, OSError) as exc:
-        raise ConfigurationError("Cannot read kubeconfig %s: %s." % (path, exc.strerror or exc)) from exc
-    except yaml.YAMLError as exc:
-        raise ConfigurationError("Kubeconfig %s is not valid YAML (%s)." % (path, str(exc).splitlines()[0])) from exc
-    if not isinstance(data, dict):
-        raise ConfigurationError("Kubeconfig %s is not a kubeconfig: it holds no clusters, users or contexts." % path)
-    return data
+        with open(os.path.expanduser(path), "rb") as handle:
+            secrets.append(handle.read().decode("utf-8", "replace").strip())
+    except (IOError, OSError):
+        pass
 
 
-def _named(items, name, what, path):
-    for item in items or []:
-        if isinstance(item, dict) and item.get("name") == name:
-            return item.get(what.lower()) or {}
-    raise ConfigurationError("Kubeconfig %s has no %s named '%s'." % (path, what, name))
+def _token_of(header):
+    """The secret part of an Authorization header value."""
+    parts = (header or "").split(None, 1)
+    return parts[1] if len(parts) == 2 else header
 
 
-def _file_or_data(section, file_key, data_key, base_dir, suffix, secrets=None):
-    if section.get(data_key):
+def _token_setting(header):
+    """``ConnectionSettings.token`` from a header value: a bearer token bare, basic auth whole."""
+    if header and header.lower().startswith("basic "):
+        return header
+    return _token_of(header)
+
+
+def _sentence(text):
+    return text[:1].upper() + text[1:]
+
+
+def _value(node):
+    """A kubeconfig entry as a plain value (the library wraps merged entries in ConfigNode)."""
+    return getattr(node, "value", node)
+
+
+def _entry(config, section, name, what, where):
+    for item in _value(config).get(section) or []:
+        item_value = _value(item)
+        if isinstance(item_value, dict) and item_value.get("name") == name:
+            return item_value.get(section[:-1]) or {}
+    raise ConfigurationError("%s has no %s named '%s'." % (where, what, name))
+
+
+def _absolute_paths(merged):
+    """Relative paths of a merged kubeconfig, made absolute against the file that holds them.
+
+    kubectl resolves them so; the library would resolve a user's certificate against the
+    file of the cluster, which is another file when KUBECONFIG splits them.
+    """
+    fields = {"clusters": ("certificate-authority",), "users": ("client-certificate", "client-key", "tokenFile")}
+    for section, keys in fields.items():
+        for item in _value(merged).get(section) or []:
+            base = getattr(item, "path", None)
+            body = _value(item).get(section[:-1])
+            if not base or not isinstance(body, dict):
+                continue
+            base = os.path.dirname(os.path.abspath(base))
+            for key in keys:
+                if body.get(key) and isinstance(body[key], str):
+                    body[key] = os.path.join(base, os.path.expanduser(body[key]))
+            command = (body.get("exec") or {}).get("command") if isinstance(body.get("exec"), dict) else None
+            if command and os.sep in command and not os.path.isabs(command):
+                body["exec"]["command"] = os.path.join(base, command)
+
+
+def _diagnose(paths, exc):
+    """The sentence for a kubeconfig file the library could not merge."""
+    import yaml
+
+    for path in paths:
         try:
-            raw = base64.b64decode(section[data_key])
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError("Kubeconfig field %s is not valid base64." % data_key) from exc
-        if secrets is not None:
-            secrets.append(raw.decode("utf-8", "replace").strip())
-        return _private_file(raw, suffix)
-    if section.get(file_key):
-        path = os.path.join(base_dir, os.path.expanduser(section[file_key]))
-        if secrets is not None and os.path.isfile(path):
             with open(path, "rb") as handle:
-                secrets.append(handle.read().decode("utf-8", "replace").strip())
-        return path
-    return None
+                data = yaml.safe_load(handle)
+        except (IOError, OSError) as err:
+            return "Cannot read kubeconfig %s: %s." % (path, err.strerror or err)
+        except yaml.YAMLError as err:
+            return "Kubeconfig %s is not valid YAML (%s)." % (path, str(err).splitlines()[0])
+        if data is None:
+            return "Kubeconfig %s is empty." % path
+        if not isinstance(data, dict):
+            return "Kubeconfig %s is not a kubeconfig: it holds no clusters, users or contexts." % path
+    return "Kubeconfig %s cannot be read: %s." % (os.pathsep.join(paths), _short(exc))
 
 
-def _run_exec_plugin(spec, path):
-    """Run a kubeconfig ``exec`` credential plugin and return its status."""
-    cmd = [spec.get("command")] + list(spec.get("args") or [])
-    env = dict(os.environ)
-    for item in spec.get("env") or []:
-        env[item["name"]] = item["value"]
+def _merge_files(paths, kube_config):
+    """KUBECONFIG semantics: the files merged in order, the first to name an entry wins."""
+    paths = [p for p in paths if os.path.getsize(p) > 0]
+    if not paths:
+        return None
     try:
-        out = subprocess.run(cmd, env=env, capture_output=True, check=True, timeout=60).stdout
-        return (json.loads(out) or {}).get("status") or {}
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        raise ConfigurationError(
-            "The credential plugin '%s' of kubeconfig %s failed: %s." % (cmd[0], path, exc)
-        ) from exc
+        merger = kube_config.KubeConfigMerger(kube_config.ENV_KUBECONFIG_PATH_SEPARATOR.join(paths))
+    except Exception as exc:  # YAML errors, a file that is a list, duplicate names ...
+        raise ConfigurationError(_diagnose(paths, exc)) from exc
+    merged = merger.config
+    if merged is None:
+        return None
+    # The first file that sets current-context wins (as kubectl merges).
+    for path in merger.paths:
+        current = (merger.config_files.get(path) or {}).get("current-context")
+        if current:
+            _value(merged)["current-context"] = current
+            break
+    _absolute_paths(merged)
+    return merged
 
 
-def _from_kubeconfig(path, context_name):
-    config = _load_yaml(path)
-    context_name = context_name or config.get("current-context")
+def _from_kubeconfig(config, context_name, where):
+    """Settings of one context of a (merged) kubeconfig, loaded by the kubernetes library."""
+    Configuration, kube_config, _incluster, _exc = _kubernetes_config()
+    if not isinstance(_value(config), dict):
+        raise ConfigurationError("%s is not a kubeconfig: it holds no clusters, users or contexts." % _sentence(where))
+    context_name = context_name or _value(config).get("current-context")
     if not context_name:
-        raise ConfigurationError("Kubeconfig %s sets no current-context; give the 'context' option." % path)
-    context = _named(config.get("contexts"), context_name, "Context", path)
-    cluster = _named(config.get("clusters"), context.get("cluster"), "Cluster", path)
-    user = _named(config.get("users"), context.get("user"), "User", path) if context.get("user") else {}
+        raise ConfigurationError("%s sets no current-context; give the 'context' option." % _sentence(where))
+    context = _entry(config, "contexts", context_name, "Context", where)
+    cluster = _entry(config, "clusters", context.get("cluster"), "Cluster", where)
+    user = _entry(config, "users", context["user"], "User", where) if context.get("user") else {}
     if not cluster.get("server"):
-        raise ConfigurationError("Cluster '%s' in kubeconfig %s has no server address." % (context.get("cluster"), path))
-    base_dir = os.path.dirname(os.path.abspath(path))
-    secrets = []
-    token = user.get("token")
-    if not token and user.get("tokenFile"):
-        with open(os.path.join(base_dir, user["tokenFile"])) as handle:
-            token = handle.read().strip()
-    client_cert = _file_or_data(user, "client-certificate", "client-certificate-data", base_dir, ".crt")
-    client_key = _file_or_data(user, "client-key", "client-key-data", base_dir, ".key", secrets)
-    if user.get("exec"):
-        status = _run_exec_plugin(user["exec"], path)
-        token = status.get("token") or token
-        if status.get("clientCertificateData"):
-            client_cert = _private_file(status["clientCertificateData"].encode(), ".crt")
-            client_key = _private_file(status["clientKeyData"].encode(), ".key")
-            secrets.append(status["clientKeyData"].strip())
-    if user.get("auth-provider"):
-        raise ConfigurationError(
-            "User '%s' in kubeconfig %s uses the removed auth-provider mechanism; use an exec credential plugin or a token."
-            % (context.get("user"), path))
-    if user.get("username") and not token:
-        token_b = base64.b64encode(("%s:%s" % (user["username"], user.get("password", ""))).encode()).decode()
-        token = "Basic " + token_b
-        secrets.append(user.get("password"))
-    secrets.append(token)
+        raise ConfigurationError("Cluster '%s' in %s has no server address." % (context.get("cluster"), where))
+    describe = "user '%s' of %s" % (context.get("user"), where)
+
+    def load():
+        configuration = Configuration()
+        with _LibraryLog() as log:
+            try:
+                loader = kube_config.KubeConfigLoader(
+                    config_dict=config, active_context=context_name, config_base_path=None,
+                    temp_file_path=_private_dir())
+                loader.load_and_set(configuration)
+            except Exception as exc:  # ConfigException, a missing file, an auth provider's own errors
+                raise ConfigurationError("Cannot load the credentials of %s: %s." % (
+                    describe, _short(exc).rstrip("."))) from exc
+        if log.messages:
+            raise ConfigurationError("Cannot load the credentials of %s: %s." % (
+                describe, "; ".join(m.strip().rstrip(".") for m in log.messages)))
+        return configuration
+
+    credentials = Credentials(load, describe)
+    configuration = credentials.configuration
+    header = credentials.header()
+    secrets = [header, _token_of(header), user.get("password"), user.get("token")]
+    auth_provider = (user.get("auth-provider") or {}).get("config") or {}
+    secrets.extend(auth_provider.get(k) for k in ("id-token", "refresh-token", "client-secret", "access-token"))
+    if user.get("client-key-data"):
+        try:
+            secrets.append(base64.b64decode(user["client-key-data"]).decode("utf-8", "replace").strip())
+        except (TypeError, ValueError):
+            pass
+    key_file = getattr(configuration, "key_file", None)
+    if key_file:
+        _read_secret_file(key_file, secrets)
+    refreshable = bool(header) and bool(user.get("exec") or user.get("auth-provider"))
     return dict(
-        host=cluster["server"],
-        token=token,
-        ca_cert=_file_or_data(cluster, "certificate-authority", "certificate-authority-data", base_dir, ".crt"),
-        client_cert=client_cert,
-        client_key=client_key,
-        verify=not cluster.get("insecure-skip-tls-verify", False),
-        proxy=cluster.get("proxy-url"),
+        host=configuration.host,
+        token=_token_setting(header),
+        ca_cert=getattr(configuration, "ssl_ca_cert", None),
+        client_cert=getattr(configuration, "cert_file", None),
+        client_key=key_file,
+        verify=bool(configuration.verify_ssl),
+        # tls-server-name and proxy-url: read by the library from 27.2 on, by us before.
+        proxy=getattr(configuration, "proxy", None) or cluster.get("proxy-url"),
+        tls_server_name=getattr(configuration, "tls_server_name", None) or cluster.get("tls-server-name"),
         impersonate_user=user.get("as"),
         impersonate_groups=user.get("as-groups"),
-        source="kubeconfig %s (context %s)" % (path, context_name),
+        source="%s (context %s)" % (where, context_name),
+        credentials=credentials if refreshable else None,
         secrets=secrets,
     )
 
 
 def _in_cluster():
+    """The pod's service account, loaded by the kubernetes library (its token re-read every minute)."""
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
     token_file = os.path.join(IN_CLUSTER_DIR, "token")
     if not host or not os.path.isfile(token_file):
         return None
-    with open(token_file) as handle:
-        token = handle.read().strip()
-    if ":" in host:
-        host = "[%s]" % host
-    ca = os.path.join(IN_CLUSTER_DIR, "ca.crt")
-    return dict(host="https://%s:%s" % (host, port), token=token, ca_cert=ca if os.path.isfile(ca) else None,
-                source="in-cluster service account", secrets=[token])
+    Configuration, _kube_config, incluster_config, ConfigException = _kubernetes_config()
+    environ = dict(os.environ)
+    environ.setdefault("KUBERNETES_SERVICE_PORT", "443")
+    describe = "the in-cluster service account"
+
+    def load():
+        configuration = Configuration()
+        try:
+            incluster_config.InClusterConfigLoader(
+                token_filename=token_file, cert_filename=os.path.join(IN_CLUSTER_DIR, "ca.crt"),
+                environ=environ).load_and_set(configuration)
+        except (ConfigException, IOError, OSError) as exc:
+            raise ConfigurationError("Cannot use %s (%s): %s." % (describe, IN_CLUSTER_DIR, _short(exc).rstrip("."))) from exc
+        return configuration
+
+    credentials = Credentials(load, describe)
+    header = credentials.header()
+    return dict(host=credentials.configuration.host, token=_token_setting(header),
+                ca_cert=credentials.configuration.ssl_ca_cert, source="in-cluster service account",
+                credentials=credentials, secrets=[header, _token_of(header)])
+
+
+def _kubeconfig_paths(value, explicit):
+    """Files of a kubeconfig option or KUBECONFIG (a list separated like PATH)."""
+    paths = [os.path.expanduser(p) for p in str(value).split(os.pathsep) if p]
+    if explicit:
+        for path, given in zip(paths, [p for p in str(value).split(os.pathsep) if p]):
+            if not os.path.exists(path):
+                raise ConfigurationError("Kubeconfig %s does not exist." % given)
+    return [p for p in paths if os.path.exists(p)]
+
+
+def _load_files(paths, context):
+    where = "kubeconfig %s" % os.pathsep.join(paths)
+    _configuration, kube_config, _incluster, _exc = _kubernetes_config()
+    merged = _merge_files(paths, kube_config)
+    if merged is None:
+        raise ConfigurationError("Kubeconfig %s holds no configuration." % os.pathsep.join(paths))
+    return _from_kubeconfig(merged, context, where)
 
 
 def resolve_settings(params):
@@ -241,25 +417,24 @@ def resolve_settings(params):
 
     Order: an explicit ``kubeconfig`` (or KUBECONFIG / ~/.kube/config when ``host`` is not
     given) is the base; explicit options override its fields; with no kubeconfig and no
-    host, the in-cluster service account is used.
+    host, the in-cluster service account is used. Several files (``a:b``) are merged as
+    kubectl merges KUBECONFIG.
     """
     params = params or {}
     kubeconfig = params.get("kubeconfig")
     base = None
     if isinstance(kubeconfig, dict):
-        base = _from_kubeconfig(_private_file(json.dumps(kubeconfig).encode(), ".yaml"), params.get("context"))
+        base = _from_kubeconfig(copy.deepcopy(kubeconfig), params.get("context"), "the kubeconfig given")
     elif kubeconfig:
-        path = os.path.expanduser(kubeconfig)
-        if not os.path.exists(path):
-            raise ConfigurationError("Kubeconfig %s does not exist." % kubeconfig)
-        base = _from_kubeconfig(path, params.get("context"))
+        base = _load_files(_kubeconfig_paths(kubeconfig, explicit=True), params.get("context"))
     elif not params.get("host"):
-        env_paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-        candidates = env_paths or [os.path.expanduser(DEFAULT_KUBECONFIG)]
-        found = [p for p in candidates if os.path.exists(p)]
-        base = _in_cluster() if not env_paths else None
-        if base is None and found:
-            base = _from_kubeconfig(found[0], params.get("context"))
+        env_paths = _kubeconfig_paths(os.environ.get("KUBECONFIG", ""), explicit=False)
+        default = os.path.expanduser(DEFAULT_KUBECONFIG)
+        if not os.environ.get("KUBECONFIG"):
+            base = _in_cluster()
+            env_paths = [default] if base is None and os.path.exists(default) else []
+        if base is None and env_paths:
+            base = _load_files(env_paths, params.get("context"))
         if base is None:
             base = _in_cluster()
         if base is None:
@@ -286,14 +461,15 @@ def resolve_settings(params):
     if not settings.get("host"):
         raise ConfigurationError("No API server address: give 'host' or a kubeconfig whose cluster has a server.")
     if params.get("api_key"):
+        # An explicit token replaces whatever the kubeconfig authenticates with.
+        settings["credentials"] = None
         secrets.append(params["api_key"])
         settings.setdefault("source", "host %s" % settings["host"])
-    if params.get("client_key") and os.path.isfile(params["client_key"]):
-        with open(params["client_key"], "rb") as handle:
-            secrets.append(handle.read().decode("utf-8", "replace").strip())
-    for key in ("ca_cert", "client_cert", "client_key"):
-        if settings.get(key) and not os.path.isfile(os.path.expanduser(settings[key])):
-            raise ConfigurationError("The %s file %s does not exist." % (key.replace("_", " "), settings[key]))
+    _check_file(settings.get("ca_cert"), "ca cert")
+    _check_file(settings.get("client_cert"), "client cert")
+    _check_file(settings.get("client_key"), "client key")
+    if params.get("client_key"):
+        _read_secret_file(params["client_key"], secrets)
     settings["secrets"] = secrets
     return ConnectionSettings(**settings)
 
@@ -315,7 +491,27 @@ class KubeClient:
         self.requests_made = 0
         self._served = None  # {"/apis/<group>/<version>": set of plurals}, filled by discovery
         self._aggregated_discovery = True
-        kwargs = dict(maxsize=pool_size, block=False, retries=False)
+        self._urllib3 = urllib3
+        # urllib3 2.x exports it at the top level, 1.26 only from _collections.
+        self._header_dict = getattr(urllib3, "HTTPHeaderDict", None)
+        if self._header_dict is None:
+            from urllib3._collections import HTTPHeaderDict
+
+            self._header_dict = HTTPHeaderDict
+        self._pool_size = pool_size
+        self._pool = self._make_pool()
+        self.headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if settings.token:
+            self.headers["Authorization"] = _authorization(settings.token)
+        if settings.impersonate_user:
+            self.headers["Impersonate-User"] = settings.impersonate_user
+        self.impersonate_groups = list(settings.impersonate_groups)
+
+    def _make_pool(self):
+        """A urllib3 pool with the TLS settings (CA, client certificate, server name) and proxy."""
+        urllib3 = self._urllib3
+        settings = self.settings
+        kwargs = dict(maxsize=self._pool_size, block=False, retries=False)
         if settings.host.startswith("https"):
             kwargs["cert_reqs"] = "CERT_REQUIRED" if settings.verify else "CERT_NONE"
             if settings.ca_cert and settings.verify:
@@ -324,20 +520,43 @@ class KubeClient:
                 kwargs["cert_file"] = os.path.expanduser(settings.client_cert)
             if settings.client_key:
                 kwargs["key_file"] = os.path.expanduser(settings.client_key)
+            if settings.tls_server_name:
+                # The name sent in SNI and checked against the certificate (kubeconfig tls-server-name).
+                kwargs["server_hostname"] = settings.tls_server_name
             if not settings.verify:
                 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        if settings.proxy:
-            self._pool = urllib3.ProxyManager(settings.proxy, **kwargs)
-        else:
-            self._pool = urllib3.PoolManager(**kwargs)
-        self._urllib3 = urllib3
-        self.headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-        if settings.token:
-            scheme = "" if settings.token.startswith("Basic ") else "Bearer "
-            self.headers["Authorization"] = scheme + settings.token
-        if settings.impersonate_user:
-            self.headers["Impersonate-User"] = settings.impersonate_user
-        self.impersonate_groups = list(settings.impersonate_groups)
+        if not settings.proxy:
+            return urllib3.PoolManager(**kwargs)
+        if settings.proxy.split(":", 1)[0].lower() in ("socks4", "socks4a", "socks5", "socks5h"):
+            try:
+                from urllib3.contrib.socks import SOCKSProxyManager
+            except ImportError as exc:
+                raise ConfigurationError(
+                    "The SOCKS proxy %s needs the Python library PySocks on the host that runs this module."
+                    % _proxy_for_message(settings.proxy)) from exc
+            return SOCKSProxyManager(settings.proxy, **kwargs)
+        return urllib3.ProxyManager(settings.proxy, **kwargs)
+
+    def _authorization(self):
+        """The Authorization header for the next request (renewed by the credentials when expired)."""
+        credentials = self.settings.credentials
+        if credentials is None:
+            return self.headers.get("Authorization")
+        value = credentials.header()
+        if value and value != self.headers.get("Authorization"):
+            self.settings.add_secret(value)
+            self.settings.add_secret(_token_of(value))
+            self.headers["Authorization"] = value
+        return value
+
+    def _renew_credentials(self):
+        """After a 401: load the credentials from scratch; True when there is something new to try."""
+        credentials = self.settings.credentials
+        if credentials is None:
+            return False
+        before = self.headers.get("Authorization")
+        credentials.renew()
+        return self._authorization() != before
 
     # -- low level -----------------------------------------------------------------
 
@@ -349,7 +568,7 @@ class KubeClient:
         if fields:
             url += "?" + urlencode(fields)
         # One header line per impersonated group, as the API server expects.
-        headers = self._urllib3.HTTPHeaderDict(self.headers)
+        headers = self._header_dict(self.headers)
         if accept:
             headers["Accept"] = accept
         for group in self.impersonate_groups:
@@ -361,9 +580,13 @@ class KubeClient:
         verb = verb or {"GET": "get", "POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
         deadline = time.monotonic() + self.retry_budget
         attempt = 0
+        renewed = False
         while True:
             attempt += 1
             self.requests_made += 1
+            authorization = self._authorization()
+            if authorization:
+                headers["Authorization"] = authorization
             try:
                 if stream:
                     read_timeout = timeout
@@ -390,6 +613,11 @@ class KubeClient:
             raw = resp.data if not stream else resp.read()
             if status < 300:
                 return json.loads(raw) if raw else {}
+            if status == 401 and not renewed:
+                # A token can expire before the time it announced (or be revoked): renew once.
+                renewed = True
+                if self._renew_credentials():
+                    continue
             retry_after = _retry_after(resp)
             transient = status in _TRANSIENT_STATUS or (status == 429 and retry_429)
             if transient and time.monotonic() < deadline:
@@ -531,3 +759,16 @@ def _backoff(attempt, deadline, retry_after=None):
     delay = retry_after if retry_after else min(5.0, 0.2 * (2 ** (attempt - 1)))
     delay = delay * (0.8 + 0.4 * random.random())
     time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+
+
+def _authorization(token):
+    """An Authorization header value from a token ("Basic ..." and "Bearer ..." are kept)."""
+    if token.split(" ", 1)[0].lower() in ("basic", "bearer"):
+        return token
+    return "Bearer " + token
+
+
+def _proxy_for_message(url):
+    """A proxy URL without its user and password."""
+    scheme, sep, rest = url.partition("://")
+    return scheme + sep + rest.rsplit("@", 1)[-1] if sep else url.rsplit("@", 1)[-1]

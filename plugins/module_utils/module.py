@@ -62,6 +62,7 @@ class MaintenanceModule:
         self.diff_mode = self.ansible._diff
         self.warnings = []
         self._client = None
+        self._settings = None
         self._secrets = []
 
     @property
@@ -80,11 +81,19 @@ class MaintenanceModule:
             )
 
             settings = resolve_settings(dict((k, self.params.get(k)) for k in args.AUTH_NAMES))
-            self._secrets.extend(settings.secrets)
-            for secret in settings.secrets:
-                self.ansible.no_log_values.add(secret)
+            self._settings = settings
             self._client = KubeClient(settings)
         return self._client
+
+    def _all_secrets(self):
+        """Every secret known so far (a renewed token joins the connection's list during the run)."""
+        secrets = list(self._secrets)
+        if self._settings is not None:
+            secrets.extend(self._settings.secrets)
+        for secret in secrets:
+            if secret:
+                self.ansible.no_log_values.add(secret)
+        return secrets
 
     def warn(self, text):
         self.warnings.append(text)
@@ -94,9 +103,11 @@ class MaintenanceModule:
         try:
             result = action(self)
         except MaintenanceError as exc:
-            details = redact(dict(exc.details), self._secrets)
+            secrets = self._all_secrets()
+            details = redact(dict(exc.details), secrets)
             details.pop("msg", None)
-            self.ansible.fail_json(msg=redact(exc.msg, self._secrets), **details)
+            self.ansible.fail_json(msg=redact(exc.msg, secrets), **details)
+        secrets = self._all_secrets()
         for text in self.warnings:
-            self.ansible.warn(redact(text, self._secrets))
-        self.ansible.exit_json(**redact(result, self._secrets))
+            self.ansible.warn(redact(text, secrets))
+        self.ansible.exit_json(**redact(result, secrets))

@@ -156,10 +156,12 @@ def test_nothing_to_connect_to(monkeypatch, tmp_path):
 
 def test_exec_credential_plugin(tmp_path):
     plugin = tmp_path / "plugin.sh"
-    plugin.write_text('#!/bin/sh\necho \'{"apiVersion":"client.authentication.k8s.io/v1","status":{"token":"exec-token-777"}}\'\n')
+    plugin.write_text('#!/bin/sh\necho \'{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
+                      '"status":{"token":"exec-token-777"}}\'\n')
     os.chmod(str(plugin), 0o755)
     cfg = {"current-context": "c", "clusters": [{"name": "k", "cluster": {"server": "https://h:1"}}],
-           "users": [{"name": "u", "user": {"exec": {"command": str(plugin), "apiVersion": "v1"}}}],
+           "users": [{"name": "u", "user": {"exec": {"command": str(plugin),
+                                                     "apiVersion": "client.authentication.k8s.io/v1"}}}],
            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}
     path = tmp_path / "kc"
     path.write_text(yaml.safe_dump(cfg))

@@ -1,0 +1,174 @@
+"""The modules' connection against the lab's API server, as a user configures it.
+
+- ``tls-server-name``: the API server is reached through an address that is not in its
+  certificate (a TCP forwarder on 127.0.0.2, standing in for a load balancer); the
+  certificate's name ``kubernetes.default.svc`` set as ``tls-server-name`` makes TLS verify.
+- A KUBECONFIG split over two files (cluster and context in one, the user in the other),
+  whose user is an exec credential plugin.
+"""
+
+import json
+import os
+import socket
+import sys
+import threading
+
+import pytest
+import yaml
+
+import identities
+import runs
+
+SERVER_NAME = "kubernetes.default.svc"  # in the lab's apiserver certificate; 127.0.0.2 is not
+NODE = "lab-worker-1"
+
+
+class Forwarder:
+    """Accepts on 127.0.0.2 and relays every connection to ``target`` (host, port), byte for byte."""
+
+    def __init__(self, target, bind="127.0.0.2"):
+        self.target = target
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((bind, 0))
+        self.sock.listen(32)
+        self.address = "%s:%d" % self.sock.getsockname()
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _peer = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            upstream = socket.create_connection(self.target)
+            for src, dst in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.sock.close()
+
+
+def lab_kubeconfig(lab):
+    with open(lab.kubeconfig) as handle:
+        return yaml.safe_load(handle)
+
+
+def write(path, data):
+    fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        yaml.safe_dump(data, handle)
+    return str(path)
+
+
+@pytest.fixture
+def forwarder(lab):
+    server, _ca = identities.lab_cluster(lab.kubeconfig)
+    host, port = server.split("://", 1)[1].rsplit(":", 1)
+    forward = Forwarder((host, int(port)))
+    yield forward
+    forward.close()
+
+
+def info(kubeconfig):
+    return runs.module(kubeconfig, "node_maintenance_info", {"name": NODE}, timeout=300).result()
+
+
+def through_forwarder(lab, forwarder, path, **cluster_fields):
+    config = lab_kubeconfig(lab)
+    for entry in config["clusters"]:
+        entry["cluster"]["server"] = "https://%s" % forwarder.address
+        entry["cluster"].update(cluster_fields)
+    return write(path, config)
+
+
+def test_tls_server_name_verifies_an_address_not_in_the_certificate(lab, forwarder, tmp_path):
+    without = info(through_forwarder(lab, forwarder, tmp_path / "without"))
+    assert without.get("failed"), without
+    assert "TLS verification of https://%s failed" % forwarder.address in without["msg"]
+
+    result = info(through_forwarder(lab, forwarder, tmp_path / "with", **{"tls-server-name": SERVER_NAME}))
+    assert not result.get("failed"), result.get("msg")
+    assert forwarder.connections >= 2, "the module went through the forwarder"
+
+
+PLUGIN = r'''#!%(python)s
+import datetime, json, os
+with open(os.environ["PLUGIN_COUNTER"], "a") as handle:
+    handle.write("x")
+expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": {
+    "token": open(os.environ["PLUGIN_TOKEN_FILE"]).read().strip(),
+    "expirationTimestamp": expiry.strftime("%%Y-%%m-%%dT%%H:%%M:%%SZ")}}))
+'''
+
+
+@pytest.fixture
+def admin_identity(lab, k8s, tmp_path):
+    identity = identities.create_identity(k8s, lab.kubeconfig, tmp_path, cluster_roles=("cluster-admin",),
+                                          prefix="kvops-conn")
+    yield identity
+    identities.delete_identity(k8s, identity)
+
+
+def test_split_kubeconfig_with_an_exec_credential_plugin(lab, admin_identity, tmp_path):
+    server, ca_data = identities.lab_cluster(lab.kubeconfig)
+    users_dir = tmp_path / "users"
+    users_dir.mkdir()
+    token_file = users_dir / "token"
+    token_file.write_text(admin_identity.token)
+    os.chmod(str(token_file), 0o600)
+    plugin = users_dir / "credential-plugin"
+    plugin.write_text(PLUGIN % {"python": sys.executable})
+    os.chmod(str(plugin), 0o755)
+    counter = tmp_path / "invocations"
+    clusters = write(tmp_path / "clusters.yaml", {
+        "apiVersion": "v1", "kind": "Config", "current-context": "lab-exec",
+        "clusters": [{"name": "lab", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
+        "contexts": [{"name": "lab-exec", "context": {"cluster": "lab", "user": "exec-user"}}],
+    })
+    users = write(users_dir / "users.yaml", {
+        "apiVersion": "v1", "kind": "Config",
+        "users": [{"name": "exec-user", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1", "command": "./credential-plugin",
+            "env": [{"name": "PLUGIN_COUNTER", "value": str(counter)},
+                    {"name": "PLUGIN_TOKEN_FILE", "value": str(token_file)}]}}}],
+    })
+    result = runs.module(None, "node_maintenance_info", {"name": NODE}, timeout=300,
+                         env={"KUBECONFIG": os.pathsep.join([clusters, users])}).result()
+    assert not result.get("failed"), result.get("msg")
+    assert counter.read_text() == "x", "the plugin ran once for the run"
+    assert requests_by(lab, admin_identity.username), "the module authenticated with the plugin's token"
+    assert admin_identity.token not in str(result)
+
+
+def requests_by(lab, username):
+    """The collection's requests in the lab's audit log made as ``username``."""
+    found = []
+    with open(str(lab.paths.audit_log), errors="replace") as handle:
+        for line in handle:
+            if username not in line:
+                continue
+            event = json.loads(line)
+            if (event.get("user") or {}).get("username") == username \
+                    and (event.get("userAgent") or "").startswith("kubevirt_ops.maintenance/"):
+                found.append(event)
+    return found
