@@ -294,6 +294,11 @@ def interface_statuses(vmi, pod):
             "queueCount": 1,
             "linkState": "up",
         }
+        # virt-controller owns podInterfaceName (pkg/network/controllers/vmi.go); the
+        # handler keeps what it finds, or the two would rewrite each other's status forever.
+        known = next((p for p in previous if p.get("name") == iface.get("name")), {})
+        if known.get("podInterfaceName"):
+            entry["podInterfaceName"] = known["podInterfaceName"]
         if iface.get("name") == pod_network and pod_status.get("podIP"):
             entry["ipAddress"] = pod_status["podIP"]
             entry["ipAddresses"] = [ip.get("ip") for ip in pod_status.get("podIPs") or []] or [

@@ -143,7 +143,7 @@ def run(module):
     for vm in plan.vms:
         # A powered-off node's pods are force-deleted: its VMIs fail, and Always and
         # RerunOnFailure start failed VMIs again.
-        if (vm["outcome"] == fates.MIGRATE and not powered_off) or vm["_fate"].restart_by or \
+        if (vm["outcome"] == fates.MIGRATE and not powered_off) or vm["_fate"].restarted_by or \
                 (powered_off and vm["run_strategy"] in RESTARTING):
             moving.append(vm)
         else:

@@ -58,35 +58,64 @@ RESTARTING = ("Always", "RerunOnFailure")
 
 
 class Fate(object):
-    """One VM's fate when its node is drained."""
+    """One VM's fate when its node is drained.
 
-    def __init__(self, outcome, sentence, strategy, migratable, run_strategy, restart_by=None,
-                 shut_down_by_us=False, blocks=False, waits=False, obstacle=None):
+    ``outcome`` is what the eviction itself does (the plan's documented value, the same under
+    every policy); ``result`` is what happens once the ``non_migratable`` policy has acted on
+    a VM that cannot leave by eviction (equal to ``outcome`` for every other VM).
+    """
+
+    def __init__(self, outcome, sentence, strategy=None, migratable=None, run_strategy=None, restart_by=None,
+                 obstacle=None, policy=FAIL):
         self.outcome = outcome
         self.sentence = sentence
         self.strategy = strategy
         self.migratable = migratable
         self.run_strategy = run_strategy
         self.restart_by = restart_by
-        self.shut_down_by_us = shut_down_by_us  # the non_migratable=shutdown policy acts on it
-        self.blocks = blocks  # a blocker that fails the task before anything changes
-        self.waits = waits  # the drain keeps waiting for it (policy wait, External)
-        # The sentence of a VM that cannot leave by eviction (a plan blocker; fatal under
+        # The sentence of a VM that cannot leave by eviction (a plan blocker: fatal under
         # non_migratable=fail, acted on under shutdown, waited for under wait).
         self.obstacle = obstacle
+        self.policy = policy
+        self.result = under_policy(outcome, run_strategy, policy)
+
+    @property
+    def shut_down_by_us(self):
+        """True when the non_migratable=shutdown policy shuts this VM down before the drain."""
+        return self.obstacle is not None and self.policy == SHUT_DOWN_POLICY
+
+    @property
+    def restarted_by(self):
+        """Who starts the VM again once it is down: KubeVirt (Always, and every VM the shutdown
+        policy restarts through its ``restart`` subresource), the collection, or nobody."""
+        if self.shut_down_by_us:
+            return BY_KUBEVIRT if self.run_strategy in RESTARTING else None
+        return self.restart_by
+
+    @property
+    def blocks(self):
+        """A blocker that fails the task before anything changes."""
+        return self.obstacle is not None and self.policy == FAIL
 
     @property
     def moves(self):
         """True when the VM is expected to run on another node afterwards."""
-        return self.outcome in MOVING_OUTCOMES
+        return self.result in MOVING_OUTCOMES
 
     @property
     def stays_stopped(self):
-        return self.outcome in STOPPED_OUTCOMES
+        return self.result in STOPPED_OUTCOMES
 
-    def as_dict(self):
-        return {"outcome": self.outcome, "explanation": self.sentence, "restart_by": self.restart_by,
-                "shut_down_by_us": self.shut_down_by_us}
+
+def under_policy(outcome, run_strategy, policy):
+    """What happens to a VM whose eviction ``outcome`` is known, once ``policy`` acts: a VM that
+    cannot leave by eviction (block, external) is shut down under ``shutdown`` - through its
+    subresources, so Always and RerunOnFailure start again elsewhere - and waited for otherwise."""
+    if outcome not in (BLOCK, EXTERNAL) or policy != SHUT_DOWN_POLICY:
+        return outcome
+    if run_strategy in RESTARTING:
+        return RESTART_ELSEWHERE
+    return SHUTDOWN if run_strategy is None else STAY_STOPPED
 
 
 def effective_strategy(vmi, cluster_default):
@@ -94,20 +123,19 @@ def effective_strategy(vmi, cluster_default):
     return ((vmi or {}).get("spec") or {}).get("evictionStrategy") or cluster_default or None
 
 
-def _after_shutdown(run_strategy, display, why, shut_down_by_us=False):
+def _shutdown_fate(run_strategy, display, why):
     if run_strategy == "Always":
         return Fate(RESTART_ELSEWHERE, "%s: %s; run strategy Always, so KubeVirt starts it again on another node."
-                    % (display, why), None, None, run_strategy, restart_by=BY_KUBEVIRT,
-                    shut_down_by_us=shut_down_by_us)
+                    % (display, why), run_strategy=run_strategy, restart_by=BY_KUBEVIRT)
     if run_strategy == "RerunOnFailure":
         return Fate(RESTART_ELSEWHERE, "%s: %s; run strategy RerunOnFailure does not restart a VM that shut down "
                     "cleanly, so it is started again on another node once it is down." % (display, why),
-                    None, None, run_strategy, restart_by=BY_US, shut_down_by_us=shut_down_by_us)
+                    run_strategy=run_strategy, restart_by=BY_US)
     if run_strategy is None:
         return Fate(SHUTDOWN, "%s: %s; it has no VirtualMachine, so nothing starts it again." % (display, why),
-                    None, None, run_strategy, shut_down_by_us=shut_down_by_us)
+                    run_strategy=run_strategy)
     return Fate(STAY_STOPPED, "%s: %s; run strategy %s, so it stays stopped until someone starts it."
-                % (display, why, run_strategy), None, None, run_strategy, shut_down_by_us=shut_down_by_us)
+                % (display, why, run_strategy), run_strategy=run_strategy)
 
 
 def decide(vmi, run_strategy, cluster_default, policy, display, node, not_migratable_reason=None):
@@ -120,49 +148,29 @@ def decide(vmi, run_strategy, cluster_default, policy, display, node, not_migrat
     migratable = live_migratable(vmi)
     why_not = not_migratable_reason or "not live-migratable"
     if strategy == "LiveMigrate" and migratable:
-        fate = Fate(MIGRATE, "%s: eviction strategy LiveMigrate; KubeVirt live-migrates it." % display,
-                    strategy, migratable, run_strategy)
+        fate = Fate(MIGRATE, "%s: eviction strategy LiveMigrate; KubeVirt live-migrates it." % display)
     elif strategy == "LiveMigrateIfPossible" and migratable:
         fate = Fate(MIGRATE, "%s: eviction strategy LiveMigrateIfPossible and live-migratable; KubeVirt "
-                    "live-migrates it." % display, strategy, migratable, run_strategy)
+                    "live-migrates it." % display)
     elif strategy == "LiveMigrate":
-        fate = _blocking(display, node, strategy, migratable, run_strategy, policy,
-                         "its eviction strategy is LiveMigrate but it is not live-migratable (%s)" % why_not,
-                         "give it LiveMigrateIfPossible or None, or use non_migratable=shutdown")
+        obstacle = ("VM %s cannot leave node %s: its eviction strategy is LiveMigrate but it is not live-migratable "
+                    "(%s); give it LiveMigrateIfPossible or None, or use non_migratable=shutdown."
+                    % (display, node, why_not))
+        fate = Fate(BLOCK, obstacle, obstacle=obstacle)
     elif strategy == "External":
-        fate = _blocking(display, node, strategy, migratable, run_strategy, policy,
-                         "its eviction strategy is External: KubeVirt only marks it for evacuation and waits for "
-                         "an external controller to move or stop it",
-                         "make sure that controller runs, or use non_migratable=wait or shutdown")
-        if fate.outcome == BLOCK:
-            fate.outcome = EXTERNAL
+        obstacle = ("VM %s cannot leave node %s: its eviction strategy is External: KubeVirt only marks it for "
+                    "evacuation and waits for an external controller to move or stop it; make sure that controller "
+                    "runs, or use non_migratable=wait or shutdown." % (display, node))
+        fate = Fate(EXTERNAL, obstacle, obstacle=obstacle)
     else:
         if strategy == "LiveMigrateIfPossible":
             why = "eviction strategy LiveMigrateIfPossible but not live-migratable (%s): the eviction shuts it down" \
                 % why_not
         else:
             why = "eviction strategy %s: the eviction shuts it down" % (strategy or "None (none set)")
-        fate = _after_shutdown(run_strategy, display, why)
-    fate.strategy, fate.migratable = strategy, migratable
-    return fate
-
-
-def _blocking(display, node, strategy, migratable, run_strategy, policy, why, advice):
-    obstacle = "VM %s cannot leave node %s: %s; %s." % (display, node, why, advice)
-    fate = _blocking_fate(display, node, strategy, migratable, run_strategy, policy, why, obstacle)
-    fate.obstacle = obstacle
-    return fate
-
-
-def _blocking_fate(display, node, strategy, migratable, run_strategy, policy, why, obstacle):
-    if policy == SHUT_DOWN_POLICY:
-        fate = _after_shutdown(run_strategy, display, "%s; non_migratable=shutdown shuts it down" % why,
-                               shut_down_by_us=True)
-    elif policy == WAIT:
-        fate = Fate(BLOCK, "%s cannot leave node %s: %s; the drain waits (non_migratable=wait)."
-                    % (display, node, why), strategy, migratable, run_strategy, waits=True)
-    else:
-        fate = Fate(BLOCK, obstacle, strategy, migratable, run_strategy, blocks=True)
+        fate = _shutdown_fate(run_strategy, display, why)
+    fate.strategy, fate.migratable, fate.run_strategy, fate.policy = strategy, migratable, run_strategy, policy
+    fate.result = under_policy(fate.outcome, run_strategy, policy)
     return fate
 
 

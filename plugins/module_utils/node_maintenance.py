@@ -157,7 +157,7 @@ def predict(module, result, plan, node, method, ours_cr, shutdown, deadline):
         result["drain_progress"] = 100
     vms = result["vms"]
     for vm in plan.vms:
-        outcome = vm["outcome"]
+        outcome = vm["_fate"].result
         uid = vm["_vmi"]["metadata"].get("uid")
         if outcome == fates.MIGRATE:
             target = plan.targets.get(pod_key(vm["_pod"])) if vm["_pod"] is not None else None
@@ -200,9 +200,9 @@ def _blocker_text(plan, uid):
 def _shut_down_entry(vm, source, restarted_on=None):
     fate = vm["_fate"]
     entry = {"namespace": vm["namespace"], "name": vm["name"], "source": source, "run_strategy": vm["run_strategy"],
-             "outcome": fate.outcome if fate.outcome in fates.SHUT_DOWN_OUTCOMES else fates.SHUTDOWN}
-    if fate.restart_by:
-        entry["restart_by"] = fate.restart_by
+             "outcome": fate.result if fate.result in fates.SHUT_DOWN_OUTCOMES else fates.SHUTDOWN}
+    if fate.restarted_by:
+        entry["restart_by"] = fate.restarted_by
     if restarted_on is not None:
         entry["restarted_on"] = restarted_on
     return entry

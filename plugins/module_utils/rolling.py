@@ -188,7 +188,7 @@ def preflight(client, params):
         vms = summary["plan"]["vms"]
         expected_stopped = []
         for vm in vms:
-            if vm["outcome"] in fates.STOPPED_OUTCOMES:
+            if fates.under_policy(vm["outcome"], vm.get("run_strategy"), policy) in fates.STOPPED_OUTCOMES:
                 expected_stopped.append({"namespace": vm["namespace"], "name": vm["name"], "node": name,
                                          "run_strategy": vm.get("run_strategy")})
                 warnings.append("VM %s on node %s will stay stopped after it leaves the node (run strategy %s); "
@@ -206,7 +206,7 @@ def preflight(client, params):
             "pods": len(summary["plan"]["evict"]),
             "vms": len(vms),
             "vms_migrating": sum(1 for vm in vms if vm["outcome"] == fates.MIGRATE),
-            "vms_shut_down": sum(1 for vm in vms if vm["outcome"] in fates.SHUT_DOWN_OUTCOMES),
+            "vms_shut_down": sum(1 for vm in vms if vm["outcome"] != fates.MIGRATE),
             "expected_stopped": expected_stopped,
             "plan": summary["plan"],
         })
