@@ -270,7 +270,7 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
     else:
         result["phase"] = "Succeeded" if not outcome.pending else "Running"
     restarted = {}
-    if result["phase"] == "Succeeded" and params["wait"]:
+    if params["wait"] and outcome.fatal is None and not outcome.refused:
         restarted = restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
     result["vms"] = vm_report(client, plan, explanations, final=params["wait"], restarted=restarted)
     nodes_mod.set_record_phase(client, node_after, result["phase"], result["last_error"])
@@ -379,7 +379,7 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
             what, view["phase"], ", last error: %s" % view["last_error"].rstrip(".") if view["last_error"] else "",
             ": %s" % detail if detail else "")
     restarted = {}
-    if result["phase"] == "Succeeded" and params["wait"]:
+    if params["wait"] and view["phase"] in ("Succeeded", "Running"):
         restarted = restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
     result["vms"] = vm_report(client, plan, explanations, final=params["wait"], restarted=restarted)
     if module.diff_mode:

@@ -29,7 +29,10 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     WaitTimeoutError,
     describe_object,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer, wait_until
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline, Informer, wait_until
+
+# Seconds a drain that ran out of time still spends starting again the VMs it shut down.
+START_GRACE = 30
 
 
 SUBRESOURCE_GROUP = "subresources.kubevirt.io"
@@ -119,9 +122,12 @@ def start_again(client, entries, source, deadline, progress=None):
     def pending():
         return ", ".join("%s/%s" % key for key in sorted(todo) if key not in running)
 
+    # A drain that timed out (other VMs still blocking) still starts the VMs it shut down,
+    # within a short grace period of its own.
+    window = deadline if deadline.remaining() > START_GRACE else Deadline(START_GRACE)
     try:
-        wait_until(check, [informer], deadline.remaining(), "VMs started again on another node",
-                   describe_pending=pending, deadline=deadline)
+        wait_until(check, [informer], window.remaining(), "VMs started again on another node",
+                   describe_pending=pending, deadline=window)
     except WaitTimeoutError:
         pass  # the report says which did not come back
     finally:

@@ -221,7 +221,10 @@ def subresources_served(client):
 def _put_subresource(client, vm, action):
     namespace, name = vms.key(vm)
     path = "%s/namespaces/%s/virtualmachines/%s/%s" % (SUBRESOURCES_API, namespace, name, action)
-    client.request("PUT", path, body={}, obj=describe_object("VirtualMachine", name, namespace), verb=action)
+    # virt-api's action routes declare no response type: go-restful answers 406 unless the
+    # request accepts any (as client-go's, and so virtctl's, requests do).
+    client.request("PUT", path, body={}, obj=describe_object("VirtualMachine", name, namespace), verb=action,
+                   accept="application/json, */*")
 
 
 def _state_change_operations(vm, changes):

@@ -491,7 +491,10 @@ SYSTEM_NODE_LABELS = ("kubevirt.io/schedulable",)
 # virt-handler's node-labeller keeps these in line with the cluster's obsolete CPU models on its own cycle.
 SYSTEM_NODE_LABEL_PREFIXES = ("cpu-model.node.kubevirt.io/", "host-model-cpu.node.kubevirt.io/",
                               "cpu-vendor.node.kubevirt.io/")
-SYSTEM_NODE_ANNOTATIONS = ("node.alpha.kubernetes.io/ttl",)
+# virt-handler's heartbeat (pkg/virt-handler/heartbeat), renewed every minute.
+SYSTEM_NODE_ANNOTATIONS = ("node.alpha.kubernetes.io/ttl", "kubevirt.io/heartbeat")
+# Every label under *.node.kubevirt.io/ is the node-labeller's (CPU features, timers, machine types).
+SYSTEM_NODE_LABEL_DOMAIN = "node.kubevirt.io"
 
 
 class ResourceVersions:
@@ -567,7 +570,8 @@ class ResourceVersions:
             spec["taints"] = [t for t in spec.get("taints") or []
                               if not t.get("key", "").startswith("node.kubernetes.io/")]
             labels = dict((k, v) for k, v in (meta.get("labels") or {}).items()
-                          if k not in SYSTEM_NODE_LABELS and not k.startswith(SYSTEM_NODE_LABEL_PREFIXES))
+                          if k not in SYSTEM_NODE_LABELS and not k.startswith(SYSTEM_NODE_LABEL_PREFIXES)
+                          and not k.split("/", 1)[0].endswith(SYSTEM_NODE_LABEL_DOMAIN))
             annotations = dict((k, v) for k, v in (meta.get("annotations") or {}).items()
                                if k not in SYSTEM_NODE_ANNOTATIONS)
             return {"spec": spec, "labels": labels, "annotations": annotations}
