@@ -11,7 +11,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from lab import binaries, components, kwok, network, nodes, processes
+from lab import binaries, components, kwok, network, nmo, nodes, processes
 from lab import settings as lab_settings
 from lab.certs import CLIENTS, ensure_pki
 from lab.components import CORE, Context
@@ -58,6 +58,7 @@ def up(paths, workers=4, control_plane_nodes=1, hco=True, kubevirt=True, profile
             timeout=ctx.settings.tuning.ready_timeout,
         )
         if kubevirt:
+            nmo.ensure_running(paths, ctx.settings, say=say)
             _ensure_kubevirt_sim(paths, hco)
     say(
         f"up in {time.monotonic() - started:.0f}s: {len(planned)} nodes"
@@ -139,6 +140,9 @@ def status(paths):
         lines.append(f"  {SIM:<24} {'':<16} pid {sim.pid}, {ready}{_mib(rss)}")
     else:
         lines.append(f"  {SIM:<24} {'':<16} not running")
+    nmo_line = nmo.status_line(paths)
+    if nmo_line:
+        lines.append(nmo_line)
     print(f"lab at {paths.state_dir}: {'up' if healthy else 'DEGRADED'}")
     print("\n".join(lines))
     print(f"  total memory (RSS)       {total_rss / 2**20:.0f} MiB")
@@ -290,6 +294,7 @@ def _ensure_kubevirt_sim(paths, hco):
         ]
         if not hco:
             argv.append("--no-hco")
+        argv.extend(nmo.SIMULATOR_FLAGS)
         say("starting the KubeVirt simulator")
         env = components.environment()
         env["PYTHONUNBUFFERED"] = "1"
