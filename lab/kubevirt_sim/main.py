@@ -8,6 +8,7 @@ pid, webhook port, how VM actions are served). It runs until SIGTERM/SIGINT.
 """
 
 import argparse
+import base64
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from lab.kubevirt_sim import certs, crds, hco, kubevirt_cr, nodes, storage, webhook
+from lab.kubevirt_sim import certs, crds, hco, hco_api, https_server, kubevirt_cr, nodes, storage, webhook
 from lab.kubevirt_sim import kube as k
 from lab.kubevirt_sim import objects as o
 from lab.kubevirt_sim.cluster_config import ClusterConfig
@@ -44,14 +45,15 @@ ACTIONS_VM_OBJECT = "vm-object"
 class Simulator:
     """The shared caches and settings every controller reads."""
 
-    def __init__(self, kube, migration_bandwidth):
+    def __init__(self, kube, migration_bandwidth, medik8s_node_maintenance=True):
         self.kube = kube
         self.vms = Informer(kube, k.VMS)
         self.vmis = Informer(kube, k.VMIS)
         self.vmims = Informer(kube, k.VMIMS)
         self.kubevirts = Informer(kube, k.KUBEVIRTS)
         self.hcos = Informer(kube, k.HYPERCONVERGEDS)
-        self.nms = Informer(kube, k.NODEMAINTENANCES)
+        # nodemaintenance.medik8s.io is the real node-maintenance-operator's when the lab runs it.
+        self.nms = Informer(kube, k.NODEMAINTENANCES) if medik8s_node_maintenance else None
         self.legacy_nms = Informer(kube, k.LEGACY_NODEMAINTENANCES, name="legacy-nodemaintenances")
         # Only KubeVirt's own pods (virt-launcher, virt-handler) are cached.
         self.pods = Informer(kube, k.PODS, label_selector=o.APP_LABEL)
@@ -103,7 +105,8 @@ def parse_args(argv):
     p.add_argument(
         "--no-node-maintenance",
         action="store_true",
-        help="leave NodeMaintenance CRs to another controller (e.g. the real node-maintenance-operator)",
+        help="legacy group only: leave nodemaintenance.medik8s.io (CRD, webhook, controller) to the "
+        "real node-maintenance-operator and keep only the nodemaintenance.kubevirt.io stand-in",
     )
     p.add_argument("--log-level", default=os.environ.get("KUBEVIRT_SIM_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
@@ -145,34 +148,7 @@ def run(args):
     kube = k.Kube(args.kubeconfig)
     log.info("starting against %s", kube.host)
     wait_for_apiserver(kube)
-    crds.apply_all(kube)
-    kubevirt_cr.ensure_kubevirt(kube)
-    if not args.no_hco:
-        hco.ensure_hyperconverged(kube)
-    storage.ensure_storage_class(kube)
-    nodes.ensure_virt_handler(kube)
-
-    sim = Simulator(kube, args.migration_bandwidth)
-    controllers = [
-        VMController(sim),
-        VMIController(sim),
-        MigrationController(sim),
-        EvacuationController(sim),
-        Provisioner(sim),
-        SchedulableLabeller(sim),
-        NodeLabeller(sim),
-        KubeVirtStatus(sim),
-        HyperConvergedController(sim),
-    ]
-    if not args.no_node_maintenance:
-        controllers.append(NodeMaintenanceController(sim))
-    for informer in sim.informers():
-        informer.start()
-    for informer in sim.informers():
-        if not informer.wait_synced(120):
-            raise TimeoutError(f"cache of {informer.name} did not sync")
-    for controller in controllers:
-        controller.start()
+    medik8s = not args.no_node_maintenance
 
     serving_ips = ["127.0.0.1"]
     address = None
@@ -185,7 +161,42 @@ def run(args):
         serving_ips,
         ["virt-api.kubevirt.svc", "virt-api.kubevirt.svc.cluster.local", "localhost"],
     )
-    webhook_port = webhook.start(sim, serving)
+    # HyperConverged's conversion webhook serves before its CRD exists: every read of the
+    # version that is not stored goes through it.
+    _, conversion_port = https_server.serve("127.0.0.1", serving.cert_file, serving.key_file, [hco_api.route])
+    hco_conversion = {
+        "url": f"https://127.0.0.1:{conversion_port}{hco_api.CONVERSION_PATH}",
+        "caBundle": base64.b64encode(serving.ca_pem).decode(),
+    }
+    crds.apply_all(kube, medik8s_node_maintenance=medik8s, hco_conversion=hco_conversion)
+    kubevirt_cr.ensure_kubevirt(kube)
+    if not args.no_hco:
+        hco.ensure_hyperconverged(kube)
+    storage.ensure_storage_class(kube)
+    nodes.ensure_virt_handler(kube)
+
+    sim = Simulator(kube, args.migration_bandwidth, medik8s_node_maintenance=medik8s)
+    controllers = [
+        VMController(sim),
+        VMIController(sim),
+        MigrationController(sim),
+        EvacuationController(sim),
+        Provisioner(sim),
+        SchedulableLabeller(sim),
+        NodeLabeller(sim),
+        KubeVirtStatus(sim),
+        HyperConvergedController(sim),
+        NodeMaintenanceController(sim),
+    ]
+    for informer in sim.informers():
+        informer.start()
+    for informer in sim.informers():
+        if not informer.wait_synced(120):
+            raise TimeoutError(f"cache of {informer.name} did not sync")
+    for controller in controllers:
+        controller.start()
+
+    webhook_port = webhook.start(sim, serving, medik8s_node_maintenance=medik8s)
 
     subresources = SubresourceAPI(sim)
     actions = ACTIONS_VM_OBJECT
@@ -204,6 +215,7 @@ def run(args):
         "subresources_address": address if actions == ACTIONS_AGGREGATED else None,
         "migration_bandwidth": args.migration_bandwidth,
         "hco": not args.no_hco,
+        "node_maintenance_groups": [g for g, on in ((crds.NMO_GROUP, medik8s), (crds.LEGACY_NMO_GROUP, True)) if on],
     }
     tmp = ready_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(info, indent=2) + "\n")
