@@ -171,6 +171,13 @@ LAB_CLUSTER_ROLE = {
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["delete"]},
     ],
 }
+# Restarts the operator when it exits after it once started (as its Deployment's pod would
+# be restarted), e.g. when it loses its leader lease while the apiserver restarts; an exit
+# before that ends the loop, so `lab up` reports the failure.
+RESTART_LOOP = (
+    'while :; do "$0" "$@"; rc=$?; [ -e "$LAB_STARTED_MARK" ] || exit $rc; '
+    'echo "==== the operator exited with $rc: restarting it in 1 s"; sleep 1; done'
+)
 # The simulator leaves nodemaintenance.medik8s.io to this operator (it keeps only the
 # legacy nodemaintenance.kubevirt.io stand-in).
 SIMULATOR_FLAGS = ("--no-node-maintenance",)
@@ -205,7 +212,12 @@ def ensure_running(paths, settings, say=_say):
         shutil.copy(serving_cert, cert_dir / "tls.crt")
         shutil.copy(serving_key, cert_dir / "tls.key")
         webhook_port, probe_port = network.free_ports(2)
+        started_mark = paths.state_dir / NAME / "started"
+        started_mark.unlink(missing_ok=True)
         argv = [
+            "sh",
+            "-c",
+            RESTART_LOOP,
             str(built.binary),
             f"--kubeconfig={own_kubeconfig}",
             "--leader-elect",
@@ -216,7 +228,8 @@ def ensure_running(paths, settings, say=_say):
             f"--health-probe-bind-address=127.0.0.1:{probe_port}",
         ]
         say(f"starting {NAME} {VERSION} (webhook on 127.0.0.1:{webhook_port})")
-        record = processes.start(paths, NAME, argv, env=components.environment(settings))
+        env = dict(components.environment(settings), LAB_STARTED_MARK=str(started_mark))
+        record = processes.start(paths, NAME, argv, env=env)
     webhook_port = int(_flag(record.argv, "--webhook-port"))
     probe = _flag(record.argv, "--health-probe-bind-address")
 
@@ -231,6 +244,7 @@ def ensure_running(paths, settings, say=_say):
         if e.detail is None:
             raise _start_failure(paths, str(e)) from e
         raise
+    (paths.state_dir / NAME / "started").touch()
     _register_webhook(api, built, webhook_port, pki.ca_cert)
     return record
 
