@@ -137,8 +137,14 @@ def _build(go, target):
             error = f"`go {' '.join(step[1:3])}` failed:\n{(result.stderr or result.stdout).strip()[-3000:]}"
             target.error_file.write_text(error + "\n")
             raise BuildError(f"{NAME} {VERSION} failed to build: see {target.error_file}", detail=error)
-    result = subprocess.run([go, "mod", "download", "-json", f"{MODULE}@{VERSION}"], cwd=src, env=env,
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [go, "mod", "download", "-json", f"{MODULE}@{VERSION}"],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     module_dir = Path(json.loads(result.stdout)["Dir"])
     for source, name in MODULE_FILES.items():
         shutil.copy(module_dir / source, target.module_file(name))
@@ -267,8 +273,12 @@ def _install_crd(api, built):
 
     crd = _load_yaml(built.module_file("crd.yaml"))[0]
     ext = client.ApiextensionsV1Api(api)
-    _apply(ext.create_custom_resource_definition, ext.read_custom_resource_definition,
-           ext.replace_custom_resource_definition, crd)
+    _apply(
+        ext.create_custom_resource_definition,
+        ext.read_custom_resource_definition,
+        ext.replace_custom_resource_definition,
+        crd,
+    )
     name = crd["metadata"]["name"]
 
     def established():
@@ -284,8 +294,12 @@ def _install_rbac(api, built):
 
     core = client.CoreV1Api(api)
     rbac = client.RbacAuthorizationV1Api(api)
-    _apply(core.create_namespace, core.read_namespace, None,
-           {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    _apply(
+        core.create_namespace,
+        core.read_namespace,
+        None,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+    )
     subjects = [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}]
     for doc in _load_yaml(built.module_file("role.yaml")) + [copy.deepcopy(LAB_CLUSTER_ROLE)]:
         doc["metadata"]["name"] = NAME_PREFIX + doc["metadata"]["name"]
@@ -294,26 +308,47 @@ def _install_rbac(api, built):
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
             "metadata": {"name": doc["metadata"]["name"]},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": doc["metadata"]["name"]},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": doc["metadata"]["name"],
+            },
             "subjects": subjects,
         }
-        _apply(rbac.create_cluster_role_binding, rbac.read_cluster_role_binding,
-               rbac.replace_cluster_role_binding, binding)
+        _apply(
+            rbac.create_cluster_role_binding,
+            rbac.read_cluster_role_binding,
+            rbac.replace_cluster_role_binding,
+            binding,
+        )
     for doc in _load_yaml(built.module_file("leader_election_role.yaml")):
         doc["metadata"]["name"] = NAME_PREFIX + doc["metadata"]["name"]
         doc["metadata"]["namespace"] = NAMESPACE
-        _apply(rbac.create_namespaced_role, rbac.read_namespaced_role, rbac.replace_namespaced_role, doc,
-               namespace=NAMESPACE)
+        _apply(
+            rbac.create_namespaced_role,
+            rbac.read_namespaced_role,
+            rbac.replace_namespaced_role,
+            doc,
+            namespace=NAMESPACE,
+        )
         binding = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": {"name": doc["metadata"]["name"], "namespace": NAMESPACE},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": doc["metadata"]["name"]},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": doc["metadata"]["name"],
+            },
             "subjects": subjects,
         }
-        _apply(rbac.create_namespaced_role_binding, rbac.read_namespaced_role_binding,
-               rbac.replace_namespaced_role_binding, binding, namespace=NAMESPACE)
+        _apply(
+            rbac.create_namespaced_role_binding,
+            rbac.read_namespaced_role_binding,
+            rbac.replace_namespaced_role_binding,
+            binding,
+            namespace=NAMESPACE,
+        )
 
 
 def _register_webhook(api, built, port, ca_file):
@@ -329,8 +364,12 @@ def _register_webhook(api, built, port, ca_file):
         path = hook["clientConfig"]["service"]["path"]
         hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca_bundle}
     admission = client.AdmissionregistrationV1Api(api)
-    _apply(admission.create_validating_webhook_configuration, admission.read_validating_webhook_configuration,
-           admission.replace_validating_webhook_configuration, config)
+    _apply(
+        admission.create_validating_webhook_configuration,
+        admission.read_validating_webhook_configuration,
+        admission.replace_validating_webhook_configuration,
+        config,
+    )
 
 
 def _apply(create, read, replace, body, namespace=None):
@@ -380,7 +419,7 @@ def _log_says(paths, text):
         data = log.read_text(errors="replace")
     except FileNotFoundError:
         return False
-    return text in data[data.rfind(processes.START_MARKER):]
+    return text in data[data.rfind(processes.START_MARKER) :]
 
 
 def _start_failure(paths, reason):

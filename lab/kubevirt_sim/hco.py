@@ -109,10 +109,16 @@ class HyperConvergedController(Controller):
         configuration = o.spec(kubevirt).get("configuration") or {}
 
         highly_available = self._infrastructure_highly_available()
-        if not spec.get("evictionStrategy") and o.status(hco).get("infrastructureHighlyAvailable") is not None:
+        if (
+            not spec.get("evictionStrategy")
+            and o.status(hco).get("infrastructureHighlyAvailable") is not None
+        ):
             default = "LiveMigrate" if highly_available else "None"
             self.kube.patch(
-                k.HYPERCONVERGEDS, o.meta(hco, "name"), {"spec": {"evictionStrategy": default}}, o.meta(hco, "namespace")
+                k.HYPERCONVERGEDS,
+                o.meta(hco, "name"),
+                {"spec": {"evictionStrategy": default}},
+                o.meta(hco, "namespace"),
             )
             self.log.info("HyperConverged evictionStrategy defaulted to %s", default)
             spec = dict(spec, evictionStrategy=default)

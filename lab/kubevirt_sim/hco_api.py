@@ -121,8 +121,11 @@ def review(body):
     except Exception as e:  # the apiserver shows the message to the client
         log.warning("HyperConverged conversion failed: %s", e)
         response["result"] = {"status": "Failure", "message": str(e)}
-    return {"apiVersion": body.get("apiVersion", "apiextensions.k8s.io/v1"), "kind": "ConversionReview",
-            "response": response}
+    return {
+        "apiVersion": body.get("apiVersion", "apiextensions.k8s.io/v1"),
+        "kind": "ConversionReview",
+        "response": response,
+    }
 
 
 def route(request):

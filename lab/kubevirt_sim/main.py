@@ -215,7 +215,9 @@ def run(args):
         "subresources_address": address if actions == ACTIONS_AGGREGATED else None,
         "migration_bandwidth": args.migration_bandwidth,
         "hco": not args.no_hco,
-        "node_maintenance_groups": [g for g, on in ((crds.NMO_GROUP, medik8s), (crds.LEGACY_NMO_GROUP, True)) if on],
+        "node_maintenance_groups": [
+            g for g, on in ((crds.NMO_GROUP, medik8s), (crds.LEGACY_NMO_GROUP, True)) if on
+        ],
     }
     tmp = ready_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(info, indent=2) + "\n")
