@@ -154,7 +154,6 @@ def main(argv=None):
                 if small:
                     say("no-op module runs vs ansible.builtin.ping")
                     sc.reset(kube, ctx.workers)
-                    peers_mod.set_nm_controller(lab_dir, True)
                     result["noop"] = sc.measure_noop(ctx, args.noop_iterations)
                     save()
             finally:
@@ -162,7 +161,6 @@ def main(argv=None):
                     peer.close(ctx.env)
                 try:
                     sc.reset(kube, ctx.workers)
-                    peers_mod.set_nm_controller(lab_dir, True)
                 except Exception as e:  # noqa: BLE001
                     say(f"could not reset the lab: {e}")
                 if started_lab and not args.keep_lab:

@@ -10,10 +10,10 @@ Every peer drains one node and returns when that tool considers the node drained
   module's default is 5 s).
 - ``ours (drain)`` / ``ours (cr)``: ``kubevirt_ops.maintenance.node_maintenance`` with
   ``method: drain`` (the module evicts) and ``method: cr`` (the module creates a
-  NodeMaintenance CR and follows it; the lab's NodeMaintenance controller drains).
-- ``nmo``: the medik8s node-maintenance-operator, built from its Go module and run out
-  of cluster (the lab simulator's own NodeMaintenance controller is switched off for
-  it). The run is: create a NodeMaintenance CR, wait until its phase is Succeeded.
+  NodeMaintenance CR and follows it; the lab's node-maintenance-operator drains).
+- ``nmo``: the medik8s node-maintenance-operator the lab runs (``lab/nmo.py``: the real
+  operator, built from its Go module). The run is: create a NodeMaintenance CR, wait
+  until its phase is Succeeded.
 
 Each Ansible-based peer is timed as a user sees it: ``ansible localhost -m ...`` from
 process start to exit, Ansible's own start-up included.
@@ -22,20 +22,19 @@ process start to exit, Ansible's own start-up included.
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from bench import bootstrap, measure
+from lab import nmo, processes
+from lab.paths import LabPaths
 from bench.kube import Kube
 from bench.workloads import Timeout, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 KUBECTL = os.environ.get("BENCH_KUBECTL", "kubectl")
-SIM = "kubevirt-sim"
-NO_NM_FLAG = "--no-node-maintenance"
 
 
 class Unavailable(Exception):
@@ -116,7 +115,6 @@ class Peer:
     key = ""
     label = ""
     clients = ()  # user-agent product tokens of this peer's API requests
-    needs_nm_controller = None  # True: the lab's NodeMaintenance controller on; False: off
 
     def prepare(self, env):
         """Once per benchmark: install or check the tooling; raise Unavailable."""
@@ -206,7 +204,6 @@ class Ours(Peer):
         self.method = method
         self.key = f"ours_{method}"
         self.label = f"node_maintenance (method {method})"
-        self.needs_nm_controller = True if method == "cr" else None
 
     def prepare(self, env):
         module = REPO / "plugins" / "modules" / "node_maintenance.py"
@@ -241,52 +238,21 @@ class Ours(Peer):
 
 class NodeMaintenanceOperator(Peer):
     key = "nmo"
-    label = f"node-maintenance-operator {bootstrap.NMO_VERSION}"
+    label = f"node-maintenance-operator {nmo.VERSION}"
     clients = ("node-maintenance-operator", "nm-client")
-    needs_nm_controller = False
 
     def __init__(self, build=True):
         self.build = build
-        self.proc = None
-        self.log = None
 
     def prepare(self, env):
         try:
-            self.binary = bootstrap.ensure_nmo(build=self.build)
-        except bootstrap.BootstrapError as e:
+            nmo.ensure_built(build=self.build)
+        except nmo.BuildError as e:
             raise Unavailable(str(e)) from e
-        if not simulator_supports_nm_off():
-            raise Unavailable(
-                "the lab simulator has no --no-node-maintenance flag: its own NodeMaintenance "
-                "controller would act on the same CRs")
+        self.record = processes.tracked(LabPaths(Path(env.lab_dir)), nmo.NAME)
+        if self.record is None:
+            raise Unavailable(f"the lab in {env.lab_dir} does not run the {nmo.NAME}")
         self.client = Kube(env.kubeconfig, user_agent="nm-client/1")
-
-    def _start(self, env):
-        if self.proc and self.proc.poll() is None:
-            return
-        log_path = env.lab_dir / "logs" / "node-maintenance-operator.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log = open(log_path, "ab")
-        self.log_path = log_path
-        start = log_path.stat().st_size
-        proc_env = dict(os.environ, KUBECONFIG=env.kubeconfig, NO_PROXY="127.0.0.1,localhost")
-        self.proc = subprocess.Popen([str(self.binary)], stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=proc_env, start_new_session=True)
-
-        def started():
-            if self.proc.poll() is not None:
-                raise Unavailable(f"node-maintenance-operator exited {self.proc.returncode}: "
-                                  f"{_tail(log_path, start)}")
-            with open(log_path, "rb") as handle:
-                handle.seek(start)
-                return b"Starting workers" in handle.read()
-        try:
-            wait_for(started, 120, "the node-maintenance-operator to start its workers", interval=0.2)
-        except Timeout as e:
-            raise Unavailable(f"{e}: {_tail(log_path, start)}") from e
-
-    def before_run(self, env, node):
-        self._start(env)
 
     def run(self, env, node):
         name = f"bench-{node}"
@@ -317,8 +283,8 @@ class NodeMaintenanceOperator(Peer):
         m = measure.Measured(argv=["create NodeMaintenance", name], wall_seconds=round(wall, 3),
                              returncode=0 if error is None else 1, stdout="", stderr=error or "",
                              started=started_wall, ended=time.time())
-        if self.proc.poll() is not None:
-            error = (error or "") + f" (the operator exited {self.proc.returncode})"
+        if not processes.is_running(self.record):
+            error = (error or "") + " (the operator exited)"
         return Outcome(m, error is None, error, {"phase": phase})
 
     def after_run(self, env, node):
@@ -330,68 +296,9 @@ class NodeMaintenanceOperator(Peer):
         except Timeout:
             pass  # reset_node removes the finalizer
 
-    def close(self, env):
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        if self.log:
-            self.log.close()
-
-
-def _tail(path, start, lines=8):
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        text = handle.read().decode("utf-8", "replace")
-    return " | ".join(text.strip().splitlines()[-lines:])
-
 
 def all_peers(nmo_build=True):
     return [Kubectl(), K8sDrain(), Ours("drain"), Ours("cr"), NodeMaintenanceOperator(build=nmo_build)]
-
-
-# -- the lab simulator's NodeMaintenance controller ---------------------------------------
-
-def simulator_supports_nm_off():
-    source = REPO / "lab" / "kubevirt_sim" / "main.py"
-    return source.exists() and NO_NM_FLAG in source.read_text()
-
-
-def nm_controller_on(lab_dir):
-    """Whether the simulator runs with its NodeMaintenance controller (None: no simulator)."""
-    from lab import processes
-    from lab.paths import LabPaths
-
-    record = processes.tracked(LabPaths(Path(lab_dir)), SIM)
-    if record is None:
-        return None
-    return NO_NM_FLAG not in record.argv
-
-
-def set_nm_controller(lab_dir, on):
-    """Restart the simulator with or without its NodeMaintenance controller (untimed)."""
-    from lab import components, processes
-    from lab import settings as lab_settings
-    from lab.paths import LabPaths
-
-    current = nm_controller_on(lab_dir)
-    if current is None or current == on:
-        return
-    paths = LabPaths(Path(lab_dir))
-    record = processes.tracked(paths, SIM)
-    argv = [a for a in record.argv if a != NO_NM_FLAG]
-    if not on:
-        argv.append(NO_NM_FLAG)
-    processes.stop(paths, SIM)
-    paths.sim_ready.unlink(missing_ok=True)
-    env = components.environment()
-    env["PYTHONUNBUFFERED"] = "1"
-    processes.start(paths, SIM, argv, env=env, cwd=str(REPO))
-    wait_for(lambda: paths.sim_ready.exists(), 120, "the KubeVirt simulator to be ready again", interval=0.2)
-    assert lab_settings.load(paths) is not None
 
 
 # -- scenario 4: rolling maintenance -------------------------------------------------------
@@ -421,8 +328,6 @@ class OursRole(Peer):
         self.method = method
         self.key = "ours_role" if method == "auto" else f"ours_role_{method}"
         self.label = "rolling_maintenance role" + ("" if method == "auto" else f" (method {method})")
-        # auto picks the NodeMaintenance CR when its CRD exists (the lab has it).
-        self.needs_nm_controller = True if method in ("auto", "cr") else None
 
     def prepare(self, env):
         if not (REPO / "roles" / "rolling_maintenance" / "tasks" / "main.yml").exists():

@@ -133,8 +133,6 @@ def run_drain(ctx, scenario, peer, iteration, node):
     kube = ctx.kube
     record = {"scenario": scenario.key, "peer": peer.key, "iteration": iteration, "node": node}
     reset(kube, ctx.workers)
-    if peer.needs_nm_controller is not None:
-        peers_mod.set_nm_controller(ctx.lab_dir, peer.needs_nm_controller)
     peer.before_run(ctx.env, node)
     prepared = prepare_drain(kube, scenario, node)
     record["prepare_seconds"] = prepared.seconds
@@ -351,8 +349,6 @@ def run_rolling(ctx, scenario, peer, iteration):
     nodes = ctx.workers[:scenario.nodes]
     record = {"scenario": scenario.key, "peer": peer.key, "iteration": iteration, "nodes": nodes}
     reset(kube, ctx.workers)
-    if peer.needs_nm_controller is not None:
-        peers_mod.set_nm_controller(ctx.lab_dir, peer.needs_nm_controller)
     prepared = prepare_rolling(kube, scenario, nodes)
     record["prepare_seconds"] = prepared.seconds
     watcher = RollingWatcher(kube, prepared.namespace, nodes).start()

@@ -31,7 +31,8 @@ def main(argv=None):
     up.add_argument(
         "--no-kubevirt",
         action="store_true",
-        help="do not start the KubeVirt simulator (plain Kubernetes lab)",
+        help="do not start the KubeVirt simulator nor the node-maintenance-operator "
+        "(plain Kubernetes lab)",
     )
     up.add_argument(
         "--kubevirt-version",

@@ -253,3 +253,34 @@ def _write_key(path, key):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+
+
+def ensure_client_cert(pki, stem, common_name, organizations=()):
+    """A client certificate from the lab CA for a component that is not in CLIENTS."""
+    ca_key, ca_cert = _load(pki, "ca")
+    _ensure_leaf(
+        pki,
+        stem,
+        ca_key,
+        ca_cert,
+        common_name=common_name,
+        organizations=organizations,
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+    )
+    return pki.cert(stem), pki.key(stem)
+
+
+def ensure_serving_cert(pki, stem, common_name, ip_addresses=("127.0.0.1",), dns_names=("localhost",)):
+    """A serving certificate from the lab CA (e.g. for a webhook the apiserver calls)."""
+    ca_key, ca_cert = _load(pki, "ca")
+    _ensure_leaf(
+        pki,
+        stem,
+        ca_key,
+        ca_cert,
+        common_name=common_name,
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        dns_names=dns_names,
+        ip_addresses=ip_addresses,
+    )
+    return pki.cert(stem), pki.key(stem)

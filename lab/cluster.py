@@ -12,7 +12,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from lab import binaries, components, kwok, network, nodes, processes
+from lab import binaries, components, kwok, network, nmo, nodes, processes
 from lab import settings as lab_settings
 from lab.certs import CLIENTS, ensure_pki
 from lab.components import CORE, Context
@@ -87,6 +87,8 @@ def up(
             [n.name for n in planned if n.name not in failed],
             timeout=ctx.settings.tuning.ready_timeout,
         )
+        if kubevirt:
+            nmo.ensure_running(paths, ctx.settings, say=say)
         if kubevirt and ctx.settings.kubevirt_mode == "real":
             control_plane.ensure(ctx, api, say)
             _ensure_kubevirt_sim(paths, hco, real_kubevirt=True)
@@ -190,6 +192,9 @@ def status(paths):
         lines.append(f"  {SIM:<24} {'':<16} pid {sim.pid}, {ready}{_mib(rss)}")
     else:
         lines.append(f"  {SIM:<24} {'':<16} not running")
+    nmo_line = nmo.status_line(paths)
+    if nmo_line:
+        lines.append(nmo_line)
     print(f"lab at {paths.state_dir}: {'up' if healthy else 'DEGRADED'}")
     print("\n".join(lines))
     print(f"  total memory (RSS)       {total_rss / 2**20:.0f} MiB")
@@ -385,6 +390,7 @@ def _ensure_kubevirt_sim(paths, hco, real_kubevirt=False):
         ]
         if not hco:
             argv.append("--no-hco")
+        argv.extend(nmo.SIMULATOR_FLAGS)
         if real_kubevirt:
             argv.append("--real-kubevirt")
         say("starting the virt-handler stand-in" if real_kubevirt else "starting the KubeVirt simulator")

@@ -65,6 +65,11 @@ for line in lines:
         new = f"{module} {version}"
     print(f"replace {old} => {new}")
 PY
+# Modules a release requires that the Go module proxy does not serve, and the nearest
+# served version the same code builds with (only monitoring helpers for now).
+case "$KUBEVIRT_VERSION" in
+  v1.8.*|v1.9.*) echo "replace github.com/rhobs/operator-observability-toolkit => github.com/rhobs/operator-observability-toolkit v0.0.29" >> go.mod ;;
+esac
 mkdir -p manifests
 cp "$HERE/manifests/main.go" manifests/
 # GetAllController gained a second argument in 1.8.

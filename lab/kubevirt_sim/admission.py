@@ -153,10 +153,10 @@ class Admission:
         if request.get("operation") == "UPDATE":
             old = request.get("oldObject") or {}
             if o.spec(old).get("nodeName") != node_name:
-                return denied(request, "updating spec.NodeName isn't allowed", 422, "Invalid")
+                return denied(request, "updating spec.NodeName isn't allowed", 403, "Forbidden")
             return allowed(request)
         if not node_name or self.kube.get_or_none(k.NODES, node_name) is None:
-            return denied(request, f"invalid nodeName, no node with name {node_name} found", 422, "Invalid")
+            return denied(request, f"invalid nodeName, no node with name {node_name} found", 403, "Forbidden")
         for resource in (k.NODEMAINTENANCES, k.LEGACY_NODEMAINTENANCES):
             try:
                 existing = self.kube.list(resource).get("items") or []
@@ -167,7 +167,7 @@ class Admission:
                     return denied(
                         request,
                         f"invalid nodeName, a NodeMaintenance for node {node_name} already exists",
-                        422,
-                        "Invalid",
+                        403,
+                        "Forbidden",
                     )
         return allowed(request)

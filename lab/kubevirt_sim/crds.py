@@ -32,6 +32,11 @@ MIGRATION_PHASES = [
 ]
 
 
+NMO_GROUP = "nodemaintenance.medik8s.io"
+# The old kubevirt node-maintenance-operator's group (<= 0.10): a stand-in only.
+LEGACY_NMO_GROUP = "nodemaintenance.kubevirt.io"
+
+
 def _open(properties=None, **extra):
     """An object schema that validates ``properties`` and keeps unknown fields."""
     schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -177,7 +182,7 @@ def _column(name, json_path, type_="string", priority=0, description=None):
 AGE = _column("Age", ".metadata.creationTimestamp", "date")
 
 
-def definitions():
+def definitions(hco_conversion=None):
     """Every CRD the lab serves, as dicts ready for server-side apply."""
     vm = _crd(
         "kubevirt.io",
@@ -309,35 +314,70 @@ def definitions():
             )
         ],
     )
+    # HCO >= 1.18 (kubevirt/hyperconverged-cluster-operator deploy/crds/hco00.crd.yaml): v1 and
+    # v1beta1 served, v1 stored (PR #4254), converted by HCO's webhook (here: hco_api.py).
+    live_migration = _open(
+        {
+            "parallelMigrationsPerCluster": _int(minimum=0),
+            "parallelOutboundMigrationsPerNode": _int(minimum=0),
+            "bandwidthPerMigration": _string(),
+            "completionTimeoutPerGiB": _int(),
+            "progressTimeout": _int(),
+        }
+    )
+    hco_status = _open(
+        {
+            "conditions": _objects(_CONDITION),
+            "observedGeneration": _int(),
+            "infrastructureHighlyAvailable": _bool(),
+        }
+    )
     hco = _crd(
         "hco.kubevirt.io",
         "HyperConverged",
         "hyperconvergeds",
         "hyperconverged",
         short_names=["hco", "hcos"],
+        categories=["all"],
         versions=[
+            _version(
+                "v1",
+                _open(
+                    {
+                        "virtualization": _open(
+                            {
+                                "evictionStrategy": _string(EVICTION_STRATEGIES),
+                                "obsoleteCPUModels": _strings(),
+                                "liveMigrationConfig": live_migration,
+                            }
+                        ),
+                        "deployment": _open(),
+                    }
+                ),
+                hco_status,
+                columns=[AGE],
+                storage=True,
+            ),
             _version(
                 "v1beta1",
                 _open(
                     {
                         "evictionStrategy": _string(EVICTION_STRATEGIES),
                         "obsoleteCPUs": _open({"cpuModels": _strings(), "minCPUModel": _string()}),
-                        "liveMigrationConfig": _open(
-                            {
-                                "parallelMigrationsPerCluster": _int(minimum=0),
-                                "parallelOutboundMigrationsPerNode": _int(minimum=0),
-                                "bandwidthPerMigration": _string(),
-                                "completionTimeoutPerGiB": _int(),
-                                "progressTimeout": _int(),
-                            }
-                        ),
+                        "liveMigrationConfig": live_migration,
                     }
                 ),
-                _open({"conditions": _objects(_CONDITION), "observedGeneration": _int()}),
+                hco_status,
                 columns=[AGE],
-            )
+                storage=False,
+            ),
         ],
     )
+    if hco_conversion:
+        hco["spec"]["conversion"] = {
+            "strategy": "Webhook",
+            "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": hco_conversion},
+        }
     nm_columns = [
         _column("Node", ".spec.nodeName"),
         _column("Phase", ".status.phase"),
@@ -358,7 +398,7 @@ def definitions():
         }
     )
     nodemaintenance = _crd(
-        "nodemaintenance.medik8s.io",
+        NMO_GROUP,
         "NodeMaintenance",
         "nodemaintenances",
         "nodemaintenance",
@@ -367,7 +407,7 @@ def definitions():
         versions=[_version("v1beta1", nm_spec, nm_status, columns=nm_columns, required=["spec"])],
     )
     legacy_nodemaintenance = _crd(
-        "nodemaintenance.kubevirt.io",
+        LEGACY_NMO_GROUP,
         "NodeMaintenance",
         "nodemaintenances",
         "nodemaintenance",
@@ -377,12 +417,18 @@ def definitions():
     return [vm, vmi, vmim, kubevirt, hco, nodemaintenance, legacy_nodemaintenance]
 
 
-def apply_all(kube, timeout=120, exclude_groups=()):
+def apply_all(kube, timeout=120, medik8s_node_maintenance=True, hco_conversion=None, exclude_groups=()):
     """Create or update every CRD (but those of ``exclude_groups``) and wait until the
-    apiserver serves them."""
+    apiserver serves them.
+
+    Without ``medik8s_node_maintenance`` the nodemaintenance.medik8s.io CRD is left to the
+    real node-maintenance-operator's installation (its own config/crd). ``hco_conversion``
+    is the clientConfig (url, caBundle) of HyperConverged's conversion webhook."""
     names = []
-    for crd in definitions():
+    for crd in definitions(hco_conversion):
         if crd["spec"]["group"] in exclude_groups:
+            continue
+        if crd["spec"]["group"] == NMO_GROUP and not medik8s_node_maintenance:
             continue
         kube.apply(k.CRDS, crd)
         names.append(crd["metadata"]["name"])

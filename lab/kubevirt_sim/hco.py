@@ -1,12 +1,26 @@
-"""HyperConverged (hco.kubevirt.io/v1beta1): the operator that owns the KubeVirt CR.
+"""A stand-in for the HyperConverged Cluster Operator (HCO >= 1.18) and its CR.
 
-As upstream HCO does, it writes the KubeVirt CR's configuration from its own spec
-and puts it back when someone edits the KubeVirt CR directly:
-- ``spec.evictionStrategy`` -> ``configuration.evictionStrategy`` (when unset: LiveMigrate
-  on a cluster with more than one KubeVirt node, None on a single node);
-- ``spec.liveMigrationConfig`` -> ``configuration.migrations`` (the keys it sets);
-- ``spec.obsoleteCPUs.cpuModels`` plus the built-in list -> ``configuration.obsoleteCPUModels``;
-  ``minCPUModel`` is accepted and ignored, as recent HCO does.
+The real operator cannot run here (its Go module is not served by the module proxy), so
+this plays the part of it the collection meets, following upstream's source
+(kubevirt/hyperconverged-cluster-operator):
+
+- API: ``hco.kubevirt.io/v1`` (stored) and ``v1beta1``, converted by a webhook
+  (``hco_api.py``); the reconciler reads v1beta1, as upstream's does
+  (``controllers/hyperconverged/hyperconverged_controller.go``, getHyperConverged).
+- ``status.infrastructureHighlyAvailable``: at least 2 nodes labelled
+  ``node-role.kubernetes.io/worker`` (``pkg/internal/nodeinfo/nodeinfo.go``; status set in
+  the controller's updateStatus).
+- Defaulting: an unset eviction strategy becomes LiveMigrate on a highly available
+  infrastructure, else None (``pkg/webhooks/mutator/v1beta1_hyperConvergedMutator.go``
+  mutateV1beta1EvictionStrategy, ``hyperConvergedMutator.go`` mutateEvictionStrategy). Upstream's
+  mutating webhook does it on the next update of the CR once the status is known; the
+  stand-in patches the spec itself as soon as it knows the status.
+- The KubeVirt CR ``kubevirt/kubevirt`` is written from the HyperConverged spec and put back
+  when someone edits it (``controllers/handlers/kubevirt.go``, getKVConfig): the eviction
+  strategy as is (unset: none in the KubeVirt CR), ``liveMigrationConfig`` ->
+  ``configuration.migrations``, and the obsolete CPU models: HCO's built-in list
+  (hardcodedObsoleteCPUModels) merged with the CR's (getObsoleteCPUConfig). ``minCPUModel``
+  is ignored, and v1 has no place for it.
 """
 
 from lab.kubevirt_sim import kube as k
@@ -17,7 +31,8 @@ from lab.kubevirt_sim.workqueue import Controller
 
 HCO_NAMESPACE = "kubevirt-hyperconverged"
 HCO_NAME = "kubevirt-hyperconverged"
-HCO_VERSION = "1.16.0"
+HCO_VERSION = "1.18.1"
+WORKER_ROLE = "node-role.kubernetes.io/worker"
 
 DEFAULT_LIVE_MIGRATION_CONFIG = {
     "allowAutoConverge": False,
@@ -48,8 +63,8 @@ def ensure_hyperconverged(kube):
             "apiVersion": k.HYPERCONVERGEDS.api_version,
             "kind": k.HYPERCONVERGEDS.kind,
             "metadata": {"name": HCO_NAME, "namespace": HCO_NAMESPACE},
+            # Upstream's deploy/hco.cr.yaml sets no eviction strategy: defaulting decides.
             "spec": {
-                "evictionStrategy": "LiveMigrate",
                 "liveMigrationConfig": dict(DEFAULT_LIVE_MIGRATION_CONFIG),
                 "infra": {},
                 "workloads": {},
@@ -66,11 +81,11 @@ class HyperConvergedController(Controller):
         sim.hcos.add_handler(lambda event, hco, old: self.enqueue(k.key_of(hco)))
         # Edits of the KubeVirt CR are reverted, as HCO owns it.
         sim.kubevirts.add_handler(lambda event, cr, old: self._enqueue_all())
-        # The default eviction strategy depends on how many KubeVirt nodes there are.
+        # The default eviction strategy depends on how many workers there are.
         sim.nodes.add_handler(self._on_node)
 
     def _on_node(self, event, node, old):
-        if o.labels(node).get(o.SCHEDULABLE_LABEL) != o.labels(old or {}).get(o.SCHEDULABLE_LABEL):
+        if event != "MODIFIED" or (WORKER_ROLE in o.labels(node)) != (WORKER_ROLE in o.labels(old or {})):
             self._enqueue_all()
 
     def _enqueue_all(self):
@@ -80,9 +95,8 @@ class HyperConvergedController(Controller):
     def all_keys(self):
         return self.sim.hcos.keys()
 
-    def _default_eviction_strategy(self):
-        kubevirt_nodes = [n for n in self.sim.nodes.list() if o.labels(n).get(o.SCHEDULABLE_LABEL) == "true"]
-        return "LiveMigrate" if len(kubevirt_nodes) > 1 else "None"
+    def _infrastructure_highly_available(self):
+        return sum(1 for n in self.sim.nodes.list() if WORKER_ROLE in o.labels(n)) >= 2
 
     def reconcile(self, key):
         hco = self.sim.hcos.get(key)
@@ -94,7 +108,22 @@ class HyperConvergedController(Controller):
             return 1.0
         configuration = o.spec(kubevirt).get("configuration") or {}
 
-        desired = {"evictionStrategy": spec.get("evictionStrategy") or self._default_eviction_strategy()}
+        highly_available = self._infrastructure_highly_available()
+        if (
+            not spec.get("evictionStrategy")
+            and o.status(hco).get("infrastructureHighlyAvailable") is not None
+        ):
+            default = "LiveMigrate" if highly_available else "None"
+            self.kube.patch(
+                k.HYPERCONVERGEDS,
+                o.meta(hco, "name"),
+                {"spec": {"evictionStrategy": default}},
+                o.meta(hco, "namespace"),
+            )
+            self.log.info("HyperConverged evictionStrategy defaulted to %s", default)
+            spec = dict(spec, evictionStrategy=default)
+
+        desired = {"evictionStrategy": spec.get("evictionStrategy")}
         migrations = dict(configuration.get("migrations") or {})
         for field in _MIGRATION_KEYS:
             if field in (spec.get("liveMigrationConfig") or {}):
@@ -105,6 +134,7 @@ class HyperConvergedController(Controller):
         )
         desired["obsoleteCPUModels"] = {m: True for m in models}
 
+        # An unset strategy leaves the KubeVirt CR without one (a merge patch's null removes it).
         patch = {f: v for f, v in desired.items() if configuration.get(f) != v}
         if "obsoleteCPUModels" in patch:
             # A merge patch merges maps: models dropped from HCO must be removed explicitly.
@@ -116,10 +146,10 @@ class HyperConvergedController(Controller):
                 k.KUBEVIRTS, KUBEVIRT_NAME, {"spec": {"configuration": patch}}, KUBEVIRT_NAMESPACE
             )
             self.log.info("KubeVirt CR configuration updated from HyperConverged: %s", sorted(patch))
-        self._update_status(hco)
+        self._update_status(hco, highly_available)
         return None
 
-    def _update_status(self, hco):
+    def _update_status(self, hco, highly_available):
         conditions = [
             {
                 "type": "ReconcileComplete",
@@ -156,6 +186,8 @@ class HyperConvergedController(Controller):
         patch = {}
         if not o.conditions_equal(current.get("conditions"), conditions):
             patch["conditions"] = o.merge_conditions(current.get("conditions"), conditions)
+        if current.get("infrastructureHighlyAvailable") != highly_available:
+            patch["infrastructureHighlyAvailable"] = highly_available
         if current.get("observedGeneration") != o.meta(hco, "generation"):
             patch["observedGeneration"] = o.meta(hco, "generation")
         versions = [{"name": "operator", "version": HCO_VERSION}]

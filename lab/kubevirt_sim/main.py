@@ -12,6 +12,7 @@ on every node (handler_*.py), the storage provisioner, HCO and NodeMaintenance.
 """
 
 import argparse
+import base64
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from lab.kubevirt_sim import certs, crds, hco, kubevirt_cr, nodes, storage, webhook
+from lab.kubevirt_sim import certs, crds, hco, hco_api, https_server, kubevirt_cr, nodes, storage, webhook
 from lab.kubevirt_sim import kube as k
 from lab.kubevirt_sim import objects as o
 from lab.kubevirt_sim.cluster_config import ClusterConfig
@@ -54,14 +55,15 @@ ACTIONS_VM_OBJECT = "vm-object"
 class Simulator:
     """The shared caches and settings every controller reads."""
 
-    def __init__(self, kube, migration_bandwidth):
+    def __init__(self, kube, migration_bandwidth, medik8s_node_maintenance=True):
         self.kube = kube
         self.vms = Informer(kube, k.VMS)
         self.vmis = Informer(kube, k.VMIS)
         self.vmims = Informer(kube, k.VMIMS)
         self.kubevirts = Informer(kube, k.KUBEVIRTS)
         self.hcos = Informer(kube, k.HYPERCONVERGEDS)
-        self.nms = Informer(kube, k.NODEMAINTENANCES)
+        # nodemaintenance.medik8s.io is the real node-maintenance-operator's when the lab runs it.
+        self.nms = Informer(kube, k.NODEMAINTENANCES) if medik8s_node_maintenance else None
         self.legacy_nms = Informer(kube, k.LEGACY_NODEMAINTENANCES, name="legacy-nodemaintenances")
         # Only KubeVirt's own pods (virt-launcher, virt-handler) are cached.
         self.pods = Informer(kube, k.PODS, label_selector=o.APP_LABEL)
@@ -118,7 +120,8 @@ def parse_args(argv):
     p.add_argument(
         "--no-node-maintenance",
         action="store_true",
-        help="leave NodeMaintenance CRs to another controller (e.g. the real node-maintenance-operator)",
+        help="legacy group only: leave nodemaintenance.medik8s.io (CRD, webhook, controller) to the "
+        "real node-maintenance-operator and keep only the nodemaintenance.kubevirt.io stand-in",
     )
     p.add_argument(
         "--real-kubevirt",
@@ -180,34 +183,7 @@ def run(args):
     kube = k.Kube(args.kubeconfig)
     log.info("starting against %s", kube.host)
     wait_for_apiserver(kube)
-    crds.apply_all(kube)
-    kubevirt_cr.ensure_kubevirt(kube)
-    if not args.no_hco:
-        hco.ensure_hyperconverged(kube)
-    storage.ensure_storage_class(kube)
-    nodes.ensure_virt_handler(kube)
-
-    sim = Simulator(kube, args.migration_bandwidth)
-    controllers = [
-        VMController(sim),
-        VMIController(sim),
-        MigrationController(sim),
-        EvacuationController(sim),
-        Provisioner(sim),
-        SchedulableLabeller(sim),
-        NodeLabeller(sim),
-        KubeVirtStatus(sim),
-        HyperConvergedController(sim),
-    ]
-    if not args.no_node_maintenance:
-        controllers.append(NodeMaintenanceController(sim))
-    for informer in sim.informers():
-        informer.start()
-    for informer in sim.informers():
-        if not informer.wait_synced(120):
-            raise TimeoutError(f"cache of {informer.name} did not sync")
-    for controller in controllers:
-        controller.start()
+    medik8s = not args.no_node_maintenance
 
     serving_ips = ["127.0.0.1"]
     address = None
@@ -220,7 +196,42 @@ def run(args):
         serving_ips,
         ["virt-api.kubevirt.svc", "virt-api.kubevirt.svc.cluster.local", "localhost"],
     )
-    webhook_port = webhook.start(sim, serving)
+    # HyperConverged's conversion webhook serves before its CRD exists: every read of the
+    # version that is not stored goes through it.
+    _, conversion_port = https_server.serve("127.0.0.1", serving.cert_file, serving.key_file, [hco_api.route])
+    hco_conversion = {
+        "url": f"https://127.0.0.1:{conversion_port}{hco_api.CONVERSION_PATH}",
+        "caBundle": base64.b64encode(serving.ca_pem).decode(),
+    }
+    crds.apply_all(kube, medik8s_node_maintenance=medik8s, hco_conversion=hco_conversion)
+    kubevirt_cr.ensure_kubevirt(kube)
+    if not args.no_hco:
+        hco.ensure_hyperconverged(kube)
+    storage.ensure_storage_class(kube)
+    nodes.ensure_virt_handler(kube)
+
+    sim = Simulator(kube, args.migration_bandwidth, medik8s_node_maintenance=medik8s)
+    controllers = [
+        VMController(sim),
+        VMIController(sim),
+        MigrationController(sim),
+        EvacuationController(sim),
+        Provisioner(sim),
+        SchedulableLabeller(sim),
+        NodeLabeller(sim),
+        KubeVirtStatus(sim),
+        HyperConvergedController(sim),
+        NodeMaintenanceController(sim),
+    ]
+    for informer in sim.informers():
+        informer.start()
+    for informer in sim.informers():
+        if not informer.wait_synced(120):
+            raise TimeoutError(f"cache of {informer.name} did not sync")
+    for controller in controllers:
+        controller.start()
+
+    webhook_port = webhook.start(sim, serving, medik8s_node_maintenance=medik8s)
 
     subresources = SubresourceAPI(sim)
     actions = ACTIONS_VM_OBJECT
@@ -239,6 +250,9 @@ def run(args):
         "subresources_address": address if actions == ACTIONS_AGGREGATED else None,
         "migration_bandwidth": args.migration_bandwidth,
         "hco": not args.no_hco,
+        "node_maintenance_groups": [
+            g for g, on in ((crds.NMO_GROUP, medik8s), (crds.LEGACY_NMO_GROUP, True)) if on
+        ],
     }
     tmp = ready_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(info, indent=2) + "\n")
@@ -274,7 +288,17 @@ def run_handler(args):
     kube = k.Kube(args.kubeconfig)
     log.info("starting the virt-handler stand-in against %s", kube.host)
     wait_for_apiserver(kube)
-    crds.apply_all(kube, exclude_groups=("kubevirt.io",))
+    medik8s = not args.no_node_maintenance
+    serving = certs.create(state_dir / "certs", ["127.0.0.1"], ["localhost"])
+    # HyperConverged's conversion webhook serves before its CRD exists.
+    _, conversion_port = https_server.serve("127.0.0.1", serving.cert_file, serving.key_file, [hco_api.route])
+    hco_conversion = {
+        "url": f"https://127.0.0.1:{conversion_port}{hco_api.CONVERSION_PATH}",
+        "caBundle": base64.b64encode(serving.ca_pem).decode(),
+    }
+    crds.apply_all(
+        kube, medik8s_node_maintenance=medik8s, hco_conversion=hco_conversion, exclude_groups=("kubevirt.io",)
+    )
     kubevirt_cr.ensure_namespace(kube, "kubevirt")
     if not args.no_hco:
         hco.ensure_hyperconverged(kube)
@@ -283,7 +307,7 @@ def run_handler(args):
     # node controller expects exactly one (pkg/virt-controller/watch/node/node.go).
     nodes.ensure_virt_handler(kube)
 
-    sim = Simulator(kube, args.migration_bandwidth)
+    sim = Simulator(kube, args.migration_bandwidth, medik8s_node_maintenance=medik8s)
     sim.add_handler_caches()
     heartbeat = Heartbeat(sim, args.heartbeat_interval)
     controllers = [
@@ -295,8 +319,7 @@ def run_handler(args):
         Provisioner(sim),
         HyperConvergedController(sim),
     ]
-    if not args.no_node_maintenance:
-        controllers.append(NodeMaintenanceController(sim))
+    controllers.append(NodeMaintenanceController(sim))
     # virt-handler's own writes act as its ServiceAccount, so the RBAC virt-operator gives it and
     # virt-api's webhooks (which keep VMI status changes from anyone but KubeVirt's own
     # ServiceAccounts) judge them as they judge the real virt-handler.
@@ -312,10 +335,7 @@ def run_handler(args):
     for controller in controllers:
         controller.start()
 
-    webhook_port = None
-    if not args.no_node_maintenance:
-        serving = certs.create(state_dir / "certs", ["127.0.0.1"], ["localhost"])
-        webhook_port = webhook.start(sim, serving, kubevirt=False)
+    webhook_port = webhook.start(sim, serving, kubevirt=False, medik8s_node_maintenance=medik8s)
 
     wait_for_kubevirt_nodes(sim)
     info = {
@@ -326,6 +346,9 @@ def run_handler(args):
         "subresources_address": None,
         "migration_bandwidth": args.migration_bandwidth,
         "hco": not args.no_hco,
+        "node_maintenance_groups": [
+            g for g, on in ((crds.NMO_GROUP, medik8s), (crds.LEGACY_NMO_GROUP, True)) if on
+        ],
     }
     tmp = ready_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(info, indent=2) + "\n")

@@ -41,6 +41,8 @@ class NodeMaintenanceController(Controller):
             "medik8s": (k.NODEMAINTENANCES, sim.nms),
             "kubevirt": (k.LEGACY_NODEMAINTENANCES, sim.legacy_nms),
         }
+        # Without its informer the medik8s group is the real operator's (--no-node-maintenance).
+        self._kinds = {p: kind for p, kind in self._kinds.items() if kind[1] is not None}
         self._drains = {}
         self._drains_lock = threading.Lock()
         for prefix, (_, informer) in self._kinds.items():

@@ -1,8 +1,9 @@
 """The admission webhooks: an HTTPS server on 127.0.0.1 and its registrations.
 
-Two ValidatingWebhookConfigurations, named as upstream names them: ``virt-api-validator``
-(KubeVirt: pod evictions, VMs, migrations) and NMO's configuration for
-NodeMaintenance. The eviction hook has failurePolicy Ignore like upstream's, so a
+Two ValidatingWebhookConfigurations: ``virt-api-validator`` (KubeVirt: pod evictions,
+VMs, migrations, named as upstream names it) and one for NodeMaintenance: both groups,
+or with ``medik8s_node_maintenance=False`` (the lab runs the real node-maintenance-operator,
+which registers its own webhook) only the legacy ``nodemaintenance.kubevirt.io`` stand-in. The eviction hook has failurePolicy Ignore like upstream's, so a
 stopped simulator never blocks drains of ordinary pods; the others fail closed.
 """
 
@@ -17,6 +18,7 @@ log = logging.getLogger(__name__)
 
 KUBEVIRT_CONFIGURATION = "virt-api-validator"
 NMO_CONFIGURATION = "nodemaintenance-validation.medik8s.io"
+LEGACY_NMO_CONFIGURATION = "nodemaintenance-validation.kubevirt.io"
 
 
 def _route(path, handler):
@@ -34,10 +36,10 @@ def _route(path, handler):
     return route
 
 
-def start(sim, serving, kubevirt=True):
+def start(sim, serving, kubevirt=True, medik8s_node_maintenance=True):
     """Serve the webhooks on 127.0.0.1 and register them; returns the port.
 
-    Without ``kubevirt`` (real virt-api serves KubeVirt's) only NMO's are served."""
+    Without ``kubevirt`` (real virt-api serves KubeVirt's) only NodeMaintenance's are served."""
     admission = Admission(sim)
     routes = [_route("/nodemaintenance-validate", admission.node_maintenance)]
     if kubevirt:
@@ -47,7 +49,7 @@ def start(sim, serving, kubevirt=True):
             _route("/migration-validate-create", admission.migration),
         ]
     _, port = https_server.serve("127.0.0.1", serving.cert_file, serving.key_file, routes)
-    register(sim.kube, port, serving.ca_pem, kubevirt=kubevirt)
+    register(sim.kube, port, serving.ca_pem, kubevirt=kubevirt, medik8s_node_maintenance=medik8s_node_maintenance)
     log.info("admission webhooks served on https://127.0.0.1:%d", port)
     return port
 
@@ -78,7 +80,7 @@ def _rule(group, version, resources, operations):
     }
 
 
-def register(kube, port, ca_pem, kubevirt=True):
+def register(kube, port, ca_pem, kubevirt=True, medik8s_node_maintenance=True):
     kubevirt_hooks = {
         "metadata": {"name": KUBEVIRT_CONFIGURATION, "labels": {"kubevirt.io": "virt-api-validator"}},
         "webhooks": [
@@ -130,5 +132,8 @@ def register(kube, port, ca_pem, kubevirt=True):
             ),
         ],
     }
+    if not medik8s_node_maintenance:
+        nmo["metadata"]["name"] = LEGACY_NMO_CONFIGURATION
+        nmo["webhooks"] = [h for h in nmo["webhooks"] if h["name"] == "vnodemaintenance.kubevirt.io"]
     for configuration in (kubevirt_hooks, nmo) if kubevirt else (nmo,):
         kube.apply(k.VALIDATING_WEBHOOKS, configuration)

@@ -183,7 +183,17 @@ def obsolete_cpus(module):
         return operations, dict(before=current, after=after, min_before=min_before, min_after=min_after,
                                 changed=bool(operations))
 
-    outcome, _obj = patches.update_guarded(client, hco.kind, hco.obj, plan, write=not module.check_mode)
+    outcome, after_obj = patches.update_guarded(client, hco.kind, hco.obj, plan, write=not module.check_mode)
+    if not module.check_mode and outcome["min_after"] != outcome["min_before"]:
+        kept = patches.value_at(after_obj, hco.min_cpu_model_path)
+        if kept != outcome["min_after"]:
+            # HCO that stores hco.kubevirt.io/v1 (no minCPUModel there) drops the field on
+            # conversion: report what the cluster kept, so a second run is unchanged too.
+            module.warn("%s did not keep spec.obsoleteCPUs.minCPUModel: the cluster stores HyperConverged as "
+                        "hco.kubevirt.io/v1, which has no such field; min_cpu_model has no effect there."
+                        % hco.describe())
+            outcome["min_after"] = kept
+            outcome["changed"] = outcome["after"] != outcome["before"]
     result = dict(
         changed=outcome["changed"],
         cpu_models=outcome["after"],

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from lab.kubevirt_sim import crds
+from lab.kubevirt_sim import crds, hco_api
 from lab.kubevirt_sim import kube as k
 from lab.kubevirt_sim.admission import Admission
 from lab.kubevirt_sim.cluster_config import ClusterConfig, effective_eviction_strategy
@@ -422,3 +422,40 @@ def test_cluster_config_defaults_and_bandwidth():
     )
     assert config.bandwidth_bytes_per_second() == 64 * 2**20
     assert config.parallel_migrations_per_cluster() == 1
+
+
+def test_hyperconverged_conversion_moves_the_fields_upstream_moves():
+    beta = {
+        "apiVersion": hco_api.V1BETA1,
+        "kind": "HyperConverged",
+        "metadata": {"name": "kubevirt-hyperconverged"},
+        "spec": {
+            "evictionStrategy": "LiveMigrate",
+            "obsoleteCPUs": {"cpuModels": ["Penryn"], "minCPUModel": "Haswell"},
+            "liveMigrationConfig": {"parallelMigrationsPerCluster": 5},
+            "infra": {},
+            "workloads": {"nodePlacement": {"nodeSelector": {"a": "b"}}},
+            "featureGates": {"x": True},
+        },
+        "status": {"infrastructureHighlyAvailable": True},
+    }
+    v1 = hco_api.convert(beta, hco_api.V1)
+    assert v1["apiVersion"] == hco_api.V1 and v1["status"] == beta["status"]
+    assert v1["spec"] == {
+        "virtualization": {
+            "evictionStrategy": "LiveMigrate",
+            "obsoleteCPUModels": ["Penryn"],
+            "liveMigrationConfig": {"parallelMigrationsPerCluster": 5},
+        },
+        "deployment": {"nodePlacements": {"workload": {"nodeSelector": {"a": "b"}}}},
+        "featureGates": {"x": True},
+    }
+    back = hco_api.convert(v1, hco_api.V1BETA1)
+    expected = dict(beta["spec"], obsoleteCPUs={"cpuModels": ["Penryn"]})  # minCPUModel has no place in v1
+    assert back["spec"] == expected
+    review = hco_api.review(
+        {"apiVersion": "apiextensions.k8s.io/v1", "request": {"uid": "u", "desiredAPIVersion": hco_api.V1,
+                                                              "objects": [beta]}}
+    )
+    assert review["response"]["uid"] == "u" and review["response"]["result"]["status"] == "Success"
+    assert review["response"]["convertedObjects"] == [v1]

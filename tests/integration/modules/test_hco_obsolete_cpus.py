@@ -72,13 +72,19 @@ def test_present_absent_exclusive(k8s, run_module, clean_hco):
     wait_for(lambda: "Nehalem" not in kubevirt_obsolete(k8s), 30, "HCO to drop Nehalem from KubeVirt")
 
 
-def test_min_cpu_model_is_set_with_a_warning(k8s, run_module, clean_hco):
+def test_min_cpu_model_warns_and_is_not_kept_by_hco_storing_v1(k8s, run_module, clean_hco):
+    # HCO >= 1.18 stores hco.kubevirt.io/v1, which has no minCPUModel: the conversion drops it.
     result = run_module("hco_obsolete_cpus", {"min_cpu_model": "Penryn", "namespace": "kubevirt-hyperconverged"})
-    assert result["changed"] is True and result["min_cpu_model"] == "Penryn"
+    assert result["changed"] is False and result["min_cpu_model"] is None
     assert "ignored by recent versions" in str(result.get("warnings"))
-    assert hco(k8s)["spec"]["obsoleteCPUs"]["minCPUModel"] == "Penryn"
+    assert "did not keep spec.obsoleteCPUs.minCPUModel" in str(result.get("warnings"))
+    assert "minCPUModel" not in (hco(k8s)["spec"].get("obsoleteCPUs") or {})
+    again = run_module("hco_obsolete_cpus", {"min_cpu_model": "Penryn"})
+    assert again["changed"] is False and again["min_cpu_model"] is None
+    result = run_module("hco_obsolete_cpus", {"min_cpu_model": "Penryn", "cpu_models": ["Penryn"]})
+    assert result["changed"] is True and result["cpu_models"] == ["Penryn"] and result["min_cpu_model"] is None
     result = run_module("hco_obsolete_cpus", {"min_cpu_model": "Penryn", "state": "absent"})
-    assert result["changed"] is True and result["min_cpu_model"] is None
+    assert result["changed"] is False and result["min_cpu_model"] is None
 
 
 def test_error_without_hyperconverged(k8s, run_module):

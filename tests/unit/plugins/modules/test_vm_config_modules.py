@@ -94,3 +94,25 @@ def test_hco_obsolete_cpus(api, capsys):
 def test_hco_obsolete_cpus_without_hco(api, capsys):
     result = run(hco_obsolete_cpus, {"cpu_models": ["Penryn"]}, capsys)
     assert result["failed"] and result["msg"].startswith("No HyperConverged named kubevirt-hyperconverged exists")
+
+
+def test_hco_obsolete_cpus_min_cpu_model_not_kept(api, capsys, monkeypatch):
+    """HCO storing hco.kubevirt.io/v1 drops minCPUModel written through v1beta1: warned, not reported as kept."""
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import hco as hco_utils
+
+    api.add("HyperConverged", hyperconverged("openshift-cnv"))
+    original = hco_utils.patches.update_guarded
+
+    def conversion_drops_min_cpu_model(client, kind, obj, plan, write=True, **kwargs):
+        outcome, after = original(client, kind, obj, plan, write=write, **kwargs)
+        for stored in (after, api.get("HyperConverged", "kubevirt-hyperconverged", "openshift-cnv")):
+            (stored["spec"].get("obsoleteCPUs") or {}).pop("minCPUModel", None)
+        return outcome, after
+
+    monkeypatch.setattr(hco_utils.patches, "update_guarded", conversion_drops_min_cpu_model)
+    result = run(hco_obsolete_cpus, {"min_cpu_model": "Nehalem"}, capsys)
+    assert result["changed"] is False and result["min_cpu_model"] is None
+    assert any("did not keep spec.obsoleteCPUs.minCPUModel" in w for w in api.module_warnings)
+    assert_documented(result, hco_obsolete_cpus)
+    result = run(hco_obsolete_cpus, {"min_cpu_model": "Nehalem", "cpu_models": ["Penryn"]}, capsys)
+    assert result["changed"] is True and result["cpu_models"] == ["Penryn"] and result["min_cpu_model"] is None
