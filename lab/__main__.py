@@ -45,7 +45,7 @@ def main(argv=None):
         choices=("real", "simulated"),
         help="real: virt-controller and virt-api (default version 1.7.0) with a virt-handler "
         "stand-in; simulated: the Python model of all of KubeVirt "
-        "(default: $KUBEVIRT_OPS_LAB_KUBEVIRT, else simulated)",
+        "(default: $KUBEVIRT_OPS_LAB_KUBEVIRT, else real)",
     )
     up.add_argument(
         "--scale",

@@ -52,7 +52,7 @@ def up(
     ``profile`` is a key of lab.settings.PROFILES ("scale" for ``up --scale``); None keeps
     the one the lab was created with ("default" for a new lab). ``kubevirt_version``
     (e.g. "1.9.0") implies the real KubeVirt control plane; ``kubevirt_mode`` is "real"
-    or "simulated" (default: $KUBEVIRT_OPS_LAB_KUBEVIRT, else the lab's own or "simulated").
+    or "simulated" (default: $KUBEVIRT_OPS_LAB_KUBEVIRT, else the lab's own or "real").
     """
     if kubevirt_version is not None:
         kubevirt_version = normalize_version(kubevirt_version)

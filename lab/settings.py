@@ -81,7 +81,7 @@ class Settings:
     profile: str = "default"
     # "real": virt-controller and virt-api of kubevirt_version with the virt-handler
     # stand-in; "simulated": the older Python model of all of KubeVirt (lab/kubevirt_sim).
-    kubevirt_mode: str = "simulated"
+    kubevirt_mode: str = "real"
     kubevirt_version: str = "1.7.0"
     # The /32 on the lab's veth pair where virt-api serves (lab/netif.py).
     service_address: str = None
