@@ -29,6 +29,8 @@ SIM_READY_TIMEOUT = 60
 # Which KubeVirt a new lab runs when `up` is not told: "real" or "simulated".
 KUBEVIRT_MODE_ENV = "KUBEVIRT_OPS_LAB_KUBEVIRT"
 KUBEVIRT_MODES = ("real", "simulated")
+# Which KubeVirt release a new lab runs when `up` is not told (default lab.kubevirt.DEFAULT_VERSION).
+KUBEVIRT_VERSION_ENV = "KUBEVIRT_OPS_LAB_KUBEVIRT_VERSION"
 KUBEVIRT_COMPONENTS = (VIRT_API, VIRT_CONTROLLER)
 PORT_RELEASE_TIMEOUT = 30
 
@@ -54,6 +56,7 @@ def up(
     (e.g. "1.9.0") implies the real KubeVirt control plane; ``kubevirt_mode`` is "real"
     or "simulated" (default: $KUBEVIRT_OPS_LAB_KUBEVIRT, else the lab's own or "real").
     """
+    kubevirt_version = kubevirt_version or os.environ.get(KUBEVIRT_VERSION_ENV) or None
     if kubevirt_version is not None:
         kubevirt_version = normalize_version(kubevirt_version)
         if kubevirt_version not in SUPPORTED_VERSIONS:
