@@ -4,9 +4,11 @@
 """Eviction strategies: per VM (``spec.template.spec.evictionStrategy``) and cluster-wide
 (HyperConverged, else the KubeVirt CR's ``spec.configuration.evictionStrategy``).
 
-A VM's value reaches its running VMI only when the VMI is re-created, hence the
-``restart`` option; the cluster default applies to every VMI without its own value at
-its next eviction, without a restart.
+Since KubeVirt 1.1 virt-api copies the VM's strategy, or the cluster default, into every new
+VMI (pkg/defaults/defaults.go, setDefaultEvictionStrategy), and an eviction follows the VMI's
+own value: a change reaches a running VM only when its VMI is re-created. Both scopes return
+``restart_required`` (the running VMIs whose frozen strategy still differs from the new one)
+and ``restart: true`` restarts exactly those.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -61,12 +63,14 @@ class VmChange:
     def effective_after(self):
         return self.after or self.cluster_default
 
+    @property
+    def restart_required(self):
+        """True while the running VMI follows another strategy than the VM now asks for."""
+        return frozen_differs(self.vmi, self.effective_after(), self.cluster_default) and not self.restarted
+
     def decide_restart(self):
         """Restart a running VMI whose effective strategy differs from what the VM now says."""
-        if not run_strategy.vmi_active(self.vmi):
-            return
-        running = (self.vmi.get("spec") or {}).get("evictionStrategy") or self.cluster_default
-        if running == self.effective_after():
+        if not frozen_differs(self.vmi, self.effective_after(), self.cluster_default):
             return
         strategy = vm_run_strategy(self.vm)
         if strategy == "Halted":
@@ -80,6 +84,19 @@ class VmChange:
         namespace, name = self.key
         return dict(namespace=namespace, name=name, before=self.before, after=self.after,
                     effective=self.effective_after(), changed=self.changed, restarted=self.restarted)
+
+
+def frozen_differs(vmi, wanted, cluster_default):
+    """Whether an active VMI's own (frozen) eviction strategy differs from ``wanted``; a VMI
+    without one (created before KubeVirt 1.1) follows the cluster default."""
+    if not run_strategy.vmi_active(vmi):
+        return False
+    running = (vmi.get("spec") or {}).get("evictionStrategy") or cluster_default
+    return running != wanted
+
+
+def _restart_required(changes):
+    return sorted("%s/%s" % c.key for c in changes if c.restart_required)
 
 
 def _select_non_migratable(client, selection, selected, vmis, warn):
@@ -114,8 +131,7 @@ def _vm_scope(module):
     desired = params["strategy"] if params["state"] == "present" else None
     cluster_default = cluster_eviction_strategy(client)
     selected = vms.select(client, selection, module.warn)
-    need_vmis = params["only_non_migratable"] or params["restart"]
-    vmis = vms.list_vmis(client, selection, selected) if need_vmis else {}
+    vmis = vms.list_vmis(client, selection, selected)
     if params["only_non_migratable"]:
         selected = _select_non_migratable(client, selection, selected, vmis, module.warn)
     changes = [VmChange(vm, vmis.get(vms.key(vm)), desired, cluster_default) for vm in selected]
@@ -159,6 +175,7 @@ def _vm_scope(module):
         changed=any(c.changed for c in changes),
         vms=[c.result() for c in changes],
         cluster=dict(before=cluster_default, after=cluster_default),
+        restart_required=_restart_required(changes),
     )
     if module.diff_mode:
         changed = [c for c in changes if c.changed]
@@ -200,10 +217,10 @@ def _wait_propagated(client, value, timeout):
 def _cluster_scope(module):
     params = module.params
     selection = vms.Selection(params)
-    if selection.given or params["only_non_migratable"] or params["restart"]:
+    if selection.given or params["only_non_migratable"]:
         raise InvalidInputError(
-            "Options name, namespace, label_selector, all_namespaces, only_non_migratable and restart select and "
-            "restart VirtualMachines; they do not apply to scope=cluster.")
+            "Options name, namespace, label_selector, all_namespaces and only_non_migratable select "
+            "VirtualMachines; they do not apply to scope=cluster.")
     client = module.client
     desired = params["strategy"] if params["state"] == "present" else None
     kind, obj, path, described, hco = _cluster_target(client)
@@ -215,11 +232,56 @@ def _cluster_scope(module):
     changed = before != desired
     if changed and hco is not None and desired and params["wait"] and not module.check_mode:
         _wait_propagated(client, desired, params["wait_timeout"])
-    result = dict(changed=changed, vms=[], cluster=dict(before=before, after=desired, resource=described))
+    # The VMs that follow the cluster default: those without a strategy of their own.
+    followers = _cluster_followers(client, desired)
+    restarted = []
+    if params["restart"] and followers:
+        restarted = _restart(module, followers)
+    result = dict(changed=changed or bool(restarted), vms=[c.result() for c in restarted],
+                  cluster=dict(before=before, after=desired, resource=described),
+                  restart_required=_restart_required(followers))
     if module.diff_mode:
         result["diff"] = {"before": {described: {"evictionStrategy": before}},
                           "after": {described: {"evictionStrategy": desired}}}
     return result
+
+
+def _cluster_followers(client, desired):
+    """A VmChange (without a change of its own) for every VM that follows the cluster default."""
+    selection = vms.Selection({"all_namespaces": True})
+    selected = [vm for vm in vms.select(client, selection, lambda msg: None) if patches.value_at(vm, VM_PATH) is None]
+    vmis = vms.list_vmis(client, selection, selected)
+    return [VmChange(vm, vmis.get(vms.key(vm)), None, desired) for vm in selected]
+
+
+def _restart(module, changes):
+    """Restart the VMIs of ``changes`` whose frozen strategy differs; returns those restarted."""
+    client = module.client
+    for change in changes:
+        change.decide_restart()
+    todo = [c for c in changes if c.restart]
+    if not todo or module.check_mode:
+        for change in todo:
+            change.restarted = True
+        return todo
+    served = run_strategy.subresources_served(client)
+
+    def apply(change):
+        run_strategy.request_vmi_action(client, change.vm, change.vmi, "restart", served)
+        change.restarted = True
+        return change
+
+    outcomes = vms.run_parallel(apply, todo)
+    vms.raise_failures(outcomes, "Restarting VMs for the new eviction strategy", key_of=lambda c: c.key,
+                       changed=True, vms=[c.result() for c in todo])
+    if module.params["wait"]:
+        plans = []
+        for change in todo:
+            plan = run_strategy.Plan(change.vm, change.vmi)
+            plan.vmi_request, plan.target = "restart", run_strategy.RUNNING
+            plans.append(plan)
+        run_strategy.wait_for_targets(client, None, plans, module.params["wait_timeout"])
+    return todo
 
 
 def run(module):

@@ -23,17 +23,19 @@ description:
   - The usual remedy for VMs that block drains is O(only_non_migratable=true) with O(strategy=LiveMigrateIfPossible).
   - The VMs are listed once and changed concurrently. Each change is a patch of that one field that the API server
     refuses if someone changed the field in the meantime; the VM is then read again and the change recomputed.
-  - A VM's new value reaches its running VMI only when the VMI is re-created; O(restart=true) does that for exactly
-    the VMIs whose effective strategy changes. The cluster default applies to every VMI without its own value at
-    its next eviction, without a restart.
+  - KubeVirt (1.1 and later) copies the VM's eviction strategy, or the cluster default, into each VMI when it is
+    created, and an eviction follows the VMI's own value. So a new value, of a VM or of the cluster default,
+    reaches a running VM only when its VMI is re-created. RV(restart_required) lists the running VMIs that still
+    follow another strategy; O(restart=true) restarts exactly those.
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   scope:
     description:
       - V(vm) changes the selected virtual machines.
-      - V(cluster) changes the cluster default; VM selection options, O(only_non_migratable) and O(restart) do not
-        apply.
+      - V(cluster) changes the cluster default; VM selection options and O(only_non_migratable) do not apply.
+        O(restart=true) restarts the running VMs without a strategy of their own whose VMI still follows the old
+        default.
     type: str
     choices: [vm, cluster]
     default: vm
@@ -193,6 +195,16 @@ cluster:
   sample:
     before: LiveMigrate
     after: LiveMigrate
+restart_required:
+  description:
+    - C(namespace/name) of every running VM whose VMI still follows another eviction strategy than the one now set
+      (its VMI's own, frozen when it was created); it takes the new one when its VMI is re-created. Empty after
+      O(restart=true) restarted them.
+    - With O(scope=cluster), among the VMs without a strategy of their own.
+  returned: always
+  type: list
+  elements: str
+  sample: [team-a/db-1]
 diff:
   description: Eviction strategies before and after, by C(namespace/name) of each changed VM, or by resource.
   returned: when diff mode is on

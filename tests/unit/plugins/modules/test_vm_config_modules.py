@@ -4,7 +4,7 @@ logic) against the in-memory API server, and return exactly what their RETURN do
 
 import pytest
 
-from kubevirt_objects import cluster, hyperconverged, kubevirt, vm
+from kubevirt_objects import cluster, hyperconverged, kubevirt, vm, vmi
 from module_runner import assert_documented, run
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
@@ -44,6 +44,25 @@ def test_vm_eviction_strategy(api, capsys):
     assert_documented(result, vm_eviction_strategy)
     again = run(vm_eviction_strategy, args, capsys)
     assert again["changed"] is False
+
+
+def test_restart_required_lists_vmis_whose_frozen_strategy_differs(api, capsys):
+    # KubeVirt >= 1.1 froze each VMI's strategy when it was created; a new value needs a restart.
+    api.add("KubeVirt", kubevirt("LiveMigrate"))
+    api.add("VirtualMachine", vm("a", "ns1", run_strategy="Always"))
+    api.add("VirtualMachineInstance", vmi("a", "ns1", eviction="LiveMigrate"))
+    api.add("VirtualMachine", vm("b", "ns1", run_strategy="Always"))
+    api.add("VirtualMachineInstance", vmi("b", "ns1", eviction="None"))
+    api.add("VirtualMachine", vm("c", "ns1", run_strategy="Always"))  # stopped: nothing to restart
+    result = run(vm_eviction_strategy, {"namespace": "ns1", "strategy": "None"}, capsys)
+    assert result["restart_required"] == ["ns1/a"]
+    assert_documented(result, vm_eviction_strategy)
+    # The cluster default only reaches VMs without a value of their own, and only on restart.
+    api.add("VirtualMachine", vm("d", "ns2", run_strategy="Always"))
+    api.add("VirtualMachineInstance", vmi("d", "ns2", eviction="LiveMigrate"))
+    cluster_wide = run(vm_eviction_strategy, {"scope": "cluster", "strategy": "LiveMigrateIfPossible", "wait": False},
+                       capsys)
+    assert cluster_wide["restart_required"] == ["ns2/d"]
 
 
 def test_vm_eviction_strategy_cluster_and_errors(api, capsys):
