@@ -1,7 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubevirt_ops.maintenance contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The node-labeller skip-node annotation."""
+"""The node-labeller skip-node annotation.
+
+virt-handler's node-labeller leaves a node alone while the annotation exists, whatever its
+value (pkg/virt-handler/node-labeller/node_labeller.go): ``skip: false`` removes it, also
+one set to "false" by someone else; ``skip: true`` sets "true".
+"""
 
 from __future__ import absolute_import, division, print_function
 
@@ -18,17 +23,17 @@ def set_skip_node(module):
     if node is None:
         raise InvalidInputError("Node %s does not exist." % name, node=name)
     annotations = node["metadata"].get("annotations") or {}
-    before = annotations.get(SKIP_NODE_ANNOTATION) == "true"
-    result = {"node": name, "skip": skip, "changed": before != skip}
+    current = annotations.get(SKIP_NODE_ANNOTATION)
+    desired = "true" if skip else None
+    result = {"node": name, "skip": skip, "changed": current != desired}
     if module.diff_mode:
         result["diff"] = {
-            "before": {"annotations": {SKIP_NODE_ANNOTATION: annotations.get(SKIP_NODE_ANNOTATION)}},
-            "after": {"annotations": {SKIP_NODE_ANNOTATION: "true" if skip else None}},
+            "before": {"annotations": {SKIP_NODE_ANNOTATION: current}},
+            "after": {"annotations": {SKIP_NODE_ANNOTATION: desired}},
         }
     if result["changed"] and not module.check_mode:
-        value = "true" if skip else None
         module.client.patch("Node", name, {"metadata": {
-            "annotations": {SKIP_NODE_ANNOTATION: value},
+            "annotations": {SKIP_NODE_ANNOTATION: desired},
             "resourceVersion": node["metadata"]["resourceVersion"],
         }})
     return result

@@ -135,3 +135,23 @@ def test_hco_obsolete_cpus_min_cpu_model_not_kept(api, capsys, monkeypatch):
     assert_documented(result, hco_obsolete_cpus)
     result = run(hco_obsolete_cpus, {"min_cpu_model": "Nehalem", "cpu_models": ["Penryn"]}, capsys)
     assert result["changed"] is True and result["cpu_models"] == ["Penryn"] and result["min_cpu_model"] is None
+
+
+@pytest.mark.parametrize("before, skip, after, changed", [
+    (None, True, "true", True),
+    ("true", True, "true", False),
+    ("false", True, "true", True),
+    # virt-handler skips the node while the annotation exists, whatever its value.
+    ("false", False, None, True),
+    ("true", False, None, True),
+    (None, False, None, False),
+])
+def test_node_labeller_skip_is_the_annotation_existing(api, capsys, before, skip, after, changed):
+    from ansible_collections.kubevirt_ops.maintenance.plugins.modules import node_labeller
+
+    annotations = {"node-labeller.kubevirt.io/skip-node": before} if before is not None else {}
+    api.add("Node", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-1", "annotations": annotations}})
+    result = run(node_labeller, {"name": "worker-1", "skip": skip}, capsys)
+    assert result["changed"] is changed
+    now = api.get("Node", "worker-1")["metadata"].get("annotations") or {}
+    assert now.get("node-labeller.kubevirt.io/skip-node") == after
