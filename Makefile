@@ -71,7 +71,7 @@ unit: venv collection
 # The lab tier that gates every change: the lab itself, the KubeVirt simulator's contract,
 # and the modules. The security, fault and role suites have targets of their own below
 # (each brings up a lab of its own); `make test` runs them after this one.
-INTEGRATION_SUITES := tests/integration/lab tests/integration/kubevirt_sim tests/integration/modules
+INTEGRATION_SUITES := tests/integration/lab tests/integration/kubevirt_contract tests/integration/modules
 
 integration: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(INTEGRATION_SUITES)
