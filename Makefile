@@ -68,8 +68,9 @@ changelog-lint: venv
 unit: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q tests/unit
 
-# The lab tier that gates every change: the lab itself, the KubeVirt simulator's contract,
-# and the modules. The security, fault and role suites have targets of their own below
+# The lab tier that gates every change: the lab itself, the KubeVirt contract (the behaviour
+# page against the real virt-controller and virt-api; that suite brings up a lab with the real
+# KubeVirt unless KUBEVIRT_OPS_LAB_DIR names one), and the modules. The security, fault and role suites have targets of their own below
 # (each brings up a lab of its own); `make test` runs them after this one.
 INTEGRATION_SUITES := tests/integration/lab tests/integration/kubevirt_contract tests/integration/modules
 
