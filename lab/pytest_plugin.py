@@ -6,7 +6,8 @@ repository root, e.g. ``.venv/bin/python -m pytest``, so ``lab`` is importable).
 * ``lab`` (session): the lab under test. If ``$KUBEVIRT_OPS_LAB_DIR`` names a lab
   that is up, it is reused and left running; otherwise a lab with the default shape
   (1 control-plane node, 4 workers) is brought up in a fresh temporary state
-  directory for the session and taken down at its end.
+  directory for the session and taken down at its end. A suite that needs a given
+  KubeVirt (real or simulated, a version) overrides it with ``session_lab``.
 * ``k8s`` (session): a ``kubernetes.client.ApiClient`` for the lab.
 * ``namespace``: a fresh namespace per test, with its ``default`` ServiceAccount
   in place; always deleted afterwards.
@@ -128,21 +129,45 @@ class Lab:
         return nodes.api_client(self.paths.kubeconfig)
 
 
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory):
+def session_lab(tmp_path_factory, kubevirt_mode=None, kubevirt_version=None):
+    """Generator behind the ``lab`` fixture, for suites that need a particular KubeVirt.
+
+    Reuses the lab named by ``$KUBEVIRT_OPS_LAB_DIR`` when it is up and (if asked) runs
+    that KubeVirt mode and version; otherwise brings one up in a fresh temporary
+    directory (``kubevirt_mode`` "real" or "simulated", ``kubevirt_version`` e.g. "1.9.0")
+    and takes it down at the end.
+    """
     configured = os.environ.get(STATE_DIR_ENV)
-    if configured and cluster.is_running(LabPaths(Path(configured).resolve())):
-        yield Lab(Path(configured).resolve())
-        return
+    if configured:
+        paths = LabPaths(Path(configured).resolve())
+        if cluster.is_running(paths) and _runs(paths, kubevirt_mode, kubevirt_version):
+            yield Lab(paths.state_dir)
+            return
     paths = LabPaths(tmp_path_factory.mktemp("lab"))
     try:
         try:
-            cluster.up(paths)
+            cluster.up(paths, kubevirt_mode=kubevirt_mode, kubevirt_version=kubevirt_version)
         except LabError as e:
             pytest.fail(f"the lab did not come up: {e}\n{e.detail or ''}", pytrace=False)
         yield Lab(paths.state_dir)
     finally:
         cluster.down(paths)
+
+
+def _runs(paths, kubevirt_mode, kubevirt_version):
+    settings = lab_settings.load(paths)
+    if settings is None:
+        return kubevirt_mode is None and kubevirt_version is None
+    if kubevirt_version is not None:
+        kubevirt_mode = kubevirt_mode or "real"
+        if settings.kubevirt_version.lstrip("v") != str(kubevirt_version).lstrip("v"):
+            return False
+    return kubevirt_mode is None or (settings.kubevirt and settings.kubevirt_mode == kubevirt_mode)
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    yield from session_lab(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,17 @@ import pytest
 
 pytest_plugins = ["lab.pytest_plugin"]
 
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--kubevirt-version",
+        default=None,
+        help="KubeVirt release the real-KubeVirt suites (kubevirt_contract) run against, e.g. 1.9.0;"
+        " default: the lab's (1.7.0)",
+    )
+
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
 

@@ -1,14 +1,17 @@
-"""Contract tests of the lab's KubeVirt simulator against the project's behaviour page.
+"""Contract tests: the behaviour page, checked against the real KubeVirt.
 
-Every row of every table in the behaviour page (``kubevirt-behavior.md``: eviction strategies, run
-strategies and the start/stop/restart actions) and the facts around them are
-checked the way a user would check them on a real cluster: with kubectl (drain,
-get, the ``subresources.kubevirt.io`` actions) and the plain Kubernetes API.
+Every row of every table in the behaviour page (``kubevirt-behavior.md``: eviction
+strategies, run strategies and the start/stop/restart actions) and the facts around them,
+checked on a lab that runs the real virt-controller and virt-api (KubeVirt v1.7.0 by
+default, ``--kubevirt-version`` for another release; see conftest.py) the way an operator
+checks them on a real cluster: with kubectl (drain, get, the ``subresources.kubevirt.io``
+actions) and the plain Kubernetes API. Where the page and the real components disagree,
+the tests follow the real components and name the upstream code in a comment.
 
-Run from the repository root: ``.venv/bin/python -m pytest tests/integration/kubevirt_sim``
-(or point ``KUBEVIRT_OPS_LAB_DIR`` at a lab that is up). The tests drain and cordon
-nodes, so they run one at a time; every node is uncordoned after each test. Waits
-are generous and nothing asserts on timing.
+Run from the repository root: ``.venv/bin/python -m pytest tests/integration/kubevirt_contract``
+(or point ``KUBEVIRT_OPS_LAB_DIR`` at a lab brought up with ``--kubevirt real``). The tests
+drain and cordon nodes, so they run one at a time; every node is uncordoned after each
+test. Waits are generous and nothing asserts on timing.
 """
 
 import json
@@ -31,6 +34,13 @@ HCO_V1 = "hyperconvergeds.v1.hco.kubevirt.io"
 WORKER_ROLE = "node-role.kubernetes.io/worker"
 ACTIVE_MIGRATION_PHASES = {"Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running"}
 DRAIN_FLAGS = ("--ignore-daemonsets", "--delete-emptydir-data", "--force")
+EVICTION_HOOK = "virt-launcher-eviction-interceptor.kubevirt.io"
+
+
+def evacuation_triggered(namespace, name):
+    """virt-api's answer (429) to the eviction of a launcher pod it marks for evacuation
+    (pkg/virt-api/webhooks/validating-webhook/admitters/pod-eviction-admitter.go)."""
+    return f'Eviction triggered evacuation of VMI "{namespace}/{name}"'
 
 
 # -- manifests ------------------------------------------------------------------------------
@@ -119,6 +129,15 @@ def items(lab, namespace, kind, selector=None):
     return json.loads(lab.kubectl(*args).stdout)["items"]
 
 
+def quantity(value):
+    """A Kubernetes quantity ("3Gi", "3516923905", "500M") in bytes."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    for suffix, factor in units.items():
+        if value.endswith(suffix):
+            return int(float(value[: -len(suffix)]) * factor)
+    return int(value)
+
+
 def status(obj):
     return (obj or {}).get("status") or {}
 
@@ -203,14 +222,16 @@ def cordon_all_but(lab, keep):
     return others
 
 
-# -- the simulator is up --------------------------------------------------------------------
+# -- the real KubeVirt is up --------------------------------------------------------------------
 
 
-def test_simulator_ready_and_cluster_crs(lab):
+def test_real_kubevirt_deployed_and_cluster_crs(lab, kubevirt_version):
     ready = json.loads((lab.state_dir / "sim" / "ready").read_text())
-    assert ready["vm_actions"] == "aggregated-api"
+    assert ready["mode"] == "real-kubevirt"  # only the virt-handler stand-in beside it
+    assert kubevirt_version["gitVersion"] == f"v{lab.settings.kubevirt_version}"
     kubevirt = get(lab, "kubevirt", "kubevirt", "kubevirt")
     assert status(kubevirt)["phase"] == "Deployed"
+    assert status(kubevirt)["observedKubeVirtVersion"] == kubevirt_version["gitVersion"]
     hco = get(lab, HCO[4], HCO_V1BETA1, HCO[2])
     assert condition(hco, "Available")["status"] == "True"
     # Defaulted (upstream's CR sets none): at least 2 workers = highly available = LiveMigrate.
@@ -221,6 +242,13 @@ def test_simulator_ready_and_cluster_crs(lab):
         lab.kubectl("get", "apiservice", "v1.subresources.kubevirt.io", "-o", "json").stdout
     )
     assert condition(apiservice, "Available")["status"] == "True"
+    # The launcher eviction hook fails closed (page: failurePolicy Ignore).
+    validator = json.loads(
+        lab.kubectl("get", "validatingwebhookconfiguration", "virt-api-validator", "-o", "json").stdout
+    )
+    (hook,) = [h for h in validator["webhooks"] if h["name"] == EVICTION_HOOK]
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["rules"][0]["resources"] == ["pods/eviction"]
 
 
 def test_kubevirt_nodes_and_virt_handler(lab):
@@ -298,10 +326,27 @@ def test_vm_runs_in_a_launcher_pod_shaped_like_upstream(lab, namespace):
     assert labels["kubevirt.io"] == "virt-launcher"
     assert labels["vm.kubevirt.io/name"] == "shape"
     assert pod["spec"]["nodeName"] == node
-    assert pod["spec"]["nodeSelector"] == {"kubevirt.io/schedulable": "true", "kubernetes.io/os": "linux"}
+    assert pod["metadata"]["annotations"]["kubevirt.io/domain"] == "shape"
+    # The VM's selector plus virt-controller's own (schedulable, architecture, machine type).
+    selector = pod["spec"]["nodeSelector"]
+    assert selector["kubevirt.io/schedulable"] == "true" and selector["kubernetes.io/os"] == "linux"
+    assert selector["kubernetes.io/arch"] == "amd64" and selector["machine-type.node.kubevirt.io/q35"] == "true"
     assert all(t in pod["spec"]["tolerations"] for t in tolerations)
-    assert pod["spec"]["affinity"] == affinity
-    assert pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == "3Gi"
+    # The VM's affinity is kept; host-model CPUs add "not on a node with an obsolete host model"
+    # (pkg/virt-controller/services/template.go).
+    node_affinity = pod["spec"]["affinity"]["nodeAffinity"]
+    assert node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] == affinity["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert {"key": "node-labeller.kubevirt.io/obsolete-host-model", "operator": "DoesNotExist"} in [
+        e for t in node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        for e in t["matchExpressions"]
+    ]
+    compute = next(c for c in pod["spec"]["containers"] if c["name"] == "compute")
+    # Guest memory plus virt-launcher's overhead (pkg/virt-controller/services/renderresources.go).
+    assert quantity(compute["resources"]["requests"]["memory"]) > quantity("3Gi")
+    for device in ("devices.kubevirt.io/kvm", "devices.kubevirt.io/tun", "devices.kubevirt.io/vhost-net"):
+        assert compute["resources"]["limits"][device] == "1"
     owner = pod["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"]) == ("VirtualMachineInstance", vmi["metadata"]["uid"])
     claims = [
@@ -324,29 +369,73 @@ def test_vm_runs_in_a_launcher_pod_shaped_like_upstream(lab, namespace):
         ("bridge", ("False", "InterfaceNotLiveMigratable")),
         ("hostdevice", ("False", "HostDeviceNotLiveMigratable")),
         ("gpu", ("False", "HostDeviceNotLiveMigratable")),
-        ("passthrough", ("False", "CPUModeLiveMigratable")),
+        # Page: CPUModeLiveMigratable. virt-handler only blocks host-model on a node without
+        # a host model; host-passthrough migrates (pkg/virt-handler/vm.go,
+        # calculateLiveMigrationCondition).
+        ("passthrough", ("True", None)),
     ],
 )
 def test_live_migratable_condition(lab, namespace, case, expected):
     objects = []
     kwargs = {}
+    device = None
     if case in ("rwx", "rwo"):
         objects.append(pvc("disk", "ReadWriteMany" if case == "rwx" else "ReadWriteOnce"))
         kwargs["claim"] = "disk"
     elif case == "bridge":
         kwargs["devices"] = {"interfaces": [{"name": "default", "bridge": {}}]}
     elif case == "hostdevice":
-        kwargs["devices"] = {"hostDevices": [{"name": "nic", "deviceName": "example.com/nic"}]}
+        device = "example.com/nic"
+        kwargs["devices"] = {"hostDevices": [{"name": "nic", "deviceName": device}]}
     elif case == "gpu":
-        kwargs["devices"] = {"gpus": [{"name": "gpu", "deviceName": "nvidia.com/GA102"}]}
-    elif case == "passthrough":
-        kwargs["extra_spec"] = {
-            "domain": {"cpu": {"model": "host-passthrough"}, "memory": {"guest": "1Gi"}, "devices": {}}
-        }
-    apply(lab, namespace, *objects, vm("m", **kwargs))
-    vmi = wait_vmi_running(lab, namespace, "m")
-    c = condition(vmi, "LiveMigratable")
-    assert (c["status"], c.get("reason")) == expected
+        device = "nvidia.com/GA102"
+        kwargs["devices"] = {"gpus": [{"name": "gpu", "deviceName": device}]}
+    machine = vm("m", **kwargs)
+    if case == "passthrough":
+        machine["spec"]["template"]["spec"]["domain"]["cpu"]["model"] = "host-passthrough"
+    node = workers(lab)[0]
+    gate = case == "hostdevice"  # virt-api refuses hostDevices without the HostDevices gate
+    if device:
+        # The launcher pod requests the device: one node's device plugin offers it.
+        advertise(lab, node, device, "1")
+    if gate:
+        feature_gate(lab, "HostDevices", True)
+    try:
+        if gate:  # until virt-api has seen the gate
+            wait(lambda: lab.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(machine),
+                                     check=False).returncode == 0, "virt-api to accept hostDevices")
+        apply(lab, namespace, *objects, machine)
+        vmi = wait_vmi_running(lab, namespace, "m")
+        c = condition(vmi, "LiveMigratable")
+        assert (c["status"], c.get("reason")) == expected
+        if device:
+            assert status(vmi)["nodeName"] == node
+    finally:
+        if device:
+            lab.kubectl("delete", "vm", "m", "-n", namespace, "--wait=true", "--timeout=120s", check=False)
+            advertise(lab, node, device, None)
+        if gate:
+            feature_gate(lab, "HostDevices", False)
+
+
+def feature_gate(lab, name, enabled):
+    """Turn a KubeVirt feature gate on or off in the KubeVirt CR."""
+    gates = [g for g in (kubevirt_configuration(lab).get("developerConfiguration") or {}).get("featureGates") or []
+             if g != name]
+    if enabled:
+        gates.append(name)
+    lab.kubectl("patch", "kubevirt", "kubevirt", "-n", "kubevirt", "--type", "merge", "-p",
+                json.dumps({"spec": {"configuration": {"developerConfiguration": {"featureGates": gates}}}}))
+
+
+def advertise(lab, node, resource, count):
+    """What a device plugin does: offer ``count`` of ``resource`` on the node (None: withdraw)."""
+    key = resource.replace("~", "~0").replace("/", "~1")
+    if count is None:
+        ops = [{"op": "remove", "path": f"/status/{field}/{key}"} for field in ("capacity", "allocatable")]
+    else:
+        ops = [{"op": "add", "path": f"/status/{field}/{key}", "value": count} for field in ("capacity", "allocatable")]
+    lab.kubectl("patch", "node", node, "--subresource=status", "--type=json", "-p", json.dumps(ops), check=count is not None)
 
 
 def test_kubectl_get_vm_vmi_vmim_columns(lab, namespace):
@@ -376,9 +465,16 @@ def test_kubectl_get_vm_vmi_vmim_columns(lab, namespace):
 # -- eviction strategy table ---------------------------------------------------------------------
 
 
+def no_disruption_budgets(lab, namespace):
+    """Page: a PodDisruptionBudget per VMI. Since 1.6 virt-controller keeps none (its
+    disruption-budget controller only deletes old ones; pkg/virt-controller/watch/drain/disruptionbudget)."""
+    assert items(lab, namespace, "pdb") == []
+
+
 def test_live_migrate_migratable_drain_migrates_keeping_the_vmi(lab, namespace, restore_nodes):
-    """LiveMigrate + migratable: webhook marks, PDB answers 429, a migration follows,
-    the source pod goes away and the drain sees it gone."""
+    """LiveMigrate + migratable: the webhook marks the VMI and itself answers 429 (page: it
+    allows and a PDB answers 429), a migration follows, the source pod completes and the
+    drain sees it gone."""
     apply(
         lab,
         namespace,
@@ -387,10 +483,11 @@ def test_live_migrate_migratable_drain_migrates_keeping_the_vmi(lab, namespace, 
     )
     before = wait_vmi_running(lab, namespace, "lm")
     source = status(before)["nodeName"]
-    assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-lm")["spec"]["minAvailable"] == 1
+    no_disruption_budgets(lab, namespace)
 
     result = drain(lab, source)
-    assert "disruption budget" in result.stderr  # the 429s kubectl retried
+    assert evacuation_triggered(namespace, "lm") in result.stderr  # the 429 kubectl retried
+    assert "disruption budget" not in result.stderr
 
     after = wait_vmi_running(lab, namespace, "lm")
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
@@ -403,9 +500,11 @@ def test_live_migrate_migratable_drain_migrates_keeping_the_vmi(lab, namespace, 
     assert not status(after).get("evacuationNodeName")
     (migration,) = items(lab, namespace, "vmim")
     assert migration["metadata"]["name"].startswith("kubevirt-evacuation-")
+    assert migration["metadata"]["annotations"]["kubevirt.io/evacuationMigration"] == source
     assert status(migration)["phase"] == "Succeeded"
     pods = launcher_pods(lab, namespace, before["metadata"]["uid"])
     assert [p["spec"]["nodeName"] for p in pods] == [status(after)["nodeName"]]
+    no_disruption_budgets(lab, namespace)
 
     # After maintenance ends, VMs do not move back on their own.
     lab.kubectl("uncordon", source)
@@ -415,13 +514,15 @@ def test_live_migrate_migratable_drain_migrates_keeping_the_vmi(lab, namespace, 
 
 def test_live_migrate_not_migratable_blocks_the_drain(lab, namespace, k8s, restore_nodes):
     """LiveMigrate + not migratable: the webhook denies with 429 forever; stopping the VM unblocks."""
+    stuck_message = 'VMI stuck is configured with an eviction strategy but is not live-migratable'
+
     apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("stuck", eviction="LiveMigrate", claim="disk"))
     before = wait_vmi_running(lab, namespace, "stuck")
     node = status(before)["nodeName"]
 
     result = drain(lab, node, timeout="20s", check=False)
     assert result.returncode != 0
-    assert "is configured with an eviction strategy but is not live-migratable" in result.stderr
+    assert stuck_message in result.stderr
     (pod,) = launcher_pods(lab, namespace, before["metadata"]["uid"])
     with pytest.raises(ApiException) as refused:
         client.CoreV1Api(k8s).create_namespaced_pod_eviction(
@@ -430,6 +531,7 @@ def test_live_migrate_not_migratable_blocks_the_drain(lab, namespace, k8s, resto
             {"metadata": {"name": pod["metadata"]["name"], "namespace": namespace}},
         )
     assert refused.value.status == 429
+    assert stuck_message in refused.value.body
     now = get(lab, namespace, "vmi", "stuck")
     assert (now["metadata"]["uid"], status(now)["nodeName"], status(now)["phase"]) == (
         before["metadata"]["uid"],
@@ -437,6 +539,8 @@ def test_live_migrate_not_migratable_blocks_the_drain(lab, namespace, k8s, resto
         "Running",
     )
     assert items(lab, namespace, "vmim") == []
+    assert not status(now).get("evacuationNodeName")
+    no_disruption_budgets(lab, namespace)
 
     virtctl(lab, namespace, "stuck", "stop")
     drain(lab, node)
@@ -451,12 +555,15 @@ def test_live_migrate_if_possible_migratable_migrates(lab, namespace, restore_no
         vm("lmip", eviction="LiveMigrateIfPossible", claim="disk"),
     )
     before = wait_vmi_running(lab, namespace, "lmip")
-    assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-lmip") is not None
+    no_disruption_budgets(lab, namespace)
     result = drain(lab, status(before)["nodeName"])
-    assert "disruption budget" in result.stderr
+    assert evacuation_triggered(namespace, "lmip") in result.stderr
     after = wait_vmi_running(lab, namespace, "lmip")
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
     assert status(after)["nodeName"] != status(before)["nodeName"]
+    (migration,) = items(lab, namespace, "vmim")
+    assert migration["metadata"]["name"].startswith("kubevirt-evacuation-")
+    assert status(migration)["phase"] == "Succeeded"
 
 
 def test_live_migrate_if_possible_not_migratable_shuts_down_and_always_recreates(
@@ -469,22 +576,27 @@ def test_live_migrate_if_possible_not_migratable_shuts_down_and_always_recreates
         vm("lmipx", eviction="LiveMigrateIfPossible", claim="disk"),
     )
     before = wait_vmi_running(lab, namespace, "lmipx")
-    assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-lmipx") is None
+    no_disruption_budgets(lab, namespace)
     node = status(before)["nodeName"]
-    drain(lab, node)
+    result = drain(lab, node)
+    assert "evacuation" not in result.stderr  # granted at once
     after = wait_vmi_running(lab, namespace, "lmipx", other_than_uid=before["metadata"]["uid"])
     assert status(after)["nodeName"] != node
     assert items(lab, namespace, "vmim") == []
 
 
-def test_external_marks_the_vmi_and_the_budget_blocks(lab, namespace, restore_nodes):
-    """External: marked for evacuation, PDB answers 429, nothing migrates it by itself."""
+def test_external_marks_the_vmi_and_the_webhook_blocks(lab, namespace, restore_nodes):
+    """External: marked for evacuation, the webhook itself answers 429 (page: a PDB does),
+    then "Evacuation in progress" on every retry; nothing migrates it by itself."""
     apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("ext", eviction="External", claim="disk"))
     before = wait_vmi_running(lab, namespace, "ext")
     node = status(before)["nodeName"]
+    no_disruption_budgets(lab, namespace)
     result = drain(lab, node, timeout="20s", check=False)
     assert result.returncode != 0
-    assert "disruption budget" in result.stderr
+    assert evacuation_triggered(namespace, "ext") in result.stderr
+    assert "Evacuation in progress: " + evacuation_triggered(namespace, "ext") in result.stderr
+    assert "disruption budget" not in result.stderr
     marked = get(lab, namespace, "vmi", "ext")
     assert status(marked)["evacuationNodeName"] == node
     assert marked["metadata"]["uid"] == before["metadata"]["uid"]
@@ -495,34 +607,50 @@ def test_external_marks_the_vmi_and_the_budget_blocks(lab, namespace, restore_no
 def test_none_shuts_down_whatever_the_migratability(lab, namespace, restore_nodes, claim_mode):
     apply(lab, namespace, pvc("disk", claim_mode), vm("none", eviction="None", claim="disk"))
     before = wait_vmi_running(lab, namespace, "none")
-    assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-none") is None
+    no_disruption_budgets(lab, namespace)
     result = drain(lab, status(before)["nodeName"])
-    assert "disruption budget" not in result.stderr
+    assert "evacuation" not in result.stderr and "disruption budget" not in result.stderr
     after = wait_vmi_running(lab, namespace, "none", other_than_uid=before["metadata"]["uid"])
     assert status(after)["nodeName"] != status(before)["nodeName"]
     assert items(lab, namespace, "vmim") == []
 
 
-def test_unset_strategy_follows_the_cluster_default(lab, namespace, restore_nodes):
-    """No strategy on the VM: HCO's LiveMigrate (via the KubeVirt CR) applies; with the
-    cluster default None the VM is shut down instead."""
+def test_unset_strategy_follows_the_cluster_default_frozen_at_vmi_creation(lab, namespace, restore_nodes):
+    """No strategy on the VM: virt-api's VMI defaulting copies the cluster default (HCO's
+    LiveMigrate, via the KubeVirt CR) into the VMI's spec at creation (pkg/defaults/defaults.go,
+    setDefaultEvictionStrategy). Page: the effective value is read at eviction time. A change
+    of the cluster default reaches a VMI only when it is re-created."""
     apply(lab, namespace, pvc("disk", "ReadWriteMany"), vm("dflt", claim="disk"))
     before = wait_vmi_running(lab, namespace, "dflt")
-    assert "evictionStrategy" not in before["spec"]
-    drain(lab, status(before)["nodeName"])
-    migrated = wait_vmi_running(lab, namespace, "dflt")
-    assert migrated["metadata"]["uid"] == before["metadata"]["uid"]
-    lab.restore_nodes()
+    assert "evictionStrategy" not in get(lab, namespace, "vm", "dflt")["spec"]["template"]["spec"]
+    assert before["spec"]["evictionStrategy"] == "LiveMigrate"
 
     patch_hco(lab, {"evictionStrategy": "None"})
     try:
         wait(
             lambda: kubevirt_configuration(lab).get("evictionStrategy") == "None", "KubeVirt CR default None"
         )
-        wait(lambda: get(lab, namespace, "pdb", "kubevirt-disruption-budget-dflt") is None, "the PDB to go")
-        drain(lab, status(migrated)["nodeName"])
-        after = wait_vmi_running(lab, namespace, "dflt", other_than_uid=before["metadata"]["uid"])
-        assert status(after)["nodeName"] != status(migrated)["nodeName"]
+        # The running VMI keeps the LiveMigrate it was created with: the drain migrates it.
+        result = drain(lab, status(before)["nodeName"])
+        assert evacuation_triggered(namespace, "dflt") in result.stderr
+        migrated = wait_vmi_running(lab, namespace, "dflt")
+        assert migrated["metadata"]["uid"] == before["metadata"]["uid"]
+        assert migrated["spec"]["evictionStrategy"] == "LiveMigrate"
+        (migration,) = items(lab, namespace, "vmim")
+        assert migration["metadata"]["name"].startswith("kubevirt-evacuation-")
+        lab.restore_nodes()
+
+        # A new VMI gets the new default: the next drain shuts it down.
+        virtctl(lab, namespace, "dflt", "restart")
+        renewed = wait_vmi_running(lab, namespace, "dflt", other_than_uid=before["metadata"]["uid"])
+        assert renewed["spec"]["evictionStrategy"] == "None"
+        result = drain(lab, status(renewed)["nodeName"])
+        assert "evacuation" not in result.stderr
+        after = wait_vmi_running(lab, namespace, "dflt", other_than_uid=renewed["metadata"]["uid"])
+        assert status(after)["nodeName"] != status(renewed)["nodeName"]
+        # no migration for the None VMI (the first VMI's went with it)
+        assert all(m["spec"]["vmiName"] != "dflt" or status(m).get("phase") == "Succeeded"
+                   for m in items(lab, namespace, "vmim"))
     finally:
         patch_hco(lab, {"evictionStrategy": "LiveMigrate"})
         wait(
@@ -531,9 +659,12 @@ def test_unset_strategy_follows_the_cluster_default(lab, namespace, restore_node
         )
 
 
+# Page: RerunOnFailure is re-created after an eviction shutdown. The guest is shut down
+# (ACPI) and the VMI ends Succeeded, which RerunOnFailure does not restart
+# (pkg/virt-controller/watch/vm/vm.go, RerunOnFailure branch).
 @pytest.mark.parametrize(
     "run_strategy, recreated",
-    [("Always", True), ("RerunOnFailure", True), ("Manual", False), ("Once", False)],
+    [("Always", True), ("RerunOnFailure", False), ("Manual", False), ("Once", False)],
 )
 def test_run_strategy_after_shutdown_by_eviction(lab, namespace, restore_nodes, run_strategy, recreated):
     objects = [vm("evicted", run_strategy=run_strategy, eviction="None")]
@@ -549,8 +680,12 @@ def test_run_strategy_after_shutdown_by_eviction(lab, namespace, restore_nodes, 
     else:
         wait_vm_stopped(lab, namespace, "evicted")
         vmi = get(lab, namespace, "vmi", "evicted")
-        assert vmi is None or vmi["metadata"]["uid"] == before["metadata"]["uid"]
-        assert status(get(lab, namespace, "vm", "evicted"))["printableStatus"] == "Stopped"
+        assert vmi is None or (
+            vmi["metadata"]["uid"] == before["metadata"]["uid"] and status(vmi)["phase"] == "Succeeded"
+        )
+        obj = get(lab, namespace, "vm", "evicted")
+        assert status(obj)["printableStatus"] == "Stopped"
+        assert obj["spec"]["runStrategy"] == run_strategy
 
 
 # -- run strategies and actions -----------------------------------------------------------------
@@ -598,25 +733,28 @@ def test_always_recreates_a_deleted_vmi(lab, namespace):
     assert after["metadata"]["name"] == "again"
 
 
-# The behaviour page's action table: (before, action) -> (strategy after, what happens to the VMI).
+# The behaviour page's action table: (before, action) -> (strategy after, what happens to the
+# VMI, virt-api's 409 message for a refused one). Page: stop on RerunOnFailure sets Halted;
+# virt-api sends a stop request and the VM keeps RerunOnFailure (pkg/virt-api/rest/lifecycle.go,
+# StopVMRequestHandler).
 ACTION_TABLE = [
-    ("Always", "start", "Always", "unchanged"),
-    ("Always", "stop", "Halted", "stopped"),
-    ("Always", "restart", "Always", "recreated"),
-    ("RerunOnFailure", "start", "RerunOnFailure", "unchanged"),
-    ("RerunOnFailure", "stop", "Halted", "stopped"),
-    ("RerunOnFailure", "restart", "RerunOnFailure", "recreated"),
-    ("Manual", "start", "Manual", "started"),
-    ("Manual", "stop", "Manual", "stopped"),
-    ("Manual", "restart", "Manual", "recreated"),
-    ("Halted", "start", "Always", "started"),
-    ("Halted", "stop", "Halted", "none"),
-    ("Halted", "restart", "Halted", "none"),
+    ("Always", "start", "Always", "unchanged", "VM is already running"),
+    ("Always", "stop", "Halted", "stopped", None),
+    ("Always", "restart", "Always", "recreated", None),
+    ("RerunOnFailure", "start", "RerunOnFailure", "unchanged", "VM is already running"),
+    ("RerunOnFailure", "stop", "RerunOnFailure", "stopped", None),
+    ("RerunOnFailure", "restart", "RerunOnFailure", "recreated", None),
+    ("Manual", "start", "Manual", "started", None),
+    ("Manual", "stop", "Manual", "stopped", None),
+    ("Manual", "restart", "Manual", "recreated", None),
+    ("Halted", "start", "Always", "started", None),
+    ("Halted", "stop", "Halted", "none", "VM is not running"),
+    ("Halted", "restart", "Halted", "none", "RunStategy Halted does not support manual restart requests"),
 ]
 
 
-@pytest.mark.parametrize("before, action, after, effect", ACTION_TABLE)
-def test_action_table(lab, namespace, before, action, after, effect):
+@pytest.mark.parametrize("before, action, after, effect, refusal", ACTION_TABLE)
+def test_action_table(lab, namespace, before, action, after, effect, refusal):
     apply(lab, namespace, vm("act", run_strategy=before))
     if before == "Manual" and action != "start":
         virtctl(lab, namespace, "act", "start")
@@ -629,9 +767,10 @@ def test_action_table(lab, namespace, before, action, after, effect):
         )
 
     result = virtctl(lab, namespace, "act", action, check=False)
-    if effect in ("unchanged", "none"):
-        # A no-op: the API refuses it as upstream's does (409) and nothing changes.
+    if refusal:
+        # A no-op: virt-api refuses it with 409 Conflict and nothing changes.
         assert result.returncode != 0 and "Conflict" in result.stderr, result.stderr
+        assert refusal in result.stderr, result.stderr
     else:
         assert result.returncode == 0, result.stderr
 
@@ -707,11 +846,15 @@ def test_eviction_strategy_change_reaches_the_vmi_after_a_restart(lab, namespace
     )
     wait(lambda: get(lab, namespace, "vm", "change")["metadata"]["generation"] == 2, "the VM spec change")
     assert get(lab, namespace, "vmi", "change")["spec"]["evictionStrategy"] == "None"
-    assert get(lab, namespace, "pdb", "kubevirt-disruption-budget-change") is None
+    # virt-controller tells the change is pending (condition RestartRequired on the VM).
+    wait(
+        lambda: (c := condition(get(lab, namespace, "vm", "change"), "RestartRequired")) and c["status"] == "True",
+        "the VM to ask for a restart",
+    )
     virtctl(lab, namespace, "change", "restart")
     after = wait_vmi_running(lab, namespace, "change", other_than_uid=before["metadata"]["uid"])
     assert after["spec"]["evictionStrategy"] == "LiveMigrate"
-    wait(lambda: get(lab, namespace, "pdb", "kubevirt-disruption-budget-change"), "the PDB of the new VMI")
+    no_disruption_budgets(lab, namespace)
 
 
 # -- migrations ------------------------------------------------------------------------------
@@ -815,12 +958,13 @@ def test_migration_phases_and_target_placement(lab, namespace, k8s, restore_node
     (migration,) = items(lab, namespace, "vmim")
     target_pod = status(migration)["migrationState"]["targetPod"]
     pod = get(lab, namespace, "pod", target_pod)
-    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"
-    ]
-    assert all(
-        {"key": "metadata.name", "operator": "NotIn", "values": [source]} in t["matchFields"] for t in terms
-    )
+    # Kept off the source by a pod anti-affinity to the VMI's own pods, per hostname (page:
+    # silent; pkg/virt-controller/watch/migration/migration.go, createMigrationPodAntiAffinityRule).
+    anti = pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert {
+        "labelSelector": {"matchLabels": {"kubevirt.io/created-by": before["metadata"]["uid"]}},
+        "topologyKey": "kubernetes.io/hostname",
+    } in anti
     assert pod["metadata"]["labels"]["kubevirt.io/migrationJobUID"] == migration["metadata"]["uid"]
 
 
@@ -881,16 +1025,30 @@ def test_failing_migration_leaves_the_vm_on_its_node(lab, namespace, restore_nod
     assert status(vmi)["migrationState"]["migrationUid"] == failed["metadata"]["uid"]
     assert "kubevirt-ops.lab/fail-migration" in status(vmi)["migrationState"]["failureReason"]
     assert status(failed)["migrationState"]["failureReason"] == status(vmi)["migrationState"]["failureReason"]
-    condition = next(c for c in status(failed)["conditions"] if c["type"] == "Failed")
-    assert condition["status"] == "True" and "fail-migration" in condition["message"]
-    wait(lambda: len(launcher_pods(lab, namespace, before["metadata"]["uid"])) == 1, "the target pod to go")
-    # a drain keeps being refused while every migration fails
-    result = drain(lab, status(before)["nodeName"], timeout="20s", check=False)
-    assert result.returncode != 0 and "disruption budget" in result.stderr
-    assert status(get(lab, namespace, "vmi", "flaky"))["nodeName"] == status(before)["nodeName"]
+    assert status(failed)["migrationState"]["failed"] is True  # page: also a Failed condition; real: none
+    # A drain keeps being refused while every migration fails: the webhook marked the VMI, and
+    # virt-controller retries the evacuation after each failure, with a backoff
+    # (pkg/virt-controller/watch/migration/migration.go, handleMigrationBackoff).
+    source = status(before)["nodeName"]
+    result = drain(lab, source, timeout="20s", check=False)
+    assert result.returncode != 0 and evacuation_triggered(namespace, "flaky") in result.stderr
+
+    def evacuations():
+        return [m for m in items(lab, namespace, "vmim") if m["metadata"]["name"].startswith("kubevirt-evacuation-")]
+
+    wait(lambda: sum(status(m).get("phase") == "Failed" for m in evacuations()) >= 2, "a retried evacuation to fail")
+    failed_ones = sorted(
+        (m for m in evacuations() if status(m).get("phase") == "Failed"),
+        key=lambda m: m["metadata"]["creationTimestamp"],
+    )
+    first_end = next(t["phaseTransitionTimestamp"] for t in status(failed_ones[0])["phaseTransitionTimestamps"] if t["phase"] == "Failed")
+    assert failed_ones[1]["metadata"]["creationTimestamp"] >= first_end  # one at a time, after the failure
+    vmi = get(lab, namespace, "vmi", "flaky")
+    assert status(vmi)["nodeName"] == source and status(vmi)["evacuationNodeName"] == source
+    assert vmi["metadata"]["uid"] == before["metadata"]["uid"]
 
 
-def test_migration_webhook_refusals(lab, namespace):
+def test_migration_webhook_refusals(lab, namespace, restore_nodes):
     apply(lab, namespace, pvc("disk", "ReadWriteOnce"), vm("pinned", claim="disk"))
     wait_vmi_running(lab, namespace, "pinned")
 
@@ -903,12 +1061,28 @@ def test_migration_webhook_refusals(lab, namespace):
         }
         return lab.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(body), check=False)
 
+    # virt-api's messages (pkg/virt-api/webhooks/validating-webhook/admitters/migration-create-admitter.go).
     refused = migrate("pinned")
-    assert refused.returncode != 0 and "DisksNotLiveMigratable" in refused.stderr
+    assert refused.returncode != 0
+    assert "Cannot migrate VMI, Reason: DisksNotLiveMigratable, Message: cannot migrate VMI: PVC disk is not shared" in refused.stderr
     missing = migrate("ghost")
-    assert missing.returncode != 0 and "does not exist" in missing.stderr
+    assert missing.returncode != 0 and f'the VMI "{namespace}/ghost" does not exist' in missing.stderr
     assert items(lab, namespace, "vmim") == []
 
+    # A second migration while one is in flight (held in Scheduling: nowhere else to go).
+    apply(lab, namespace, pvc("shared", "ReadWriteMany"), vm("busy", claim="shared"))
+    busy = wait_vmi_running(lab, namespace, "busy")
+    cordon_all_but(lab, [status(busy)["nodeName"]])
+    first = migrate("busy")
+    assert first.returncode == 0, first.stderr
+    (in_flight,) = items(lab, namespace, "vmim")
+    second = migrate("busy")
+    assert second.returncode != 0
+    assert (
+        f"in-flight migration detected. Active migration job ({in_flight['metadata']['uid']})"
+        " is currently already in progress for VMI busy." in second.stderr
+    )
+    assert [m["metadata"]["uid"] for m in items(lab, namespace, "vmim")] == [in_flight["metadata"]["uid"]]
 
 def test_migration_concurrency_caps_are_never_exceeded(lab, namespace, k8s, restore_nodes):
     per_cluster, per_node = 3, 2
@@ -1305,10 +1479,13 @@ def test_vmis_keep_their_place_on_a_failed_node_until_it_is_deleted(lab, namespa
     lab.restore_nodes()
     try:
         lab.node_fail(target)
+        # virt-controller's node controller drops the label once virt-handler's heartbeat is
+        # 5 minutes old (pkg/virt-controller/watch/node/node.go, heartBeatTimeout).
         wait(
             lambda: get(lab, None, "node", target)["metadata"]["labels"].get("kubevirt.io/schedulable")
             == "false",
-            "virt-handler's heartbeat label to drop",
+            "virt-controller to mark the node unschedulable",
+            timeout=WAIT + 420,
         )
         for name, uid in (("keeper", keeper["metadata"]["uid"]), ("manual", manual["metadata"]["uid"])):
             vmi = get(lab, namespace, "vmi", name)
