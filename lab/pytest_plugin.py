@@ -166,8 +166,13 @@ def _runs(paths, kubevirt_mode, kubevirt_version):
 
 
 @pytest.fixture(scope="session")
-def lab(tmp_path_factory):
-    yield from session_lab(tmp_path_factory)
+def lab(tmp_path_factory, pytestconfig):
+    """The session's lab: real KubeVirt of ``--kubevirt-version`` (a pytest option of the
+    integration tests) or ``$KUBEVIRT_OPS_LAB_KUBEVIRT_VERSION``, else the default release."""
+    version = pytestconfig.getoption("--kubevirt-version", default=None) or os.environ.get(
+        cluster.KUBEVIRT_VERSION_ENV
+    )
+    yield from session_lab(tmp_path_factory, kubevirt_version=version)
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,8 @@
 """The contract suite runs against the real KubeVirt control plane.
 
-The ``lab`` fixture is overridden for this directory: a lab whose virt-controller and
-virt-api are the real ones (``python -m lab up --kubevirt real``), of the release given by
-``--kubevirt-version`` (default: the lab's default, 1.7.0). A lab named by
-``$KUBEVIRT_OPS_LAB_DIR`` is reused when it is up and runs that; otherwise one is brought
-up for the session and taken down at its end.
+It uses the session's ``lab`` (lab/pytest_plugin.py): real virt-controller and virt-api of
+the release given by ``--kubevirt-version`` or ``$KUBEVIRT_OPS_LAB_KUBEVIRT_VERSION``
+(default 1.7.0), shared with the other suites of the run.
 
 Every test records the KubeVirt it ran against (what virt-api reports on
 ``/apis/subresources.kubevirt.io/v1/version``): printed in its captured output and stored
@@ -14,17 +12,6 @@ as the ``kubevirt_version`` property of its report (JUnit XML).
 import json
 
 import pytest
-
-from lab.pytest_plugin import session_lab
-
-
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory, pytestconfig):
-    yield from session_lab(
-        tmp_path_factory,
-        kubevirt_mode="real",
-        kubevirt_version=pytestconfig.getoption("--kubevirt-version", default=None),
-    )
 
 
 @pytest.fixture(scope="session")
