@@ -41,13 +41,6 @@ def main(argv=None):
         "(1.7.0, 1.8.0 or 1.9.0; built from the Go module on first use)",
     )
     up.add_argument(
-        "--kubevirt",
-        choices=("real", "simulated"),
-        help="real: virt-controller and virt-api (default version 1.7.0) with a virt-handler "
-        "stand-in; simulated: the Python model of all of KubeVirt "
-        "(default: $KUBEVIRT_OPS_LAB_KUBEVIRT, else real)",
-    )
-    up.add_argument(
         "--scale",
         action="store_true",
         help="the scale profile for labs of hundreds to ~3,000 nodes: a larger pod CIDR, "
@@ -80,7 +73,6 @@ def main(argv=None):
                 kubevirt=not args.no_kubevirt,
                 profile="scale" if args.scale else None,
                 kubevirt_version=args.kubevirt_version,
-                kubevirt_mode=args.kubevirt,
             )
         elif args.command == "down":
             cluster.down(paths)

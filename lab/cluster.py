@@ -26,9 +26,10 @@ from lab.wait import wait_for
 SIM = "kubevirt-sim"
 SIM_MAIN = REPO_ROOT / "lab" / "kubevirt_sim" / "__main__.py"
 SIM_READY_TIMEOUT = 60
-# Which KubeVirt a new lab runs when `up` is not told: "real" or "simulated".
+# The lab runs the real KubeVirt control plane; the variable and the mode remain for callers
+# that name it.
 KUBEVIRT_MODE_ENV = "KUBEVIRT_OPS_LAB_KUBEVIRT"
-KUBEVIRT_MODES = ("real", "simulated")
+KUBEVIRT_MODES = ("real",)
 # Which KubeVirt release a new lab runs when `up` is not told (default lab.kubevirt.DEFAULT_VERSION).
 KUBEVIRT_VERSION_ENV = "KUBEVIRT_OPS_LAB_KUBEVIRT_VERSION"
 KUBEVIRT_COMPONENTS = (VIRT_API, VIRT_CONTROLLER)
@@ -53,8 +54,8 @@ def up(
 
     ``profile`` is a key of lab.settings.PROFILES ("scale" for ``up --scale``); None keeps
     the one the lab was created with ("default" for a new lab). ``kubevirt_version``
-    (e.g. "1.9.0") implies the real KubeVirt control plane; ``kubevirt_mode`` is "real"
-    or "simulated" (default: $KUBEVIRT_OPS_LAB_KUBEVIRT, else the lab's own or "real").
+    (e.g. "1.8.0", default $KUBEVIRT_OPS_LAB_KUBEVIRT_VERSION, else 1.7.0) picks the release of
+    the real virt-controller and virt-api; ``kubevirt_mode`` can only be "real".
     """
     kubevirt_version = kubevirt_version or os.environ.get(KUBEVIRT_VERSION_ENV) or None
     if kubevirt_version is not None:
@@ -92,10 +93,8 @@ def up(
         )
         if kubevirt:
             nmo.ensure_running(paths, ctx.settings, say=say)
-        if kubevirt and ctx.settings.kubevirt_mode == "real":
+        if kubevirt:
             control_plane.ensure(ctx, api, say)
-            _ensure_kubevirt_sim(paths, hco, real_kubevirt=True)
-        elif kubevirt:
             _ensure_kubevirt_sim(paths, hco)
     say(
         f"up in {time.monotonic() - started:.0f}s: {len(planned)} nodes"
@@ -172,7 +171,7 @@ def status(paths):
         rss = processes.rss_bytes(record) if record else 0
         total_rss += rss
         lines.append(f"  {component.name:<24} 127.0.0.1:{port:<6} {state}{_mib(rss)}")
-    if settings.kubevirt_mode == "real" and settings.kubevirt:
+    if settings.kubevirt:
         for name in KUBEVIRT_COMPONENTS:
             record = processes.tracked(paths, name)
             where = f"{settings.service_address}:{settings.ports[name]}" if name == VIRT_API else f"127.0.0.1:{settings.ports[name]}"
@@ -341,7 +340,7 @@ def _prepare(
     kwok.write_config(
         paths.kwok_config,
         settings.bin_dir,
-        launchers_by_handler=settings.kubevirt and settings.kubevirt_mode == "real",
+        launchers_by_handler=settings.kubevirt,
     )
     return Context(paths, settings, pki)
 
@@ -374,9 +373,9 @@ def _ensure_running(ctx, component):
         raise
 
 
-def _ensure_kubevirt_sim(paths, hco, real_kubevirt=False):
+def _ensure_kubevirt_sim(paths, hco):
     if not SIM_MAIN.exists():
-        say("lab/kubevirt_sim is not there yet: skipping the KubeVirt simulator")
+        say("lab/kubevirt_sim is not there: skipping the KubeVirt stand-ins")
         return
     record = processes.tracked(paths, SIM)
     if record is None:
@@ -394,9 +393,7 @@ def _ensure_kubevirt_sim(paths, hco, real_kubevirt=False):
         if not hco:
             argv.append("--no-hco")
         argv.extend(nmo.SIMULATOR_FLAGS)
-        if real_kubevirt:
-            argv.append("--real-kubevirt")
-        say("starting the virt-handler stand-in" if real_kubevirt else "starting the KubeVirt simulator")
+        say("starting the virt-handler stand-in (and the HCO, storage and legacy NodeMaintenance stand-ins)")
         env = components.environment()
         env["PYTHONUNBUFFERED"] = "1"
         record = processes.start(paths, SIM, argv, env=env, cwd=str(REPO_ROOT))

@@ -79,8 +79,7 @@ class Settings:
     kubevirt: bool = True
     ports: dict = field(default_factory=dict)
     profile: str = "default"
-    # "real": virt-controller and virt-api of kubevirt_version with the virt-handler
-    # stand-in; "simulated": the older Python model of all of KubeVirt (lab/kubevirt_sim).
+    # virt-controller and virt-api of kubevirt_version with the virt-handler stand-in.
     kubevirt_mode: str = "real"
     kubevirt_version: str = "1.7.0"
     # The /32 on the lab's veth pair where virt-api serves (lab/netif.py).

@@ -183,139 +183,8 @@ AGE = _column("Age", ".metadata.creationTimestamp", "date")
 
 
 def definitions(hco_conversion=None):
-    """Every CRD the lab serves, as dicts ready for server-side apply."""
-    vm = _crd(
-        "kubevirt.io",
-        "VirtualMachine",
-        "virtualmachines",
-        "virtualmachine",
-        short_names=["vm", "vms"],
-        categories=["all"],
-        versions=[
-            _version(
-                "v1",
-                _open(
-                    {
-                        "runStrategy": _string(RUN_STRATEGIES),
-                        "running": _bool(),
-                        "template": _open({"metadata": _open(), "spec": _VMI_SPEC}),
-                        "dataVolumeTemplates": _objects(),
-                    }
-                ),
-                _open(
-                    {
-                        "printableStatus": _string(),
-                        "ready": _bool(),
-                        "created": _bool(),
-                        "runStrategy": _string(),
-                        "conditions": _objects(_CONDITION),
-                        "stateChangeRequests": _objects(
-                            {"action": _string(["Start", "Stop"]), "uid": _string(), "data": _open()}
-                        ),
-                        "observedGeneration": _int(),
-                        "desiredGeneration": _int(),
-                    }
-                ),
-                columns=[
-                    AGE,
-                    _column("Status", ".status.printableStatus", description="Human Readable Status"),
-                    _column("Ready", ".status.conditions[?(@.type=='Ready')].status"),
-                ],
-            )
-        ],
-    )
-    vmi = _crd(
-        "kubevirt.io",
-        "VirtualMachineInstance",
-        "virtualmachineinstances",
-        "virtualmachineinstance",
-        short_names=["vmi", "vmis"],
-        categories=["all"],
-        versions=[
-            _version(
-                "v1",
-                _VMI_SPEC,
-                _VMI_STATUS,
-                columns=[
-                    AGE,
-                    _column("Phase", ".status.phase"),
-                    _column("IP", ".status.interfaces[0].ipAddress"),
-                    _column("NodeName", ".status.nodeName"),
-                    _column("Ready", ".status.conditions[?(@.type=='Ready')].status"),
-                    _column(
-                        "Live-Migratable",
-                        ".status.conditions[?(@.type=='LiveMigratable')].status",
-                        priority=1,
-                    ),
-                ],
-            )
-        ],
-    )
-    vmim = _crd(
-        "kubevirt.io",
-        "VirtualMachineInstanceMigration",
-        "virtualmachineinstancemigrations",
-        "virtualmachineinstancemigration",
-        short_names=["vmim", "vmims"],
-        categories=["all"],
-        versions=[
-            _version(
-                "v1",
-                _open({"vmiName": _string(), "addedNodeSelector": _open()}, required=["vmiName"]),
-                _open(
-                    {
-                        "phase": _string(MIGRATION_PHASES),
-                        "phaseTransitionTimestamps": _objects(
-                            {"phase": _string(), "phaseTransitionTimestamp": _string()}
-                        ),
-                        "migrationState": _MIGRATION_STATE,
-                        "conditions": _objects(_CONDITION),
-                    }
-                ),
-                columns=[_column("Phase", ".status.phase"), _column("VMI", ".spec.vmiName")],
-            )
-        ],
-    )
-    kubevirt = _crd(
-        "kubevirt.io",
-        "KubeVirt",
-        "kubevirts",
-        "kubevirt",
-        short_names=["kv", "kvs"],
-        categories=["all"],
-        versions=[
-            _version(
-                "v1",
-                _open(
-                    {
-                        "configuration": _open(
-                            {
-                                "evictionStrategy": _string(EVICTION_STRATEGIES),
-                                "migrations": _open(
-                                    {
-                                        "parallelMigrationsPerCluster": _int(minimum=0),
-                                        "parallelOutboundMigrationsPerNode": _int(minimum=0),
-                                        "bandwidthPerMigration": _int_or_string(),
-                                        "completionTimeoutPerGiB": _int(),
-                                        "progressTimeout": _int(),
-                                        "unschedulablePendingTimeoutSeconds": _int(),
-                                    }
-                                ),
-                                "obsoleteCPUModels": {
-                                    "type": "object",
-                                    "additionalProperties": {"type": "boolean"},
-                                },
-                            }
-                        )
-                    }
-                ),
-                _open({"phase": _string(), "conditions": _objects(_CONDITION)}),
-                columns=[AGE, _column("Phase", ".status.phase")],
-            )
-        ],
-    )
-    # HCO >= 1.18 (kubevirt/hyperconverged-cluster-operator deploy/crds/hco00.crd.yaml): v1 and
-    # v1beta1 served, v1 stored (PR #4254), converted by HCO's webhook (here: hco_api.py).
+    """The CRDs of the stand-ins (HyperConverged, both NodeMaintenance groups), as dicts ready
+    for server-side apply; KubeVirt's own come from virt-operator's generators (lab/kubevirt)."""
     live_migration = _open(
         {
             "parallelMigrationsPerCluster": _int(minimum=0),
@@ -414,7 +283,7 @@ def definitions(hco_conversion=None):
         scope="Cluster",
         versions=[_version("v1beta1", nm_spec, nm_status, columns=nm_columns, required=["spec"])],
     )
-    return [vm, vmi, vmim, kubevirt, hco, nodemaintenance, legacy_nodemaintenance]
+    return [hco, nodemaintenance, legacy_nodemaintenance]
 
 
 def apply_all(kube, timeout=120, medik8s_node_maintenance=True, hco_conversion=None, exclude_groups=()):

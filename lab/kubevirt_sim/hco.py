@@ -26,7 +26,6 @@ this plays the part of it the collection meets, following upstream's source
 from lab.kubevirt_sim import kube as k
 from lab.kubevirt_sim import objects as o
 from lab.kubevirt_sim.cluster_config import BUILTIN_OBSOLETE_CPU_MODELS, KUBEVIRT_NAME, KUBEVIRT_NAMESPACE
-from lab.kubevirt_sim.kubevirt_cr import ensure_namespace
 from lab.kubevirt_sim.workqueue import Controller
 
 HCO_NAMESPACE = "kubevirt-hyperconverged"
@@ -54,7 +53,7 @@ _MIGRATION_KEYS = (
 
 
 def ensure_hyperconverged(kube):
-    ensure_namespace(kube, HCO_NAMESPACE)
+    k.ensure_namespace(kube, HCO_NAMESPACE)
     if kube.get_or_none(k.HYPERCONVERGEDS, HCO_NAME, HCO_NAMESPACE) is not None:
         return
     kube.create(

@@ -307,3 +307,13 @@ def split_key(key):
         ns, name = key.split("/", 1)
         return ns, name
     return None, key
+
+
+def ensure_namespace(kube, name):
+    """Create namespace ``name`` unless it exists."""
+    if kube.get_or_none(NAMESPACES, name) is None:
+        try:
+            kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        except ApiError as e:
+            if not e.already_exists:
+                raise

@@ -1,14 +1,12 @@
-"""Start the KubeVirt simulator against a running cluster.
+"""Start the stand-ins beside the real virt-controller and virt-api.
 
-    python -m lab.kubevirt_sim --kubeconfig KUBECONFIG --state-dir DIR [--no-hco] [--real-kubevirt]
+    python -m lab.kubevirt_sim --kubeconfig KUBECONFIG --state-dir DIR [--no-hco] [--no-node-maintenance]
 
-Applies the CRDs, creates the KubeVirt (and HyperConverged) CRs, starts the caches,
-controllers, webhooks and the aggregated API, then writes ``DIR/ready`` (JSON:
-pid, webhook port, how VM actions are served). It runs until SIGTERM/SIGINT.
-
-With ``--real-kubevirt`` the real virt-controller and virt-api run beside it (their
-CRDs, KubeVirt CR and webhooks installed by others): it then plays only virt-handler
-on every node (handler_*.py), the storage provisioner, HCO and NodeMaintenance.
+KubeVirt's CRDs, KubeVirt CR and webhooks are installed by ``lab up`` (lab/kubevirt). This
+process plays only what cannot run here: virt-handler on every node (handler_*.py), the
+storage provisioner, HCO and the legacy NodeMaintenance group. It applies their CRDs,
+starts the caches and controllers, then writes ``DIR/ready`` (JSON) and runs until
+SIGTERM/SIGINT.
 """
 
 import argparse
@@ -22,11 +20,10 @@ import threading
 import time
 from pathlib import Path
 
-from lab.kubevirt_sim import certs, crds, hco, hco_api, https_server, kubevirt_cr, nodes, storage, webhook
+from lab.kubevirt_sim import certs, crds, hco, hco_api, https_server, nodes, storage, webhook
 from lab.kubevirt_sim import kube as k
 from lab.kubevirt_sim import objects as o
 from lab.kubevirt_sim.cluster_config import ClusterConfig
-from lab.kubevirt_sim.evacuation import EvacuationController
 from lab.kubevirt_sim.handler_launcher import LauncherPods
 from lab.kubevirt_sim.handler_migration import MigrationHandler
 from lab.kubevirt_sim.handler_node_labeller import HandlerNodeLabeller
@@ -34,22 +31,12 @@ from lab.kubevirt_sim.handler_nodes import LEASES, NODE_LEASE_NAMESPACE, Heartbe
 from lab.kubevirt_sim.handler_vmi import VMIHandler
 from lab.kubevirt_sim.hco import HyperConvergedController
 from lab.kubevirt_sim.informer import Informer
-from lab.kubevirt_sim.kubevirt_cr import KubeVirtStatus
-from lab.kubevirt_sim.migration_controller import MigrationController
-from lab.kubevirt_sim.node_labeller import NodeLabeller
 from lab.kubevirt_sim.nodemaintenance import NodeMaintenanceController
-from lab.kubevirt_sim.nodes import SchedulableLabeller
-from lab.kubevirt_sim.pdb import DisruptionBudgets
 from lab.kubevirt_sim.storage import Provisioner
-from lab.kubevirt_sim.subresources import SubresourceAPI, host_address
-from lab.kubevirt_sim.vm_controller import VMController
-from lab.kubevirt_sim.vmi_controller import VMIController
 
 log = logging.getLogger("lab.kubevirt_sim")
 
-ACTIONS_AGGREGATED = "aggregated-api"
 HANDLER_USER = "system:serviceaccount:kubevirt:kubevirt-handler"
-ACTIONS_VM_OBJECT = "vm-object"
 
 
 class Simulator:
@@ -70,9 +57,7 @@ class Simulator:
         self.nodes = Informer(kube, k.NODES)
         self.pvcs = Informer(kube, k.PVCS)
         self.pvs = Informer(kube, k.PVS)
-        self.pdbs = Informer(kube, k.PDBS, label_selector=o.CREATED_BY_LABEL)
         self.config = ClusterConfig(self.kubevirts, migration_bandwidth)
-        self.budgets = DisruptionBudgets(self)
 
         self.pods.add_index(
             "created-by",
@@ -112,23 +97,13 @@ def parse_args(argv):
         "bandwidthPerMigration (default 1Gi: a 2Gi VM migrates in about 2 s)",
     )
     p.add_argument(
-        "--subresources-address",
-        default="auto",
-        help="address for the aggregated subresources.kubevirt.io API: an IP of this host, "
-        "'auto' (first non-loopback address) or 'off'",
-    )
-    p.add_argument(
         "--no-node-maintenance",
         action="store_true",
         help="legacy group only: leave nodemaintenance.medik8s.io (CRD, webhook, controller) to the "
         "real node-maintenance-operator and keep only the nodemaintenance.kubevirt.io stand-in",
     )
-    p.add_argument(
-        "--real-kubevirt",
-        action="store_true",
-        help="the real virt-controller and virt-api run: play only virt-handler (plus storage, "
-        "HCO and NodeMaintenance); KubeVirt's CRDs and KubeVirt CR must exist",
-    )
+    # Accepted for older callers: the real virt-controller and virt-api always run.
+    p.add_argument("--real-kubevirt", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--heartbeat-interval",
         type=float,
@@ -173,112 +148,6 @@ def wait_for_kubevirt_nodes(sim, timeout=20):
 
 
 def run(args):
-    if args.real_kubevirt:
-        return run_handler(args)
-    state_dir = Path(args.state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    ready_file = state_dir / "ready"
-    ready_file.unlink(missing_ok=True)
-
-    kube = k.Kube(args.kubeconfig)
-    log.info("starting against %s", kube.host)
-    wait_for_apiserver(kube)
-    medik8s = not args.no_node_maintenance
-
-    serving_ips = ["127.0.0.1"]
-    address = None
-    if args.subresources_address != "off":
-        address = host_address() if args.subresources_address == "auto" else args.subresources_address
-        if address:
-            serving_ips.append(address)
-    serving = certs.create(
-        state_dir / "certs",
-        serving_ips,
-        ["virt-api.kubevirt.svc", "virt-api.kubevirt.svc.cluster.local", "localhost"],
-    )
-    # HyperConverged's conversion webhook serves before its CRD exists: every read of the
-    # version that is not stored goes through it.
-    _, conversion_port = https_server.serve("127.0.0.1", serving.cert_file, serving.key_file, [hco_api.route])
-    hco_conversion = {
-        "url": f"https://127.0.0.1:{conversion_port}{hco_api.CONVERSION_PATH}",
-        "caBundle": base64.b64encode(serving.ca_pem).decode(),
-    }
-    crds.apply_all(kube, medik8s_node_maintenance=medik8s, hco_conversion=hco_conversion)
-    kubevirt_cr.ensure_kubevirt(kube)
-    if not args.no_hco:
-        hco.ensure_hyperconverged(kube)
-    storage.ensure_storage_class(kube)
-    nodes.ensure_virt_handler(kube)
-
-    sim = Simulator(kube, args.migration_bandwidth, medik8s_node_maintenance=medik8s)
-    controllers = [
-        VMController(sim),
-        VMIController(sim),
-        MigrationController(sim),
-        EvacuationController(sim),
-        Provisioner(sim),
-        SchedulableLabeller(sim),
-        NodeLabeller(sim),
-        KubeVirtStatus(sim),
-        HyperConvergedController(sim),
-        NodeMaintenanceController(sim),
-    ]
-    for informer in sim.informers():
-        informer.start()
-    for informer in sim.informers():
-        if not informer.wait_synced(120):
-            raise TimeoutError(f"cache of {informer.name} did not sync")
-    for controller in controllers:
-        controller.start()
-
-    webhook_port = webhook.start(sim, serving, medik8s_node_maintenance=medik8s)
-
-    subresources = SubresourceAPI(sim)
-    actions = ACTIONS_VM_OBJECT
-    if address:
-        if subresources.start(address, serving):
-            actions = ACTIONS_AGGREGATED
-    else:
-        subresources.withdraw()
-        log.warning("no non-loopback address: VM actions only through the VM object")
-
-    wait_for_kubevirt_nodes(sim)
-    info = {
-        "pid": os.getpid(),
-        "webhook": f"https://127.0.0.1:{webhook_port}",
-        "vm_actions": actions,
-        "subresources_address": address if actions == ACTIONS_AGGREGATED else None,
-        "migration_bandwidth": args.migration_bandwidth,
-        "hco": not args.no_hco,
-        "node_maintenance_groups": [
-            g for g, on in ((crds.NMO_GROUP, medik8s), (crds.LEGACY_NMO_GROUP, True)) if on
-        ],
-    }
-    tmp = ready_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(info, indent=2) + "\n")
-    tmp.replace(ready_file)
-    log.info("ready: %s", json.dumps(info))
-
-    stopping = threading.Event()
-
-    def stop(signum, frame):
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while not stopping.wait(3600):
-        pass
-    ready_file.unlink(missing_ok=True)
-    if actions == ACTIONS_AGGREGATED:
-        # An APIService without its server breaks discovery (and namespace deletion).
-        try:
-            subresources.withdraw()
-        except Exception as e:
-            log.warning("could not withdraw the APIService: %s", e)
-    log.info("stopped")
-
-
-def run_handler(args):
     """The virt-handler stand-in beside the real virt-controller and virt-api."""
     state_dir = Path(args.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -299,7 +168,7 @@ def run_handler(args):
     crds.apply_all(
         kube, medik8s_node_maintenance=medik8s, hco_conversion=hco_conversion, exclude_groups=("kubevirt.io",)
     )
-    kubevirt_cr.ensure_namespace(kube, "kubevirt")
+    k.ensure_namespace(kube, "kubevirt")
     if not args.no_hco:
         hco.ensure_hyperconverged(kube)
     storage.ensure_storage_class(kube)
@@ -335,15 +204,13 @@ def run_handler(args):
     for controller in controllers:
         controller.start()
 
-    webhook_port = webhook.start(sim, serving, kubevirt=False, medik8s_node_maintenance=medik8s)
+    webhook_port = webhook.start(sim, serving, medik8s_node_maintenance=medik8s)
 
     wait_for_kubevirt_nodes(sim)
     info = {
         "pid": os.getpid(),
         "mode": "real-kubevirt",
         "webhook": f"https://127.0.0.1:{webhook_port}" if webhook_port else None,
-        "vm_actions": None,
-        "subresources_address": None,
         "migration_bandwidth": args.migration_bandwidth,
         "hco": not args.no_hco,
         "node_maintenance_groups": [
@@ -379,6 +246,6 @@ def main(argv=None):
     try:
         run(args)
     except Exception:
-        log.exception("the KubeVirt simulator failed")
+        log.exception("the KubeVirt stand-ins failed")
         return 1
     return 0

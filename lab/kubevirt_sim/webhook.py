@@ -1,10 +1,7 @@
-"""The admission webhooks: an HTTPS server on 127.0.0.1 and its registrations.
-
-Two ValidatingWebhookConfigurations: ``virt-api-validator`` (KubeVirt: pod evictions,
-VMs, migrations, named as upstream names it) and one for NodeMaintenance: both groups,
-or with ``medik8s_node_maintenance=False`` (the lab runs the real node-maintenance-operator,
-which registers its own webhook) only the legacy ``nodemaintenance.kubevirt.io`` stand-in. The eviction hook has failurePolicy Ignore like upstream's, so a
-stopped simulator never blocks drains of ordinary pods; the others fail closed.
+"""The NodeMaintenance stand-in's admission webhook: an HTTPS server on 127.0.0.1 and its
+registration, for both groups, or with ``medik8s_node_maintenance=False`` (the lab runs the
+real node-maintenance-operator, which registers its own) only the legacy
+``nodemaintenance.kubevirt.io`` group. It fails closed, as the operator's does.
 """
 
 import base64
@@ -16,7 +13,6 @@ from lab.kubevirt_sim.admission import Admission
 
 log = logging.getLogger(__name__)
 
-KUBEVIRT_CONFIGURATION = "virt-api-validator"
 NMO_CONFIGURATION = "nodemaintenance-validation.medik8s.io"
 LEGACY_NMO_CONFIGURATION = "nodemaintenance-validation.kubevirt.io"
 
@@ -36,20 +32,12 @@ def _route(path, handler):
     return route
 
 
-def start(sim, serving, kubevirt=True, medik8s_node_maintenance=True):
-    """Serve the webhooks on 127.0.0.1 and register them; returns the port.
-
-    Without ``kubevirt`` (real virt-api serves KubeVirt's) only NodeMaintenance's are served."""
+def start(sim, serving, medik8s_node_maintenance=True):
+    """Serve the NodeMaintenance webhook on 127.0.0.1 and register it; returns the port."""
     admission = Admission(sim)
     routes = [_route("/nodemaintenance-validate", admission.node_maintenance)]
-    if kubevirt:
-        routes += [
-            _route("/pod-eviction", admission.eviction),
-            _route("/virtualmachines-validate", admission.virtual_machine),
-            _route("/migration-validate-create", admission.migration),
-        ]
     _, port = https_server.serve("127.0.0.1", serving.cert_file, serving.key_file, routes)
-    register(sim.kube, port, serving.ca_pem, kubevirt=kubevirt, medik8s_node_maintenance=medik8s_node_maintenance)
+    register(sim.kube, port, serving.ca_pem, medik8s_node_maintenance=medik8s_node_maintenance)
     log.info("admission webhooks served on https://127.0.0.1:%d", port)
     return port
 
@@ -80,37 +68,7 @@ def _rule(group, version, resources, operations):
     }
 
 
-def register(kube, port, ca_pem, kubevirt=True, medik8s_node_maintenance=True):
-    kubevirt_hooks = {
-        "metadata": {"name": KUBEVIRT_CONFIGURATION, "labels": {"kubevirt.io": "virt-api-validator"}},
-        "webhooks": [
-            _hook(
-                "virt-launcher-eviction-interceptor.kubevirt.io",
-                port,
-                "/pod-eviction",
-                ca_pem,
-                [_rule("", "v1", ["pods/eviction"], ["CREATE"])],
-                "Ignore",
-                side_effects="NoneOnDryRun",
-            ),
-            _hook(
-                "virtualmachine-validator.kubevirt.io",
-                port,
-                "/virtualmachines-validate",
-                ca_pem,
-                [_rule("kubevirt.io", "v1", ["virtualmachines"], ["CREATE", "UPDATE"])],
-                "Fail",
-            ),
-            _hook(
-                "migration-create-validator.kubevirt.io",
-                port,
-                "/migration-validate-create",
-                ca_pem,
-                [_rule("kubevirt.io", "v1", ["virtualmachineinstancemigrations"], ["CREATE"])],
-                "Fail",
-            ),
-        ],
-    }
+def register(kube, port, ca_pem, medik8s_node_maintenance=True):
     nmo = {
         "metadata": {"name": NMO_CONFIGURATION},
         "webhooks": [
@@ -135,5 +93,4 @@ def register(kube, port, ca_pem, kubevirt=True, medik8s_node_maintenance=True):
     if not medik8s_node_maintenance:
         nmo["metadata"]["name"] = LEGACY_NMO_CONFIGURATION
         nmo["webhooks"] = [h for h in nmo["webhooks"] if h["name"] == "vnodemaintenance.kubevirt.io"]
-    for configuration in (kubevirt_hooks, nmo) if kubevirt else (nmo,):
-        kube.apply(k.VALIDATING_WEBHOOKS, configuration)
+    kube.apply(k.VALIDATING_WEBHOOKS, nmo)
