@@ -166,12 +166,24 @@ def test_cluster_scope_changes_the_effective_strategy_of_vmis_without_their_own(
         result = run_module("vm_eviction_strategy", args)
         assert result["cluster"] == {"before": "LiveMigrate", "after": "None", "resource": resource}
         assert _kubevirt_default(k8s) == "None", "the module waited for HCO to update KubeVirt"
+        # KubeVirt froze LiveMigrate into the running VMI when it was created (virt-api's
+        # defaulting): the new default only reaches it when its VMI is re-created.
+        key = "%s/plain" % namespace
+        assert key in result["restart_required"]
+        assert evict(k8s, namespace, pod.metadata.name) == 429, "the running VMI keeps its frozen LiveMigrate"
         assert run_module("vm_eviction_strategy", args)["changed"] is False
 
-        vm_result = run_module("vm_eviction_strategy", {"name": "plain", "namespace": namespace, "state": "absent"})
+        vm_args = {"name": "plain", "namespace": namespace, "state": "absent"}
+        vm_result = run_module("vm_eviction_strategy", vm_args)
         assert vm_result["vms"][0]["effective"] == "None" and vm_result["cluster"]["after"] == "None"
+        assert vm_result["restart_required"] == [key]
+        restarted = run_module("vm_eviction_strategy", dict(vm_args, restart=True))
+        assert restarted["vms"][0]["restarted"] is True and restarted["restart_required"] == []
+        new = wait_vmi(k8s, namespace, "plain", not_uid=uid(vmi))
+        assert new["spec"]["evictionStrategy"] == "None"
+        pod = launcher_pod(k8s, namespace, new)
         assert evict(k8s, namespace, pod.metadata.name) == 201, "None: the eviction shuts the VMI down"
-        wait_vmi(k8s, namespace, "plain", not_uid=uid(vmi))
+        wait_vmi(k8s, namespace, "plain", not_uid=uid(new))
     finally:
         client.CustomObjectsApi(k8s).patch_namespaced_custom_object(
             "hco.kubevirt.io", "v1beta1", "kubevirt-hyperconverged", "hyperconvergeds", "kubevirt-hyperconverged",

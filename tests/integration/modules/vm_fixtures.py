@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lab.errors import LabError
 from lab.wait import wait_for
 
 GROUP, VERSION = "kubevirt.io", "v1"
@@ -83,6 +84,14 @@ def versions(k8s, namespace=None, label_selector=None):
                 for v in list_vms(k8s, namespace, label_selector))
 
 
+def _seen_generation(vm):
+    """The VM generation KubeVirt's VM controller has seen: ``desiredGeneration`` (a spec change of a
+    running VM waits for a restart, so ``observedGeneration``, the running VMI's, stays behind);
+    a VM that never ran has neither."""
+    status = vm.get("status") or {}
+    return status.get("desiredGeneration", status.get("observedGeneration"))
+
+
 def settled(k8s, namespace=None, label_selector=None, timeout=60):
     """Until the VM controller has caught up with every VM (status observed, nothing moving), so that
     resourceVersions compared afterwards change only by what the test does."""
@@ -90,15 +99,22 @@ def settled(k8s, namespace=None, label_selector=None, timeout=60):
 
     def quiet():
         vms = list_vms(k8s, namespace, label_selector)
-        observed = all((v.get("status") or {}).get("observedGeneration") == v["metadata"].get("generation")
-                       and (v.get("status") or {}).get("printableStatus") in ("Running", "Stopped") for v in vms)
+        pending = ["%s/%s (generation %s, seen %s, %s)" % (
+            v["metadata"]["namespace"], v["metadata"]["name"], v["metadata"].get("generation"),
+            _seen_generation(v), (v.get("status") or {}).get("printableStatus"))
+            for v in vms
+            if _seen_generation(v) not in (v["metadata"].get("generation"), None)
+            or (v.get("status") or {}).get("printableStatus") not in ("Running", "Stopped")]
         now = dict(("%s/%s" % (v["metadata"]["namespace"], v["metadata"]["name"]), v["metadata"]["resourceVersion"])
                    for v in vms)
-        same = now == last.get("versions")
-        last["versions"] = now
-        return observed and same and now
+        changed = sorted(k for k, rv in now.items() if last.get("versions", {}).get(k) != rv)
+        last["versions"], last["why"] = now, (pending or changed)[:5]
+        return not pending and not changed and now
 
-    return wait_for(quiet, timeout, "the VMs to settle", interval=1.0)
+    try:
+        return wait_for(quiet, timeout, "the VMs to settle", interval=1.0)
+    except LabError as e:
+        raise LabError("%s; still moving: %s" % (e, ", ".join(last.get("why") or []))) from e
 
 
 def run_strategy_of(vm):
