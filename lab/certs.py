@@ -115,35 +115,6 @@ def ensure_pki(directory):
     return pki
 
 
-def ensure_client(pki, stem, common_name, organizations=()):
-    """A client certificate of the lab's CA (``stem``.crt/.key), created once."""
-    ca_key, ca_cert = _ensure_ca(pki, "ca", "lab-ca")
-    _ensure_leaf(
-        pki,
-        stem,
-        ca_key,
-        ca_cert,
-        common_name=common_name,
-        organizations=organizations,
-        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
-    )
-
-
-def ensure_serving(pki, stem, common_name, dns_names=(), ip_addresses=()):
-    """A serving certificate of the lab's CA for the given names, created once."""
-    ca_key, ca_cert = _ensure_ca(pki, "ca", "lab-ca")
-    _ensure_leaf(
-        pki,
-        stem,
-        ca_key,
-        ca_cert,
-        common_name=common_name,
-        usage=ExtendedKeyUsageOID.SERVER_AUTH,
-        dns_names=dns_names,
-        ip_addresses=ip_addresses,
-    )
-
-
 def _ensure_ca(pki, stem, common_name):
     if pki.cert(stem).exists() and pki.key(stem).exists():
         return _load(pki, stem)

@@ -38,7 +38,7 @@ def identity(pki, component):
     """Client certificate stem for ``component``'s ServiceAccount identity."""
     account = SERVICE_ACCOUNTS[component]
     stem = f"sa-{account}"
-    certs.ensure_client(
+    certs.ensure_client_cert(
         pki,
         stem,
         f"system:serviceaccount:{NAMESPACE}:{account}",
@@ -63,14 +63,14 @@ def kubeconfig_for(ctx, component):
 
 
 def _serving(ctx, address):
-    certs.ensure_serving(
+    certs.ensure_serving_cert(
         ctx.pki,
         "virt-api-serving",
         "virt-api.kubevirt.svc",
         dns_names=["virt-api", "virt-api.kubevirt", "virt-api.kubevirt.svc", "virt-api.kubevirt.svc.cluster.local"],
         ip_addresses=[address],
     )
-    certs.ensure_serving(ctx.pki, "virt-controller-serving", "virt-controller", ip_addresses=["127.0.0.1"])
+    certs.ensure_serving_cert(ctx.pki, "virt-controller-serving", "virt-controller", ip_addresses=["127.0.0.1"])
 
 
 def argv(ctx, component, bin_dir, address):
