@@ -96,11 +96,12 @@ integration: venv collection
 
 # The KubeVirt contract and the node_maintenance module tests once more, on the other KubeVirt
 # release the lab builds (the default lab runs 1.7.0; 1.9.0 is not buildable from the module
-# proxy: it refuses kubevirt.io/virt-template-api v0.2.0).
+# proxy: it refuses kubevirt.io/virt-template-api v0.2.0). The failed-node row, which waits
+# out virt-controller's 5-minute heartbeat timeout, runs on the default release only.
 KUBEVIRT_OTHER_VERSION ?= 1.8.0
 integration-kubevirt-other: venv collection
 	KUBEVIRT_OPS_LAB_KUBEVIRT_VERSION=$(KUBEVIRT_OTHER_VERSION) $(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider \
-	  tests/integration/kubevirt_contract tests/integration/modules/test_node_maintenance.py
+	  -k "not failed_node" tests/integration/kubevirt_contract tests/integration/modules/test_node_maintenance.py
 
 test-roles: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/roles
