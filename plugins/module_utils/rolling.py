@@ -266,7 +266,7 @@ def _vm_key(item):
 def _running_keys(vmis):
     keys = {}
     for vmi in vmis:
-        if (vmi.get("status") or {}).get("phase") == RUNNING and not (vmi.get("metadata") or {}).get("deletionTimestamp"):
+        if kubevirt.vmi_in_service(vmi):
             namespace, name, _owned = vm_of(vmi)
             keys[_key(namespace, name)] = kubevirt.vmi_node(vmi)
     return keys
