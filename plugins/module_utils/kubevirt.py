@@ -160,6 +160,12 @@ def vmi_in_service(vmi):
     return False
 
 
+def vmi_running_not_ready(vmi):
+    """Phase Running (not being deleted) but not in service: its Ready condition is not True."""
+    return ((vmi.get("status") or {}).get("phase") == "Running" and not _meta(vmi).get("deletionTimestamp")
+            and not vmi_in_service(vmi))
+
+
 def vm_name_of(vmi):
     """Name of the VirtualMachine owning the VMI, or None for a stand-alone VMI."""
     for ref in _meta(vmi).get("ownerReferences") or []:
