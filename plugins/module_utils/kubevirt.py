@@ -15,6 +15,7 @@ LAUNCHER_LABEL = "kubevirt.io=virt-launcher"
 CREATED_BY_LABEL = "kubevirt.io/created-by"
 NODE_NAME_LABEL = "kubevirt.io/nodeName"
 
+
 def cluster_eviction_strategy(client):
     """The cluster default eviction strategy from the KubeVirt CR (None when unset/absent)."""
     if not client.kind_served("KubeVirt"):
