@@ -135,12 +135,18 @@ def _exists(call):
         raise
 
 
+def in_service(vmi):
+    """Running and Ready (virt-controller copies Ready from the launcher pod), not being deleted."""
+    status = vmi.get("status") or {}
+    return (status.get("phase") == "Running" and not vmi["metadata"].get("deletionTimestamp")
+            and any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []))
+
+
 def running_vms(api):
-    """{name: node} of the Running VMIs in the demo namespace."""
+    """{name: node} of the VMIs in service (Running and Ready) in the demo namespace."""
     items = client.CustomObjectsApi(api).list_namespaced_custom_object(
         GROUP, VERSION, NAMESPACE, "virtualmachineinstances").get("items") or []
-    return dict((v["metadata"]["name"], (v.get("status") or {}).get("nodeName")) for v in items
-                if (v.get("status") or {}).get("phase") == "Running" and not v["metadata"].get("deletionTimestamp"))
+    return dict((v["metadata"]["name"], (v.get("status") or {}).get("nodeName")) for v in items if in_service(v))
 
 
 def wait_vms(api, names):
@@ -148,7 +154,7 @@ def wait_vms(api, names):
         vmis = client.CustomObjectsApi(api).list_namespaced_custom_object(
             GROUP, VERSION, NAMESPACE, "virtualmachineinstances").get("items") or []
         by_name = dict((v["metadata"]["name"], v) for v in vmis)
-        return all(name in by_name and (by_name[name].get("status") or {}).get("phase") == "Running"
+        return all(name in by_name and in_service(by_name[name])
                    and any(c.get("type") == "LiveMigratable" for c in by_name[name]["status"].get("conditions") or [])
                    for name in names)
 

@@ -147,6 +147,26 @@ def vmi_is_active(vmi):
     return (vmi.get("status") or {}).get("phase") not in FINAL_VMI_PHASES and not _meta(vmi).get("deletionTimestamp")
 
 
+def vmi_in_service(vmi):
+    """The VMI runs and serves: phase Running, not being deleted, and its Ready condition True.
+
+    virt-controller copies the Ready condition from the launcher pod (readiness probes act
+    through it), and keeps it False while a migration hands the guest over.
+    """
+    if (vmi.get("status") or {}).get("phase") != "Running" or _meta(vmi).get("deletionTimestamp"):
+        return False
+    for cond in (vmi.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def vmi_running_not_ready(vmi):
+    """Phase Running (not being deleted) but not in service: its Ready condition is not True."""
+    return ((vmi.get("status") or {}).get("phase") == "Running" and not _meta(vmi).get("deletionTimestamp")
+            and not vmi_in_service(vmi))
+
+
 def vm_name_of(vmi):
     """Name of the VirtualMachine owning the VMI, or None for a stand-alone VMI."""
     for ref in _meta(vmi).get("ownerReferences") or []:

@@ -263,10 +263,12 @@ def _vm_key(item):
     return _key(item.get("namespace"), item.get("name"))
 
 
-def _running_keys(vmis):
+def _running_keys(vmis, ready=True):
+    """{VM key: node} of the VMIs in service (Running and Ready); with ``ready=False``, of those
+    in phase Running whose Ready condition is not True."""
     keys = {}
     for vmi in vmis:
-        if (vmi.get("status") or {}).get("phase") == RUNNING and not (vmi.get("metadata") or {}).get("deletionTimestamp"):
+        if (kubevirt.vmi_in_service(vmi) if ready else kubevirt.vmi_running_not_ready(vmi)):
             namespace, name, _owned = vm_of(vmi)
             keys[_key(namespace, name)] = kubevirt.vmi_node(vmi)
     return keys
@@ -365,8 +367,11 @@ def verify(client, params):
                 parts.append("node %s is still cordoned or marked for maintenance" % name)
         lost = missing()
         if lost:
+            # A VMI in phase Running whose Ready condition is not True is not back in service yet.
+            unready = set(_running_keys(vmi_informer.items(), ready=False)) if vmi_informer else set()
             parts.append("%d VM%s that ran before %s not running: %s" % (
-                len(lost), "" if len(lost) == 1 else "s", "is" if len(lost) == 1 else "are", ", ".join(lost[:10])))
+                len(lost), "" if len(lost) == 1 else "s", "is" if len(lost) == 1 else "are",
+                ", ".join(k + (" (Running, not Ready)" if k in unready else "") for k in lost[:10])))
         return "; ".join(parts)
 
     if name:

@@ -13,8 +13,8 @@ short_description: Wait until a node is back and every VM that ran before runs a
 version_added: 0.1.0
 description:
   - Waits, by watching the node and the VirtualMachineInstances, until the node is Ready (and, with
-    O(schedulable=true), schedulable and out of maintenance) and every VM in O(running_vms) has a Running VMI
-    again, wherever it runs.
+    O(schedulable=true), schedulable and out of maintenance) and every VM in O(running_vms) has a Running
+    and Ready VMI again, wherever it runs.
   - A VM whose VirtualMachine was deleted meanwhile (by its owner) is not lost; it is reported in
     RV(vms.deleted) and not waited for.
   - Fails at O(timeout) with one sentence saying what is still missing (the node's condition, the VMs not
@@ -41,7 +41,8 @@ options:
     description:
       - VMs that must be running, as C(namespace/name) strings or dictionaries with C(namespace) and C(name)
         (for example the RV(kubevirt_ops.maintenance.maintenance_preflight#module:running_vms) of the preflight).
-      - A VM counts as running when a VMI of it is in phase Running on any node.
+      - A VM counts as running (back in service) when a VMI of it is in phase Running, with its Ready condition
+        True, on any node.
     type: list
     elements: raw
     default: []

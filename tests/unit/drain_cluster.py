@@ -139,7 +139,7 @@ def pod(name, namespace="ns1", node_name="worker-1", owner=("ReplicaSet", "web-1
 
 
 def vmi(name, namespace="ns1", node_name="worker-1", uid=None, eviction=None, migratable=True,
-        reason="DisksNotLiveMigratable", vm_owner=True, phase="Running"):
+        reason="DisksNotLiveMigratable", vm_owner=True, phase="Running", ready=None):
     meta = {"name": name, "namespace": namespace, "uid": uid or "vmi-" + name,
             "labels": {"kubevirt.io/nodeName": node_name}}
     if vm_owner:
@@ -149,11 +149,14 @@ def vmi(name, namespace="ns1", node_name="worker-1", uid=None, eviction=None, mi
     if not migratable:
         cond["reason"] = reason
         cond["message"] = "cannot migrate VMI: PVC disk is not shared"
+    # virt-controller copies Ready from the launcher pod: True while a Running guest serves.
+    ready = phase == "Running" if ready is None else ready
+    conditions = [cond, {"type": "Ready", "status": "True" if ready else "False"}]
     spec = {"domain": {}}
     if eviction:
         spec["evictionStrategy"] = eviction
     return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta, "spec": spec,
-            "status": {"phase": phase, "nodeName": node_name, "conditions": [cond]}}
+            "status": {"phase": phase, "nodeName": node_name, "conditions": conditions}}
 
 
 def vm(name, namespace="ns1", run_strategy="Always"):

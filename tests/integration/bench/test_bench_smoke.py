@@ -18,7 +18,6 @@ def ctx(lab):
     context = Context(lab.state_dir, timeout=120)
     yield context
     scenarios.reset(context.kube, context.workers)
-    peers.set_nm_controller(lab.state_dir, True)
 
 
 def _peer(key):

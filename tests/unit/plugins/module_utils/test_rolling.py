@@ -154,6 +154,19 @@ def test_verify_names_the_lost_vm(lab):
     assert result["node"] is None and result["vms"]["stopped_as_expected"] == ["ns1/halted"]
 
 
+def test_verify_counts_a_vm_back_in_service_only_when_its_vmi_is_ready(lab):
+    client, server = lab
+    server.add("VirtualMachine", vm("booting"))
+    server.add("VirtualMachineInstance", vmi("booting", node_name="worker-2", eviction="LiveMigrate", ready=False))
+    with pytest.raises(BlockedError) as err:
+        rolling.verify(client, {"running_vms": ["ns1/a", "ns1/booting"], "timeout": 1})
+    assert "1 VM that ran before is not running: ns1/booting (Running, not Ready)" in err.value.msg
+    assert err.value.details["not_running"] == ["ns1/booting"]
+    server.add("VirtualMachineInstance", vmi("booting", node_name="worker-2", eviction="LiveMigrate"))
+    result = rolling.verify(client, {"running_vms": ["ns1/a", "ns1/booting"], "timeout": 30})
+    assert result["vms"]["running"] == 2 and result["vms"]["where"]["ns1/booting"] == "worker-2"
+
+
 def test_verify_does_not_wait_for_a_vm_its_owner_deleted(lab):
     client, _server = lab
     result = rolling.verify(client, {"running_vms": ["ns1/a", "ns1/retired"], "timeout": 30})
