@@ -37,14 +37,15 @@ def missing(directory):
 def ensure(version, log_file):
     """The bin dir of KubeVirt ``version``, built first when incomplete (minutes, once)."""
     directory = bin_dir(version)
-    if not missing(directory):
-        return directory
-    print(
-        f"lab: building KubeVirt v{normalize_version(version)} (virt-controller, virt-api) from"
-        f" its Go module; a cold build takes several minutes; log: {log_file}",
-        file=sys.stderr,
-        flush=True,
-    )
+    if missing(directory):
+        print(
+            f"lab: building KubeVirt v{normalize_version(version)} (virt-controller, virt-api) from"
+            f" its Go module; a cold build takes several minutes; log: {log_file}",
+            file=sys.stderr,
+            flush=True,
+        )
+    # build.sh returns at once when everything is there; it also rebuilds our manifest
+    # generator (seconds) when its sources changed.
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         result = subprocess.run(

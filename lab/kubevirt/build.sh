@@ -19,9 +19,15 @@ export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false -mod=m
 
 if [ "${1:-}" = "--print-bin" ]; then echo "$BIN"; exit 0; fi
 
+# The generator is ours: a change of its sources rebuilds it (build.sh included, which writes part of it).
+GENERATOR_SUM=$(cat "$HERE"/manifests/* "$HERE/build.sh" | sha256sum | cut -c1-16)
 find_missing() {
   need=()
   for b in "${PROGRAMS[@]}"; do [ -x "$BIN/$b" ] || need+=("$b"); done
+  if [ -x "$BIN/kubevirt-manifests" ] && [ "$(cat "$BIN/kubevirt-manifests.sum" 2>/dev/null)" != "$GENERATOR_SUM" ]; then
+    rm -f "$BIN/kubevirt-manifests"
+    need+=(kubevirt-manifests)
+  fi
 }
 find_missing
 if [ ${#need[@]} -eq 0 ]; then echo "$BIN"; exit 0; fi
@@ -72,6 +78,23 @@ case "$KUBEVIRT_VERSION" in
 esac
 mkdir -p manifests
 cp "$HERE/manifests/main.go" manifests/
+# The CRDs virt-operator installs differ by release: take the list from its install strategy.
+python3 - "$moddir/pkg/virt-operator/resource/generate/install/strategy.go" > manifests/crds_list.go <<'PY'
+import re, sys
+names = []
+for name in re.findall(r"components\.(New\w+Crd)\b", open(sys.argv[1]).read()):
+    if name not in names and name != "NewKubeVirtCrd":
+        names.append(name)
+print("package main\n")
+print('import (\n\textv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"\n')
+print('\t"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/components"\n)\n')
+print("// installedCRDs: the CRD constructors install/strategy.go of this release calls.")
+print("func installedCRDs() []func() (*extv1.CustomResourceDefinition, error) {")
+print("\treturn []func() (*extv1.CustomResourceDefinition, error){")
+for name in names:
+    print("\t\tcomponents.%s," % name)
+print("\t}\n}")
+PY
 # GetAllController gained a second argument in 1.8.
 if grep -q "func GetAllController(namespace string)" "$moddir/pkg/virt-operator/resource/generate/rbac/controller.go"; then
   cp "$HERE/manifests/rbac_controller_v1.go.in" manifests/rbac_controller.go
@@ -102,5 +125,6 @@ done
 if [ ${#commands[@]} -gt 0 ]; then go build -ldflags "$ldflags" -o out/ "${commands[@]}"; fi
 [ -x "$BIN/kubevirt-manifests" ] || go build -ldflags "-s -w" -o out/kubevirt-manifests ./manifests
 for b in "${PROGRAMS[@]}"; do [ -f "out/$b" ] && mv "out/$b" "$BIN/$b"; done
+echo "$GENERATOR_SUM" > "$BIN/kubevirt-manifests.sum"
 echo "kubevirt build: done in $(( $(date +%s) - start )) s" >&2
 echo "$BIN"

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"os"
 
-	extv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-
 	"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/components"
 	"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/rbac"
 )
@@ -23,17 +21,9 @@ func main() {
 		namespace = os.Args[1]
 	}
 	var objects []interface{}
-	// The same list virt-operator installs (install/strategy.go, GenerateCurrentInstallStrategy).
-	crdFuncs := []func() (*extv1.CustomResourceDefinition, error){
-		components.NewVirtualMachineInstanceCrd, components.NewPresetCrd, components.NewReplicaSetCrd,
-		components.NewVirtualMachineCrd, components.NewVirtualMachineInstanceMigrationCrd,
-		components.NewVirtualMachineSnapshotCrd, components.NewVirtualMachineSnapshotContentCrd,
-		components.NewVirtualMachineRestoreCrd, components.NewVirtualMachineInstancetypeCrd,
-		components.NewVirtualMachineClusterInstancetypeCrd, components.NewVirtualMachinePoolCrd,
-		components.NewMigrationPolicyCrd, components.NewVirtualMachinePreferenceCrd,
-		components.NewVirtualMachineClusterPreferenceCrd, components.NewVirtualMachineExportCrd,
-		components.NewVirtualMachineCloneCrd, components.NewKubeVirtCrd,
-	}
+	// The same list virt-operator installs (install/strategy.go, GenerateCurrentInstallStrategy),
+	// read from that file of this release when the build writes crds_list.go, plus the KubeVirt CRD.
+	crdFuncs := append(installedCRDs(), components.NewKubeVirtCrd)
 	for _, newCrd := range crdFuncs {
 		crd, err := newCrd()
 		if err != nil {
