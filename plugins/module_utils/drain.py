@@ -58,6 +58,7 @@ EVACUATION_RECHECK = 60.0
 # failed live migrations of one VM during a drain, the VM counts as unable to leave the
 # node, and the non_migratable policy decides: fail the drain, shut the VM down, or wait.
 MIGRATION_ATTEMPTS = 3
+VIRT_API_DOWN_START = kubevirt.VIRT_API_DOWN.split("%")[0]
 
 
 class DrainOptions:
@@ -287,6 +288,7 @@ class Drainer:
         self.non_migratable = non_migratable
         self.migrations = []  # one Informer per namespace of the VMs being migrated
         self._failed_before = None  # UIDs of migrations that had failed before this drain
+        self._virt_api_down = False  # the last answer to a launcher pod's eviction came without virt-api
         self.result = DrainResult()
 
     # -- informers ---------------------------------------------------------------------------
@@ -361,6 +363,8 @@ class Drainer:
     def _settle(self, target, outcome, reason):
         if outcome == "granted":
             self.result.evicted += 1  # the watch may have seen the pod go before this answer arrived
+        if target.launcher and outcome != "fatal":
+            self._virt_api(outcome == "blocked" and reason is not None and reason.startswith(VIRT_API_DOWN_START))
         if target.state == "gone":
             return
         if outcome == "granted":
@@ -383,6 +387,15 @@ class Drainer:
             target.state = "blocked"
             target.reason = str(reason)
             self.result.fatal = reason
+
+    def _virt_api(self, down):
+        """Say in the progress when virt-api stops answering evictions, and when it answers again."""
+        if down == self._virt_api_down:
+            return
+        self._virt_api_down = down
+        if self.progress is not None:
+            self.progress.line("virt-api is not answering: evictions of virt-launcher pods are refused until it is "
+                               "back; waiting" if down else "virt-api answers evictions again")
 
     def _pdbs_of(self, target):
         items = self.pdbs.items() if self.pdbs is not None else []
