@@ -749,6 +749,8 @@ def _explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_defaul
             text += "; its target pod %s" % pending_target
         if failures:
             text += "; before it, %s" % failures
+        if last_reason and last_reason.startswith(VIRT_API_DOWN_START):
+            text += "; the last eviction answer was: %s" % last_reason.rstrip(".")
         return text
     text = "VM %s has no migration running" % name
     if failures:
