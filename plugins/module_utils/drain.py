@@ -413,9 +413,16 @@ class Drainer:
             if current is None or current["metadata"].get("uid") != target.uid:
                 target.state = "gone"
             else:
+                finished_now = is_finished(current) and not is_finished(target.pod)
                 target.pod = current
                 if current["metadata"].get("deletionTimestamp") and target.state in ("todo", "blocked"):
                     target.state = "waiting"  # someone (KubeVirt, a controller) is deleting it already
+                elif finished_now and target.state == "blocked":
+                    # A finished pod is evicted at once (no budget counts it, and KubeVirt's webhook
+                    # lets a completed virt-launcher pod go). This is how a migrated VM's source pod
+                    # ends: virt-launcher exits after the migration and the pod stays, Succeeded,
+                    # until it is deleted; do not wait for the next look at the evacuation.
+                    target.next_try = time.monotonic()
 
     def _available(self, key, budget):
         """Disruptions the budget allows that this drain has not handed out yet."""
