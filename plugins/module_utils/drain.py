@@ -58,6 +58,7 @@ EVACUATION_RECHECK = 60.0
 # failed live migrations of one VM during a drain, the VM counts as unable to leave the
 # node, and the non_migratable policy decides: fail the drain, shut the VM down, or wait.
 MIGRATION_ATTEMPTS = 3
+VIRT_API_DOWN_START = kubevirt.VIRT_API_DOWN.split("%")[0]
 
 
 class DrainOptions:
@@ -287,6 +288,7 @@ class Drainer:
         self.non_migratable = non_migratable
         self.migrations = []  # one Informer per namespace of the VMs being migrated
         self._failed_before = None  # UIDs of migrations that had failed before this drain
+        self._virt_api_down = False  # the last answer to a launcher pod's eviction came without virt-api
         self.result = DrainResult()
 
     # -- informers ---------------------------------------------------------------------------
@@ -361,6 +363,8 @@ class Drainer:
     def _settle(self, target, outcome, reason):
         if outcome == "granted":
             self.result.evicted += 1  # the watch may have seen the pod go before this answer arrived
+        if target.launcher and outcome != "fatal":
+            self._virt_api(outcome == "blocked" and reason is not None and reason.startswith(VIRT_API_DOWN_START))
         if target.state == "gone":
             return
         if outcome == "granted":
@@ -384,6 +388,15 @@ class Drainer:
             target.reason = str(reason)
             self.result.fatal = reason
 
+    def _virt_api(self, down):
+        """Say in the progress when virt-api stops answering evictions, and when it answers again."""
+        if down == self._virt_api_down:
+            return
+        self._virt_api_down = down
+        if self.progress is not None:
+            self.progress.line("virt-api is not answering: evictions of virt-launcher pods are refused until it is "
+                               "back; waiting" if down else "virt-api answers evictions again")
+
     def _pdbs_of(self, target):
         items = self.pdbs.items() if self.pdbs is not None else []
         return [("%s/%s" % (p["metadata"].get("namespace"), p["metadata"].get("name")), p)
@@ -400,9 +413,16 @@ class Drainer:
             if current is None or current["metadata"].get("uid") != target.uid:
                 target.state = "gone"
             else:
+                finished_now = is_finished(current) and not is_finished(target.pod)
                 target.pod = current
                 if current["metadata"].get("deletionTimestamp") and target.state in ("todo", "blocked"):
                     target.state = "waiting"  # someone (KubeVirt, a controller) is deleting it already
+                elif finished_now and target.state == "blocked":
+                    # A finished pod is evicted at once (no budget counts it, and KubeVirt's webhook
+                    # lets a completed virt-launcher pod go). This is how a migrated VM's source pod
+                    # ends: virt-launcher exits after the migration and the pod stays, Succeeded,
+                    # until it is deleted; do not wait for the next look at the evacuation.
+                    target.next_try = time.monotonic()
 
     def _available(self, key, budget):
         """Disruptions the budget allows that this drain has not handed out yet."""
@@ -736,6 +756,8 @@ def _explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_defaul
             text += "; its target pod %s" % pending_target
         if failures:
             text += "; before it, %s" % failures
+        if last_reason and last_reason.startswith(VIRT_API_DOWN_START):
+            text += "; the last eviction answer was: %s" % last_reason.rstrip(".")
         return text
     text = "VM %s has no migration running" % name
     if failures:

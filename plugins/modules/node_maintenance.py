@@ -31,6 +31,8 @@ description:
     quorum, and a node that a NodeMaintenance created by someone else already holds.
   - Modules cannot stream output; progress (one line per change, with the pods and VMs left and the percentage) goes to
     the system log of the managed host and, when O(progress_file) is set, to that file.
+  - While virt-api is down, KubeVirt's eviction webhook refuses every eviction of a virt-launcher pod; the drain keeps
+    waiting (until O(wait_timeout)) and its progress says "virt-api is not answering", then when it answers again.
   - O(state=absent) ends maintenance. VMs that moved away do not move back by themselves.
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)

@@ -515,8 +515,10 @@ class ResourceVersions:
         ("NodeMaintenance", "nodemaintenance.medik8s.io", "v1beta1", "nodemaintenances"),
         ("LegacyNodeMaintenance", "nodemaintenance.kubevirt.io", "v1beta1", "nodemaintenances"),
     )
-    # Objects that change by themselves all the time: node heartbeats, API server identity leases.
-    IGNORED_LEASE_NAMESPACES = ("kube-node-lease",)
+    # Objects that change by themselves all the time: node heartbeats, API server identity leases,
+    # and the leader-election Leases the cluster's controllers renew every few seconds in their own
+    # namespaces (virt-controller's kubevirt/virt-controller, the node-maintenance-operator's).
+    IGNORED_LEASE_NAMESPACES = ("kube-node-lease", "kubevirt", "node-maintenance-operator-system")
 
     def __init__(self, k8s):
         self.k8s = k8s

@@ -287,3 +287,33 @@ def test_explains_a_failed_migration_by_its_condition_when_no_state_says_why():
     (sentence,) = explain_pending(client, "worker-1", [source], [])
     assert sentence == ("VM ns1/web has no migration running; 1 live migration failed, the last: target pod was "
                         "unschedulable for 300s")
+
+
+def test_source_pod_that_finished_after_its_migration_is_evicted_at_once():
+    """After a live migration virt-launcher exits and its pod stays on the node, Succeeded: the
+    drain evicts it as soon as it sees it finish, not at its next look at the evacuation."""
+    client, server = cluster()
+    instance = vmi("web", eviction="LiveMigrate")
+    server.add("VirtualMachine", vm("web"))
+    server.add("VirtualMachineInstance", instance)
+    source = server.add("Pod", launcher(instance))
+
+    def webhook(target):
+        if (target.get("status") or {}).get("phase") == "Succeeded":
+            return None  # KubeVirt's webhook lets a completed virt-launcher pod go
+        return (429, 'admission webhook "virt-launcher-eviction-interceptor.kubevirt.io" denied the request: '
+                     'Eviction triggered evacuation of VMI "ns1/web"')
+
+    server.webhook = webhook
+
+    def migrated():
+        while not server.evictions:
+            threading.Event().wait(0.01)
+        done = dict(source, status=dict(source.get("status") or {}, phase="Succeeded"))
+        with server.lock:
+            server._store("Pod", "ns1", source["metadata"]["name"], done, "MODIFIED")
+
+    threading.Thread(target=migrated, daemon=True).start()
+    _engine, result, _lines = run_drain(client, seconds=10)
+    assert result.done, [(t.key, t.state, t.reason) for t in result.pending]
+    assert [status for _key, status in server.evictions] == [429, 201]
