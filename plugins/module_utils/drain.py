@@ -58,7 +58,7 @@ EVACUATION_RECHECK = 60.0
 # failed live migrations of one VM during a drain, the VM counts as unable to leave the
 # node, and the non_migratable policy decides: fail the drain, shut the VM down, or wait.
 MIGRATION_ATTEMPTS = 3
-VIRT_API_DOWN_START = kubevirt.VIRT_API_DOWN.split("%")[0]
+VIRT_API_DOWN_START = kubevirt.VIRT_API_DOWN.split("%", 1)[0]
 
 
 class DrainOptions:
