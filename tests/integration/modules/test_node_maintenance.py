@@ -276,7 +276,8 @@ def test_eviction_table_through_node_maintenance(k8s, namespace, run_module):
     checked = run_module("node_maintenance", {"name": node, "method": "drain", "non_migratable": "shutdown"},
                          check=True, diff=True)
     assert not checked.get("failed") and checked["changed"] is True
-    assert checked["plan"]["vms"] == plan["vms"]
+    # This test's VMs: other tests' namespaces may still be terminating on the same node.
+    assert [v for v in checked["plan"]["vms"] if v["namespace"] == namespace] == list(ours_only.values())
     assert set(v["name"] for v in checked["vms"]["migrated"]) >= {"mig", "lmip-mig"}
     assert changes_to(versions, namespace) == []
 
