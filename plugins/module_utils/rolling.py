@@ -368,10 +368,11 @@ def verify(client, params):
         lost = missing()
         if lost:
             # A VMI in phase Running whose Ready condition is not True is not back in service yet.
-            unready = set(_running_keys(vmi_informer.items(), ready=False)) if vmi_informer else set()
+            unready = _running_keys(vmi_informer.items(), ready=False) if vmi_informer else {}
             parts.append("%d VM%s that ran before %s not running: %s" % (
                 len(lost), "" if len(lost) == 1 else "s", "is" if len(lost) == 1 else "are",
-                ", ".join(k + (" (Running, not Ready)" if k in unready else "") for k in lost[:10])))
+                ", ".join(k + (" (Running on node %s, not Ready)" % unready[k] if k in unready else "")
+                          for k in lost[:10])))
         return "; ".join(parts)
 
     if name:

@@ -160,7 +160,7 @@ def test_verify_counts_a_vm_back_in_service_only_when_its_vmi_is_ready(lab):
     server.add("VirtualMachineInstance", vmi("booting", node_name="worker-2", eviction="LiveMigrate", ready=False))
     with pytest.raises(BlockedError) as err:
         rolling.verify(client, {"running_vms": ["ns1/a", "ns1/booting"], "timeout": 1})
-    assert "1 VM that ran before is not running: ns1/booting (Running, not Ready)" in err.value.msg
+    assert "1 VM that ran before is not running: ns1/booting (Running on node worker-2, not Ready)" in err.value.msg
     assert err.value.details["not_running"] == ["ns1/booting"]
     server.add("VirtualMachineInstance", vmi("booting", node_name="worker-2", eviction="LiveMigrate"))
     result = rolling.verify(client, {"running_vms": ["ns1/a", "ns1/booting"], "timeout": 30})
