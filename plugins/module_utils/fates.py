@@ -29,6 +29,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
+
 # The documented ``outcome`` values (node_maintenance_info plan; extended, never renamed).
 MIGRATE = "migrate"
 SHUTDOWN = "shutdown"  # a VMI without a VM: shut down, nothing brings it back
@@ -77,7 +79,11 @@ class Fate(object):
         # non_migratable=fail, acted on under shutdown, waited for under wait).
         self.obstacle = obstacle
         self.policy = policy
-        self.result = under_policy(outcome, run_strategy, policy)
+
+    @property
+    def result(self):
+        """What happens once the non_migratable policy has acted (derived, never stored)."""
+        return under_policy(self.outcome, self.run_strategy, self.policy)
 
     @property
     def shut_down_by_us(self):
@@ -145,7 +151,7 @@ def decide(vmi, run_strategy, cluster_default, policy, display, node, not_migrat
     the readable reason the VMI's LiveMigratable condition gives (when it is False).
     """
     strategy = effective_strategy(vmi, cluster_default)
-    migratable = live_migratable(vmi)
+    migratable = kubevirt.live_migratable(vmi)[0]
     why_not = not_migratable_reason or "not live-migratable"
     if strategy == "LiveMigrate" and migratable:
         fate = Fate(MIGRATE, "%s: eviction strategy LiveMigrate; KubeVirt live-migrates it." % display)
@@ -170,13 +176,4 @@ def decide(vmi, run_strategy, cluster_default, policy, display, node, not_migrat
             why = "eviction strategy %s: the eviction shuts it down" % (strategy or "None (none set)")
         fate = _shutdown_fate(run_strategy, display, why)
     fate.strategy, fate.migratable, fate.run_strategy, fate.policy = strategy, migratable, run_strategy, policy
-    fate.result = under_policy(fate.outcome, run_strategy, policy)
     return fate
-
-
-def live_migratable(vmi):
-    """True/False from the VMI's LiveMigratable condition; None while it has none."""
-    for cond in ((vmi or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "LiveMigratable":
-            return cond.get("status") == "True"
-    return None
