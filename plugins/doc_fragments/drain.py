@@ -49,8 +49,11 @@ options:
       - V(shutdown) stops exactly those VMs so that their run strategy re-creates them on another node.
       - V(wait) keeps retrying, as C(oc adm drain) does, until the task's C(wait_timeout).
       - The policy also applies to a VM whose live migrations keep failing during the drain (three failed
-        migrations; KubeVirt retries by itself until then). V(fail) stops the drain naming the VM and KubeVirt's
-        reason, and the node stays in maintenance; V(shutdown) shuts that VM down; V(wait) leaves KubeVirt retrying.
+        migrations; KubeVirt retries by itself until then, waiting 20 s after the first failure and 40 s after the
+        second, so the third fails a minute or more after the first). V(fail) stops the drain naming the VM and
+        KubeVirt's reason, and the node stays in maintenance; V(shutdown) shuts that VM down as it shuts down
+        blockers (its C(restart) subresource for C(Always) and C(RerunOnFailure), so it runs again on another node;
+        C(stop) for C(Manual)); V(wait) leaves KubeVirt retrying.
     type: str
     default: fail
     choices: [fail, shutdown, wait]

@@ -21,7 +21,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     ApiError,
     MaintenanceError,
@@ -558,13 +558,11 @@ class Drainer:
         return stuck
 
     def _shut_down(self, target):
-        """Delete the VMI of a VM that cannot migrate (its run strategy decides what follows)
-        and wait for its launcher pod like any other."""
+        """Shut down a VM that cannot migrate, as the plan shuts its blockers down (its run
+        strategy decides what follows), and wait for its launcher pod like any other."""
         namespace, name = target.vm.split("/", 1)
-        uid = kubevirt.launcher_vmi_uid(target.pod)
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
         try:
-            self.client.delete("VirtualMachineInstance", name, namespace, body=body)
+            restart_elsewhere.shut_down_given_up(self.client, namespace, name, kubevirt.launcher_vmi_uid(target.pod))
             outcome = None
         except ApiError as exc:
             outcome = exc if exc.status != 409 else None  # 409: that VMI is gone already, a new one runs

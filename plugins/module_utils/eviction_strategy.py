@@ -16,7 +16,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import hco as hco_utils
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import patches, run_strategy, vms, waiter
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import migratability, patches, run_strategy, vms, waiter
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import (
     cluster_eviction_strategy,
@@ -103,17 +103,19 @@ def _select_non_migratable(client, selection, selected, vmis, warn):
     """Only the VMs that cannot live-migrate (those a LiveMigrate drain would block on)."""
     pvcs = {}
 
-    def judged_by_disks(vm):
+    def judged_by_spec(vm):
         vmi = vmis.get(vms.key(vm))
         return not run_strategy.vmi_active(vmi) or live_migratable(vmi)[0] is None
 
-    needs_pvcs = any(vm_claim_names(vm) and judged_by_disks(vm) for vm in selected)
+    needs_pvcs = any(vm_claim_names(vm) and judged_by_spec(vm) for vm in selected)
     if needs_pvcs:
         items, _rv = client.list("PersistentVolumeClaim", namespace=selection.list_namespace)
         pvcs = vms.index_by_key(items)
+    # Stopped VMs are judged as virt-handler of the installed release would judge them.
+    rules = migratability.ClusterRules(kubevirt_cr(client)) if any(judged_by_spec(vm) for vm in selected) else None
     chosen, unknown = [], []
     for vm in selected:
-        reason = vm_not_migratable_reason(vm, vmis.get(vms.key(vm)), lambda ns, name: pvcs.get((ns, name)))
+        reason = vm_not_migratable_reason(vm, vmis.get(vms.key(vm)), lambda ns, name: pvcs.get((ns, name)), rules)
         if reason == "Unknown":
             unknown.append(vms.ref(vm))
         elif reason:

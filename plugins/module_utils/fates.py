@@ -99,6 +99,15 @@ class Fate(object):
         return self.restart_by
 
     @property
+    def after_shutdown(self):
+        """(outcome, restarted_by) once the VM is down. A VM the plan meant to move but whose
+        live migrations kept failing is shut down by the shutdown policy like a blocker."""
+        if self.result in SHUT_DOWN_OUTCOMES:
+            return self.result, self.restarted_by
+        return (under_policy(BLOCK, self.run_strategy, SHUT_DOWN_POLICY),
+                BY_KUBEVIRT if self.run_strategy in RESTARTING else None)
+
+    @property
     def blocks(self):
         """A blocker that fails the task before anything changes."""
         return self.obstacle is not None and self.policy == FAIL

@@ -9,6 +9,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import migratability
+
 EVICTION_STRATEGIES = ("LiveMigrate", "LiveMigrateIfPossible", "None", "External")
 RUN_STRATEGIES = ("Always", "RerunOnFailure", "Manual", "Halted", "Once")
 LAUNCHER_LABEL = "kubevirt.io=virt-launcher"
@@ -48,7 +50,6 @@ def vm_run_strategy(vm):
 
 
 FINAL_VMI_PHASES = ("Succeeded", "Failed")
-RWX = "ReadWriteMany"
 
 
 def vmi_is_final(vmi):
@@ -68,26 +69,12 @@ def vm_claim_names(vm):
     return [n for n in names if n]
 
 
-def pvc_access_modes(pvc):
-    """The access modes of a PVC: what it was bound with, else what it asks for."""
-    return list((pvc.get("status") or {}).get("accessModes") or (pvc.get("spec") or {}).get("accessModes") or [])
-
-
-def data_volume_template_access_modes(vm, name):
-    """Access modes a VM's dataVolumeTemplate asks for (None when it does not say)."""
-    for template in (vm.get("spec") or {}).get("dataVolumeTemplates") or []:
-        if ((template.get("metadata") or {}).get("name")) == name:
-            spec = template.get("spec") or {}
-            modes = (spec.get("pvc") or {}).get("accessModes") or (spec.get("storage") or {}).get("accessModes")
-            return list(modes) if modes else None
-    return None
-
-
-def vm_not_migratable_reason(vm, vmi, find_pvc):
+def vm_not_migratable_reason(vm, vmi, find_pvc, rules=None):
     """Why a VM cannot live-migrate, or None when it can; ``"Unknown"`` when it cannot be told.
 
     A VMI that runs answers with its LiveMigratable condition. A stopped VM (or a VMI
-    without the condition yet) is judged by its disks: every PVC must be ReadWriteMany.
+    without the condition yet) is judged as virt-handler of the installed KubeVirt would
+    judge it (``migratability.predict_not_migratable``; ``rules`` from the KubeVirt CR).
     ``find_pvc(namespace, name)`` returns the PVC or None.
     """
     if vmi and not vmi_is_final(vmi):
@@ -96,15 +83,7 @@ def vm_not_migratable_reason(vm, vmi, find_pvc):
             return None
         if migratable is False:
             return reason or "NotLiveMigratable"
-    namespace = (vm.get("metadata") or {}).get("namespace")
-    for claim in vm_claim_names(vm):
-        pvc = find_pvc(namespace, claim)
-        modes = pvc_access_modes(pvc) if pvc else data_volume_template_access_modes(vm, claim)
-        if modes is None:
-            return "Unknown"
-        if RWX not in modes:
-            return "DisksNotLiveMigratable"
-    return None
+    return migratability.predict_not_migratable(vm, find_pvc, rules or migratability.ClusterRules())
 
 
 def kubevirt_cr(client):
@@ -122,15 +101,21 @@ MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
 FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
 VMI_PDB_PREFIX = "kubevirt-disruption-budget-"
 
-# What each LiveMigratable=False reason means for an operator.
+# What each LiveMigratable=False reason means for an operator (kubevirt.io/api core/v1
+# types.go; pkg/virt-handler/vm.go calculateLiveMigrationCondition).
 NOT_MIGRATABLE_HINTS = {
     "DisksNotLiveMigratable": "a disk's PVC is not ReadWriteMany",
-    "InterfaceNotLiveMigratable": "an interface (such as a bridge on the pod network) cannot migrate",
-    "HostDeviceNotLiveMigratable": "it uses a host device",
+    "InterfaceNotLiveMigratable": "its pod-network interface is neither masquerade nor a migratable binding",
+    "HostDeviceNotLiveMigratable": "it uses a PCI host device or GPU",
     "HotplugNotLiveMigratable": "it has hot-plugged volumes",
-    "CPUModeLiveMigratable": "its CPU mode is host-passthrough",
+    "CPUModeLiveMigratable": "its CPU model is host-model and its node reports no host CPU model",
     "VirtIOFSNotLiveMigratable": "it shares a filesystem through virtiofs",
     "SEVNotLiveMigratable": "it uses SEV memory encryption",
+    "TDXNotLiveMigratable": "it uses TDX",
+    "SecureExecutionNotLiveMigratable": "it uses s390x Secure Execution",
+    "NoTSCFrequencyNotLiveMigratable": "it needs a TSC frequency its node does not report",
+    "HypervPassthroughNotLiveMigratable": "it uses Hyper-V passthrough",
+    "PersistentReservationNotLiveMigratable": "a disk uses SCSI persistent reservation",
 }
 
 

@@ -198,11 +198,11 @@ def _blocker_text(plan, uid):
 
 
 def _shut_down_entry(vm, source, restarted_on=None):
-    fate = vm["_fate"]
+    outcome, restarted_by = vm["_fate"].after_shutdown
     entry = {"namespace": vm["namespace"], "name": vm["name"], "source": source, "run_strategy": vm["run_strategy"],
-             "outcome": fate.result if fate.result in fates.SHUT_DOWN_OUTCOMES else fates.SHUTDOWN}
-    if fate.restarted_by:
-        entry["restart_by"] = fate.restarted_by
+             "outcome": outcome}
+    if restarted_by:
+        entry["restart_by"] = restarted_by
     if restarted_on is not None:
         entry["restarted_on"] = restarted_on
     return entry

@@ -8,7 +8,8 @@
   ``RerunOnFailure`` (KubeVirt stops the VMI and starts a new one, which the cordon sends to
   another node), ``stop`` for ``Manual`` (the strategy stays Manual). ``Once`` and a VMI
   without a VM are shut down by deleting the VMI: ``stop`` would turn Once into Halted,
-  and deleting ends the VMI exactly as an eviction does.
+  and deleting ends the VMI exactly as an eviction does. A VM the drain gives up on (its
+  live migrations kept failing) is shut down the same way under ``non_migratable=shutdown``.
 * A ``RerunOnFailure`` VM whose guest an eviction shut down ends ``Succeeded``, which KubeVirt
   does not restart (pkg/virt-controller/watch/vm/vm.go); its ``start`` subresource does
   (pkg/virt-api/rest/lifecycle.go: a Succeeded VMI is replaced). ``start_again`` asks for
@@ -36,6 +37,8 @@ START_GRACE = 30
 
 
 SUBRESOURCE_GROUP = "subresources.kubevirt.io"
+# Run strategies whose VMs are shut down through their restart (stop for Manual) subresource.
+SUBRESOURCE_STRATEGIES = ("Always", "RerunOnFailure", "Manual")
 
 
 def permissions(shutdown, entries):
@@ -43,7 +46,7 @@ def permissions(shutdown, entries):
     perms = []
     by_action = {}
     for vm in shutdown:
-        if vm["run_strategy"] in ("Always", "RerunOnFailure", "Manual"):
+        if vm["run_strategy"] in SUBRESOURCE_STRATEGIES:
             action = "stop" if vm["run_strategy"] == "Manual" else "restart"
             by_action.setdefault(action, set()).add(vm["namespace"])
         else:
@@ -68,21 +71,43 @@ def shut_down(client, entries):
     served = None
     waiting = []
     for vm in entries:
-        vmi = vm["_vmi"]["metadata"]
-        strategy = vm["run_strategy"]
-        if strategy in ("Always", "RerunOnFailure", "Manual"):
-            if served is None:
-                served = run_strategy.subresources_served(client)
-            owner = client.get("VirtualMachine", vm["name"], vm["namespace"])
-            action = "stop" if strategy == "Manual" else "restart"
-            run_strategy.request_vmi_action(client, owner, vm["_vmi"], action, served)
-        else:
-            client.delete("VirtualMachineInstance", vmi["name"], vmi["namespace"],
-                          body={"preconditions": {"uid": vmi.get("uid")}})
+        if vm["run_strategy"] in SUBRESOURCE_STRATEGIES and served is None:
+            served = run_strategy.subresources_served(client)
+        _shut_down_one(client, vm["namespace"], vm["name"], vm["_vmi"], vm["run_strategy"], served)
         if vm["_pod"] is not None:
             pod = vm["_pod"]["metadata"]
             waiting.append("%s/%s" % (pod["namespace"], pod["name"]))
     return waiting
+
+
+def shut_down_given_up(client, namespace, name, vmi_uid):
+    """Shut down, under ``non_migratable=shutdown``, a VM whose live migrations kept failing
+    during the drain, exactly as a blocker of the plan is shut down. Returns False when that
+    VMI is gone already (a new one may run)."""
+    try:
+        vmi = client.get("VirtualMachineInstance", name, namespace)
+    except NotFoundError:
+        return False
+    if vmi_uid and vmi["metadata"].get("uid") != vmi_uid:
+        return False
+    try:
+        strategy = kubevirt.vm_run_strategy(client.get("VirtualMachine", name, namespace))
+    except NotFoundError:
+        strategy = None  # a VMI without a VM
+    served = run_strategy.subresources_served(client) if strategy in SUBRESOURCE_STRATEGIES else None
+    _shut_down_one(client, namespace, name, vmi, strategy, served)
+    return True
+
+
+def _shut_down_one(client, namespace, name, vmi, strategy, served):
+    meta = vmi["metadata"]
+    if strategy in SUBRESOURCE_STRATEGIES:
+        owner = client.get("VirtualMachine", name, namespace)
+        action = "stop" if strategy == "Manual" else "restart"
+        run_strategy.request_vmi_action(client, owner, vmi, action, served)
+    else:
+        client.delete("VirtualMachineInstance", meta["name"], meta["namespace"],
+                      body={"preconditions": {"uid": meta.get("uid")}})
 
 
 def needs_start(entries):

@@ -23,6 +23,7 @@ from vm_fixtures import (
     settled,
     uid,
     versions,
+    vm_body,
     wait_migratable_known,
     wait_vmi,
 )
@@ -104,6 +105,72 @@ def test_only_non_migratable_selects_exactly_the_rwo_pvc_vms(k8s, namespace, run
     strategies = dict((vm["metadata"]["name"], own_eviction(vm)) for vm in list_vms(k8s, namespace))
     assert strategies == {"rwo-running": "LiveMigrateIfPossible", "rwo-stopped": "LiveMigrateIfPossible",
                           "rwx-running": "LiveMigrate", "rwx-stopped": "LiveMigrate", "no-disk": "LiveMigrate"}
+
+
+# Stopped VMs and what virt-handler reports once they run (pkg/virt-handler/vm.go
+# calculateLiveMigrationCondition, pkg/network/vmispec/interface.go VerifyVMIMigratable).
+POD_NETWORK = [{"name": "default", "pod": {}}]
+STOPPED_SHAPES = {
+    # name: (template spec changes, predicted LiveMigratable=False reason or None)
+    "rwo-disk": ({"claims": ["rwo-disk"]}, "DisksNotLiveMigratable"),
+    "rwx-disk": ({"claims": ["rwx-disk"]}, None),
+    "pod-bridge": ({"interfaces": [{"name": "default", "bridge": {}}], "networks": POD_NETWORK},
+                   "InterfaceNotLiveMigratable"),
+    "pod-bridge-allowed": ({"interfaces": [{"name": "default", "bridge": {}}], "networks": POD_NETWORK,
+                            "annotations": {"kubevirt.io/allow-pod-bridge-network-live-migration": ""}}, None),
+    "default-interface": ({}, None),  # the lab's cluster default binding is masquerade, as HCO sets it
+    "host-passthrough": ({"cpu": {"model": "host-passthrough"}}, None),
+}
+
+
+def shaped_vm(name, claims=(), interfaces=None, networks=None, annotations=None, cpu=None, gpus=None):
+    body = vm_body(name, run_strategy="Halted", eviction="LiveMigrate", claims=claims)
+    template = body["spec"]["template"]
+    spec = template["spec"]
+    if interfaces is not None:
+        spec["domain"]["devices"]["interfaces"] = interfaces
+        spec["networks"] = networks
+    if annotations:
+        template["metadata"]["annotations"] = annotations
+    if cpu:
+        spec["domain"]["cpu"] = cpu
+    if gpus:
+        spec["domain"]["devices"]["gpus"] = gpus
+    return body
+
+
+def test_only_non_migratable_judges_stopped_vms_as_virt_handler_does_once_they_run(k8s, namespace, run_module):
+    """Stopped VMs are chosen by what virt-handler will report when they run: RWO disks, a bridge on
+    the pod network and GPUs block; host-passthrough CPU and the allow-bridge annotation do not.
+    Then every VM is started and its VMI's LiveMigratable condition must agree with the prediction."""
+    create_pvc(k8s, namespace, "rwo-disk", ["ReadWriteOnce"])
+    create_pvc(k8s, namespace, "rwx-disk", ["ReadWriteMany"])
+    api = client.CustomObjectsApi(k8s)
+    for name, (shape, _reason) in STOPPED_SHAPES.items():
+        api.create_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachines", shaped_vm(name, **shape))
+    # A GPU blocks on every release the lab runs (1.9 may migrate one mediated GPU behind a gate);
+    # the lab's nodes offer no GPU, so this one is only predicted, never started.
+    api.create_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachines", shaped_vm(
+        "gpu", gpus=[{"name": "g", "deviceName": "nvidia.com/GRID_T4"}]))
+    before = settled(k8s, namespace)
+
+    checked = run_module("vm_eviction_strategy", {"namespace": namespace, "only_non_migratable": True,
+                                                  "strategy": "LiveMigrateIfPossible"}, check=True)
+    expected = sorted([n for n, (_s, reason) in STOPPED_SHAPES.items() if reason] + ["gpu"])
+    assert [v["name"] for v in checked["vms"]] == expected
+    assert versions(k8s, namespace) == before
+
+    startable = list(STOPPED_SHAPES)
+    for name in startable:
+        api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachines", name,
+                                           {"spec": {"runStrategy": "Always"}})
+    for name in startable:
+        wait_vmi(k8s, namespace, name)
+        vmi = wait_migratable_known(k8s, namespace, name)
+        condition = [c for c in vmi["status"]["conditions"] if c["type"] == "LiveMigratable"][0]
+        predicted = STOPPED_SHAPES[name][1]
+        assert (condition["status"], condition.get("reason")) == (
+            ("True", None) if predicted is None else ("False", predicted)), (name, condition)
 
 
 def test_restart_makes_a_drain_shut_the_vm_down_instead_of_blocking(k8s, namespace, run_module, lab,

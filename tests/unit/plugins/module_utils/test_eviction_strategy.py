@@ -71,8 +71,16 @@ def test_absent_removes_only_the_own_value(fleet):
     assert all(v["effective"] == "LiveMigrate" for v in result["vms"])
 
 
+def masquerade_by_default(cr):
+    """The KubeVirt resource as HCO writes it: masquerade on the pod network by default."""
+    cr["spec"]["configuration"]["network"] = {"defaultNetworkInterface": "masquerade"}
+    cr["status"] = {"observedKubeVirtVersion": "v1.7.0"}
+    return cr
+
+
 def test_only_non_migratable_picks_rwo_disks_and_vmis_reporting_not_migratable():
     client, server = cluster()
+    server.add("KubeVirt", masquerade_by_default(kubevirt("LiveMigrate")))
     server.add("PersistentVolumeClaim", pvc("rwo", modes=["ReadWriteOnce"]))
     server.add("PersistentVolumeClaim", pvc("rwx", modes=["ReadWriteMany"]))
     server.add("VirtualMachine", vm("stopped-rwo", run_strategy="Halted", claims=["rwo"]))
@@ -89,6 +97,19 @@ def test_only_non_migratable_picks_rwo_disks_and_vmis_reporting_not_migratable()
     assert [v["name"] for v in result["vms"]] == ["running-bad", "stopped-dv-rwo", "stopped-rwo"]
     assert mod.warnings == ["Left out 1 VirtualMachines whose migratability cannot be told (a PVC they use does "
                             "not exist): ns1/stopped-missing."]
+
+
+def test_only_non_migratable_on_plain_kubevirt_counts_the_default_bridge_on_the_pod_network():
+    """Plain KubeVirt attaches a VM without interfaces to the pod network with bridge, which
+    virt-handler reports InterfaceNotLiveMigratable (pkg/network/vmispec VerifyVMIMigratable)."""
+    client, server = cluster()
+    server.add("KubeVirt", kubevirt("LiveMigrate"))
+    server.add("VirtualMachine", vm("stopped-nodisk", run_strategy="Halted"))
+    mod = module(client, namespace="ns1", only_non_migratable=True, strategy="LiveMigrateIfPossible")
+    assert [v["name"] for v in eviction_strategy.run(mod)["vms"]] == ["stopped-nodisk"]
+    server.add("KubeVirt", masquerade_by_default(kubevirt("LiveMigrate")))
+    mod = module(client, namespace="ns1", only_non_migratable=True, strategy="LiveMigrateIfPossible")
+    assert eviction_strategy.run(mod)["vms"] == []
 
 
 def test_restart_only_running_vmis_whose_effective_strategy_changes():
