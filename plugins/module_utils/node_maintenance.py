@@ -61,6 +61,7 @@ def base_result(name, method):
         "changed": False,
         "node": name,
         "method": method,
+        "method_reason": None,
         "phase": None,
         "total_pods": 0,
         "eviction_pods": 0,
@@ -80,7 +81,72 @@ def blocked_message(name, blockers, policy, task="enter maintenance"):
         name, task, policy, len(texts), "; ".join("(%d) %s" % (i + 1, t) for i, t in enumerate(texts)))
 
 
-def choose_method(requested, name, cr_kind, ours_cr, node):
+# The drain of the node-maintenance operator cannot be tuned: the NodeMaintenance spec holds only
+# nodeName and reason (api/v1beta1/nodemaintenance_types.go), and the k8s.io/kubectl drain.Helper
+# is configured once for every node in initDrainer (controllers/nodemaintenance_controller.go of
+# medik8s/node-maintenance-operator v0.17.0, the release the lab runs): Force = true,
+# DeleteEmptyDirData = true, IgnoreAllDaemonSets = true, GracePeriodSeconds = -1 and
+# Timeout = DrainerTimeout (30 s); PodSelector stays "" (every pod) and DisableEviction false
+# (the Eviction API). A failed RunNodeDrain is requeued after waitDurationOnDrainError (5 s),
+# so a VM whose live migrations keep failing is retried until the NodeMaintenance is deleted.
+# The legacy nodemaintenance.kubevirt.io group is served by this operator's predecessor
+# (kubevirt/node-maintenance-operator, per upstream's README.md) and gets the same rule.
+# Each drain option of this collection, with the value the operator uses and what it does.
+OPERATOR_DRAIN = (
+    ("ignore_daemonsets", True, "leaves DaemonSet pods on the node"),
+    ("delete_emptydir_data", True, "evicts pods with emptyDir data"),
+    ("force", True, "deletes pods no controller manages"),
+    ("pod_selector", None, "evicts every pod"),
+    ("grace_period", -1, "gives each pod its own terminationGracePeriodSeconds"),
+    ("disable_eviction", False, "always uses the Eviction API"),
+)
+# non_migratable=shutdown before the drain is done by this collection with either method (it
+# shuts down the VMs of the plan that cannot migrate), but shutting down a VM whose live
+# migrations keep failing during the drain is not: the operator retries it, as with
+# non_migratable=wait (and fail, whose task then fails at wait_timeout, the node staying in
+# maintenance).
+OPERATOR_RETRIES_FAILED_MIGRATIONS = "retries a VM whose live migrations keep failing instead of shutting it down"
+
+
+def operator_ignored(params):
+    """[(option=value, what the operator does instead)] for each option set to a value that the
+    node-maintenance operator's drain does not use; defaults never count."""
+    ignored = []
+    for option, operator_value, instead in OPERATOR_DRAIN:
+        value = params.get(option)
+        if option == "pod_selector":
+            value = value or None
+        elif value is None:
+            continue
+        if value != operator_value:
+            if isinstance(value, bool):
+                shown = str(value).lower()
+            elif isinstance(value, str):
+                shown = "'%s'" % value
+            else:
+                shown = value
+            ignored.append(("%s=%s" % (option, shown), instead))
+    if params.get("non_migratable") == "shutdown":
+        ignored.append(("non_migratable=shutdown", OPERATOR_RETRIES_FAILED_MIGRATIONS))
+    return ignored
+
+
+def _listed(ignored):
+    names = [option for option, _instead in ignored]
+    return names[0] if len(names) == 1 else "%s and %s" % (", ".join(names[:-1]), names[-1])
+
+
+def _instead(ignored):
+    return "(it %s)" % "; it ".join(instead for _option, instead in ignored)
+
+
+def _ignored_text(ignored):
+    return "%s %s" % (_listed(ignored), _instead(ignored))
+
+
+def choose_method(requested, name, cr_kind, ours_cr, node, ignored=()):
+    """(method, reason, warning): the method to use, one sentence saying why, and a warning
+    (or None) when options the node-maintenance operator ignores are kept unused."""
     record = nodes_mod.maintenance_record(node)
     if requested == "cr":
         if cr_kind is None:
@@ -89,17 +155,40 @@ def choose_method(requested, name, cr_kind, ours_cr, node):
         if record is not None:
             raise InvalidInputError("Node %s is in maintenance through a drain by this collection; end it with "
                                     "state=absent before using method=cr." % name, node=name)
-        return "cr"
+        if ignored:
+            one = len(ignored) == 1
+            raise InvalidInputError(
+                "Node %s cannot enter maintenance with method=cr and %s: the NodeMaintenance operator ignores %s %s; "
+                "use method=drain or auto, or leave %s." % (
+                    name, _listed(ignored), "that option" if one else "these options", _instead(ignored),
+                    "it at its default" if one else "them at their defaults"), node=name, method="cr")
+        return "cr", "method cr as requested.", None
     if requested == "drain":
         if ours_cr is not None:
             raise InvalidInputError("Node %s is in maintenance through NodeMaintenance %s; end it with state=absent "
                                     "before using method=drain." % (name, ours_cr[1]["metadata"]["name"]), node=name)
-        return "drain"
+        return "drain", "method drain as requested.", None
     if ours_cr is not None:
-        return "cr"
-    if record is not None or cr_kind is None:
-        return "drain"
-    return "cr"
+        cr_name = ours_cr[1]["metadata"]["name"]
+        if ignored:
+            reason = ("method auto kept cr: node %s is already in maintenance through NodeMaintenance %s, and the "
+                      "NodeMaintenance operator ignores %s; end the maintenance with state=absent to drain with "
+                      "these options." % (name, cr_name, _ignored_text(ignored)))
+            return "cr", reason, reason
+        return "cr", ("method auto kept cr: node %s is already in maintenance through NodeMaintenance %s."
+                      % (name, cr_name)), None
+    if record is not None:
+        return "drain", ("method auto kept drain: node %s is already in maintenance through a drain by this "
+                         "collection." % name), None
+    if cr_kind is None:
+        return "drain", ("method auto chose drain: the cluster does not serve the NodeMaintenance API "
+                         "(no node-maintenance operator)."), None
+    group = nm_cr.API_VERSIONS[cr_kind].split("/")[0]
+    if ignored:
+        reason = "method auto chose drain: the NodeMaintenance operator ignores %s." % _ignored_text(ignored)
+        return "drain", reason, reason
+    return "cr", ("method auto chose cr: the NodeMaintenance operator is installed (%s is served) and no option "
+                  "it ignores is set." % group), None
 
 
 def run(module):
@@ -121,9 +210,13 @@ def enter(module):
     node = snapshot.node(name)
     cr_kind = nm_cr.served_kind(snapshot)
     ours_cr, _foreign = nm_cr.ours_and_foreign(snapshot, name)
-    method = choose_method(params["method"], name, cr_kind, ours_cr, node)
+    method, method_reason, warning = choose_method(params["method"], name, cr_kind, ours_cr, node,
+                                                   operator_ignored(params))
+    if warning:
+        module.warn(warning)
     plan = compute_plan(snapshot, name, options)
     result = base_result(name, method)
+    result["method_reason"] = method_reason
     result["total_pods"] = plan.total_pods
     result["eviction_pods"] = len(plan.evict)
     result["pending_pods"] = [pod_key(p) for p in plan.evict]
@@ -131,7 +224,7 @@ def enter(module):
     fatal = plan.fatal_blockers(policy)
     if fatal:
         raise BlockedError(blocked_message(name, fatal, policy), blockers=[b.text for b in fatal],
-                           plan=plan.as_dict(), node=name, method=method)
+                           plan=plan.as_dict(), node=name, method=method, method_reason=method_reason)
     shutdown = [vm for vm in plan.vms if vm["_fate"].shut_down_by_us]
     if module.check_mode:
         return predict(module, result, plan, node, method, ours_cr, shutdown, deadline)
@@ -412,6 +505,11 @@ def leave(module):
                            node=name)
     method = "cr" if ours_cr else "drain"
     result = base_result(name, method)
+    result["method_reason"] = (
+        "state=absent deletes NodeMaintenance %s, through which node %s is in maintenance." % (
+            ours_cr[1]["metadata"]["name"], name) if ours_cr else
+        "state=absent removes what a drain by this collection added to node %s (no NodeMaintenance of this "
+        "collection holds it)." % name)
     result["msg"] = MOVE_BACK_NOTE
     before = nodes_mod.maintenance_view(node)
     patch, after, kept_cordon = nodes_mod.leave_changes(node)

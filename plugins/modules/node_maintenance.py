@@ -55,8 +55,19 @@ options:
   method:
     description:
       - V(drain) drains the node directly. V(cr) creates a NodeMaintenance custom resource and lets the operator drain.
-      - V(auto) uses V(cr) when the cluster serves the NodeMaintenance API, else V(drain); a node already in
-        maintenance by this collection keeps the method it was entered with.
+      - V(auto) uses V(cr) when the cluster serves the NodeMaintenance API and no option the operator ignores (below)
+        is set, else V(drain); a node already in maintenance by this collection keeps the method it was entered with
+        (with a warning naming the ignored options when that is V(cr)). RV(method_reason) says why.
+      - The node-maintenance operator drains every node the same way, whatever the task says (a NodeMaintenance
+        holds only the node and the reason). It evicts every pod through the Eviction API, each with its own grace
+        period, pods with emptyDir data and pods no controller manages included, leaves DaemonSet pods, and retries a
+        VM whose live migrations keep failing until the NodeMaintenance is deleted. So it ignores O(pod_selector),
+        O(grace_period) other than V(-1), O(disable_eviction=true), O(force=false), O(ignore_daemonsets=false),
+        O(delete_emptydir_data=false) and O(non_migratable=shutdown) for VMs whose migrations keep failing (the VMs
+        that cannot migrate at all are shut down by the module with either method). With V(cr), the default
+        O(non_migratable=fail) does not stop the drain at such a VM either; the operator keeps retrying and the task
+        fails at O(wait_timeout), the node staying in maintenance.
+      - V(cr) with any of those options set refuses, naming them, and changes nothing.
     type: str
     choices: [auto, drain, cr]
     default: auto
@@ -148,6 +159,14 @@ method:
   returned: always
   type: str
   sample: drain
+method_reason:
+  description:
+    - Why RV(method) was used, one sentence; with O(method=auto), which way it went (for example that the
+      NodeMaintenance operator ignores an option that is set, so the node is drained directly). When the choice
+      leaves options unused, or avoids the installed operator because of them, the same sentence is also a warning.
+  returned: always
+  type: str
+  sample: "method auto chose drain: the NodeMaintenance operator ignores pod_selector='app=web' (it evicts every pod)."
 phase:
   description:
     - V(Succeeded) when every evictable pod is gone, V(Running) when O(wait=false) returned before, V(Failed) when

@@ -378,6 +378,98 @@ def test_method_cr_round_trip(k8s, namespace, run_module):
     assert run_module("node_maintenance", {"name": node, "state": "absent"})["changed"] is False
 
 
+# -- which method: options the node-maintenance operator ignores ------------------------------------
+
+def namespace_pod_versions(k8s, namespace):
+    return dict((p.metadata.name, (p.spec.node_name, p.metadata.resource_version))
+                for p in core(k8s).list_namespaced_pod(namespace).items)
+
+
+def node_maintenances_of(k8s, node):
+    return [cr["metadata"]["name"] for _g, cr in node_maintenances(k8s) if cr["spec"]["nodeName"] == node]
+
+
+def test_auto_drains_itself_when_pod_selector_is_set(lab, k8s, namespace, run_module):
+    """The operator is installed, but it would evict every pod: auto drains with the selector."""
+    node = workers(k8s)[1]
+    start_deployment(k8s, namespace, node, "app", 2)
+    start_deployment(k8s, namespace, node, "keep", 1)
+    assert run_module("node_maintenance", {"name": node}, check=True)["method"] == "cr"  # the operator is there
+    args = {"name": node, "pod_selector": "app=app"}
+    reason = ("method auto chose drain: the NodeMaintenance operator ignores pod_selector='app=app' (it evicts "
+              "every pod).")
+    versions = ResourceVersions(k8s)
+    checked = run_module("node_maintenance", args, check=True)
+    assert checked["method"] == "drain" and checked["method_reason"] == reason, checked
+    assert sorted(checked["plan"]["evict"]) == sorted("%s/%s" % (namespace, p.metadata.name)
+                                                       for p in ready_pods(k8s, namespace, "app", node))
+    assert changes_to(versions, namespace) == []
+
+    done = runs.module(lab.kubeconfig, "node_maintenance", args)
+    result = done.result()
+    assert result["method"] == "drain" and result["method_reason"] == reason, result
+    assert result["phase"] == "Succeeded" and result["changed"] is True and result["eviction_pods"] == 2
+    assert "method auto chose drain" in done.output  # also a warning
+    # What an operator sees with kubectl: cordoned and tainted by the drain, no NodeMaintenance,
+    # only the selected pods gone.
+    assert node_maintenances_of(k8s, node) == []
+    assert node_state(k8s, node) == {"unschedulable": True, "label": "true", "record": True,
+                                     "taints": ["medik8s.io/drain", "node.kubernetes.io/unschedulable"]}
+    assert [p.metadata.name for p in ready_pods(k8s, namespace, "keep", node)] and \
+        not [p for p in pods_on(k8s, node, namespace) if p.startswith("app-")]
+    again = run_module("node_maintenance", args)
+    assert again["changed"] is False and again["method"] == "drain"
+    assert again["method_reason"] == ("method auto kept drain: node %s is already in maintenance through a drain "
+                                      "by this collection." % node)
+
+    left = run_module("node_maintenance", {"name": node, "state": "absent"})
+    assert left["changed"] is True and left["method"] == "drain"
+    assert node_state(k8s, node) == {"unschedulable": False, "taints": [], "label": None, "record": False}
+    assert node_maintenances_of(k8s, node) == []
+
+
+def collection_writes(audit_log, offset):
+    """The write requests the collection sent since ``offset`` of the lab's audit log."""
+    writes = []
+    with open(audit_log, errors="replace") as handle:
+        handle.seek(offset)
+        for line in handle:
+            if "kubevirt_ops.maintenance/" not in line:
+                continue
+            event = json.loads(line)
+            ref = event.get("objectRef") or {}
+            if (event.get("userAgent") or "").startswith("kubevirt_ops.maintenance/") and \
+                    event.get("verb") in ("create", "update", "patch", "delete", "deletecollection") and \
+                    ref.get("resource") not in ("selfsubjectaccessreviews", "selfsubjectrulesreviews"):
+                writes.append("%s %s/%s" % (event["verb"], ref.get("resource"), ref.get("name")))
+    return writes
+
+
+def test_method_cr_refuses_grace_period_and_changes_nothing(lab, k8s, namespace, run_module):
+    node = workers(k8s)[1]
+    start_deployment(k8s, namespace, node, "app", 2)
+    audit_log = os.path.join(str(lab.state_dir), "audit.log")
+    offset = os.path.getsize(audit_log)
+    versions = ResourceVersions(k8s)
+    pods_before = namespace_pod_versions(k8s, namespace)
+    message = ("Node %s cannot enter maintenance with method=cr and grace_period=5: the NodeMaintenance operator "
+               "ignores that option (it gives each pod its own terminationGracePeriodSeconds); use method=drain or "
+               "auto, or leave it at its default." % node)
+    for check in (True, False):
+        failed = run_module("node_maintenance", {"name": node, "method": "cr", "grace_period": 5}, check=check)
+        assert failed.get("failed") and failed["msg"] == message, failed
+    assert changes_to(versions, namespace) == []
+    assert namespace_pod_versions(k8s, namespace) == pods_before
+    assert node_maintenances_of(k8s, node) == []
+    assert node_state(k8s, node) == {"unschedulable": False, "taints": [], "label": None, "record": False}
+    # The node's own resourceVersion moves with kwok's heartbeats, so ResourceVersions compares its
+    # spec, labels and annotations; the audit log shows the collection wrote nothing at all.
+    assert collection_writes(audit_log, offset) == []
+
+    left = run_module("node_maintenance", {"name": node, "state": "absent"})
+    assert left["changed"] is False
+
+
 # -- bad input -------------------------------------------------------------------------------------
 
 @pytest.fixture
