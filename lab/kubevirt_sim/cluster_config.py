@@ -58,8 +58,10 @@ class ClusterConfig:
         return DEFAULT_UNSCHEDULABLE_PENDING_TIMEOUT if value is None else int(value)
 
     def obsolete_cpu_models(self):
-        models = self._configuration().get("obsoleteCPUModels") or {}
-        return {name for name, obsolete in models.items() if obsolete}
+        # Every key counts, whatever its value: KubeVirt's node-labeller skips a model when
+        # ``_, ok := obsolete[model]`` (kubevirt v1.7.0 pkg/virt-handler/node-labeller/cpu_plugin.go,
+        # filterCpuModels). Empty: the caller falls back to KubeVirt's default list.
+        return set(self._configuration().get("obsoleteCPUModels") or {})
 
 
 def effective_eviction_strategy(vmi, config):
@@ -68,7 +70,11 @@ def effective_eviction_strategy(vmi, config):
     return own or config.eviction_strategy()
 
 
-# The obsolete CPU models HCO always adds (not shown in its CR), each also as "-v1".
+# The obsolete CPU models HCO always adds (not shown in its CR), each also as "-v1":
+# hardcodedObsoleteCPUModels of kubevirt/hyperconverged-cluster-operator v1.18.1,
+# controllers/handlers/kubevirt.go (the same since v1.15.0). KubeVirt's own default when the
+# KubeVirt CR has none (kubevirt v1.7.0 pkg/virt-handler/node-labeller/util/util.go,
+# DefaultObsoleteCPUModels) is the same 34 models.
 _BUILTIN_OBSOLETE = [
     "486",
     "pentium",

@@ -16,11 +16,13 @@ this plays the part of it the collection meets, following upstream's source
   mutating webhook does it on the next update of the CR once the status is known; the
   stand-in patches the spec itself as soon as it knows the status.
 - The KubeVirt CR ``kubevirt/kubevirt`` is written from the HyperConverged spec and put back
-  when someone edits it (``controllers/handlers/kubevirt.go``, getKVConfig): the eviction
-  strategy as is (unset: none in the KubeVirt CR), ``liveMigrationConfig`` ->
-  ``configuration.migrations``, and the obsolete CPU models: HCO's built-in list
-  (hardcodedObsoleteCPUModels) merged with the CR's (getObsoleteCPUConfig). ``minCPUModel``
-  is ignored, and v1 has no place for it.
+  when someone edits it (``controllers/handlers/kubevirt.go`` at v1.18.1, getKVConfig; UpdateCR
+  replaces the whole spec): the eviction strategy as is (unset: none in the KubeVirt CR),
+  ``liveMigrationConfig`` -> ``configuration.migrations``, and the obsolete CPU models:
+  HCO's built-in list (hardcodedObsoleteCPUModels) merged with the CR's, every value true
+  (getObsoleteCPUConfig); models no longer listed are removed. ``minCPUModel`` is ignored,
+  and v1 has no place for it. Upstream names its KubeVirt CR ``kubevirt-kubevirt-hyperconverged``
+  in HCO's namespace; the lab's is the one ``lab up`` creates.
 """
 
 from lab.kubevirt_sim import kube as k

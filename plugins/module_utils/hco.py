@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import patches
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError, InvalidInputError
 
@@ -21,12 +23,40 @@ DEFAULT_NAME = "kubevirt-hyperconverged"
 # OpenShift Virtualization installs HCO here; upstream HCO there.
 DEFAULT_NAMESPACES = ("openshift-cnv", "kubevirt-hyperconverged")
 
-_OBSOLETE_BASE_MODELS = (
+# HCO's hard-coded obsolete CPU models (``hardcodedObsoleteCPUModels``), which it merges with the
+# HyperConverged CR's own list into the KubeVirt CR's spec.configuration.obsoleteCPUModels, every
+# value true (``getObsoleteCPUConfig``), and puts back whenever someone edits the KubeVirt CR
+# (``UpdateCR`` copies the whole spec). Source, kubevirt/hyperconverged-cluster-operator:
+#   v1.4.0 - v1.6.0    pkg/controller/operands/kubevirt.go
+#   v1.7.0 - v1.15.2   controllers/operands/kubevirt.go
+#   v1.16.0 - v1.18.1  controllers/handlers/kubevirt.go (main at 03da3cff7 unchanged)
+# v1.4.0 - v1.11.0: the 15 models below; v1.11.1 adds Opteron_G1 and Opteron_G2; v1.15.0 adds
+# each model's "-v1" variant (libvirt's versioned names). Before v1.4.0 HCO had no obsoleteCPUs
+# and did not set the KubeVirt list.
+# KubeVirt itself (kubevirt/kubevirt pkg/virt-handler/node-labeller/cpu_plugin.go) treats a model
+# as obsolete when it is a key of the map, whatever its value, and uses its own
+# DefaultObsoleteCPUModels (pkg/virt-handler/node-labeller/util/util.go) only when the map is
+# empty; pkg/virt-config applies no default. With HCO the map is never empty.
+_OBSOLETE_BASE_MODELS_15 = (
     "486", "pentium", "pentium2", "pentium3", "pentiumpro", "coreduo", "n270", "core2duo", "Conroe",
-    "athlon", "phenom", "qemu64", "qemu32", "kvm64", "kvm32", "Opteron_G1", "Opteron_G2",
+    "athlon", "phenom", "qemu64", "qemu32", "kvm64", "kvm32",
 )
-# HCO's built-in list of obsolete CPU models, not shown in the CR; each also as '-v1'.
+_OBSOLETE_BASE_MODELS = _OBSOLETE_BASE_MODELS_15 + ("Opteron_G1", "Opteron_G2")
+# The newest list (HCO >= 1.15.0): each model also as '-v1'.
 BUILTIN_OBSOLETE_CPU_MODELS = tuple(m for base in _OBSOLETE_BASE_MODELS for m in (base, base + "-v1"))
+# (first HCO version, its hard-coded list), oldest first.
+HCO_BUILTIN_OBSOLETE_CPU_MODELS = (
+    ((1, 4, 0), _OBSOLETE_BASE_MODELS_15),
+    ((1, 11, 1), _OBSOLETE_BASE_MODELS),
+    ((1, 15, 0), BUILTIN_OBSOLETE_CPU_MODELS),
+)
+# The newest HCO minor release whose source was checked; later ones are not guessed.
+HCO_NEWEST_KNOWN = (1, 18)
+# HCO names its KubeVirt CR "kubevirt-" + the HyperConverged name, in its own namespace.
+HCO_KUBEVIRT_NAME = "kubevirt-" + DEFAULT_NAME
+# The entry of the HyperConverged status.versions that holds HCO's version
+# (controllers/hyperconverged/hyperconverged_controller.go, hcoVersionName).
+HCO_VERSION_NAME = "operator"
 
 MIN_CPU_MODEL_WARNING = (
     "min_cpu_model sets spec.obsoleteCPUs.minCPUModel, which is deprecated and ignored by recent versions of the "
@@ -141,6 +171,112 @@ def desired_cpu_models(current, cpu_models, state, exclusive):
     return list(current) + [m for m in cpu_models if m not in current]
 
 
+def hco_version(hco):
+    """HCO's version as the HyperConverged status reports it (``status.versions``), or None."""
+    for entry in (hco.obj.get("status") or {}).get("versions") or []:
+        if entry.get("name") == HCO_VERSION_NAME:
+            return entry.get("version") or None
+    return None
+
+
+def builtin_for_version(version):
+    """(HCO's hard-coded obsolete CPU models in ``version``, None), or (None, why they are not known)."""
+    if not version:
+        return None, "the HyperConverged resource reports no HCO version (status.versions)"
+    match = re.match(r"^v?(\d+)\.(\d+)\.(\d+)", version)
+    parsed = tuple(int(part) for part in match.groups()) if match else None
+    first = HCO_BUILTIN_OBSOLETE_CPU_MODELS[0][0]
+    if parsed is None or parsed[:2] > HCO_NEWEST_KNOWN or parsed < first:
+        return None, ("HCO version %s is not one whose built-in list is known (upstream HCO %s to %s.x; "
+                      "OpenShift Virtualization versions are not mapped)"
+                      % (version, ".".join(str(p) for p in first), ".".join(str(p) for p in HCO_NEWEST_KNOWN)))
+    chosen = None
+    for since, models in HCO_BUILTIN_OBSOLETE_CPU_MODELS:
+        if parsed >= since:
+            chosen = models
+    return list(chosen), None
+
+
+def find_kubevirt(client, hco):
+    """(the KubeVirt CR HCO writes, None), or (None, why it cannot be read).
+
+    Lists KubeVirt in every namespace (one in HCO's namespace wins when there are several);
+    without the right to list, reads HCO's own ``kubevirt-kubevirt-hyperconverged`` in HCO's
+    namespace.
+    """
+    if not client.kind_served("KubeVirt"):
+        return None, "the API server does not serve kubevirt.io/v1 KubeVirt"
+    try:
+        items, _rv = client.list("KubeVirt")
+    except ApiError as exc:
+        try:
+            obj = client.get_or_none("KubeVirt", HCO_KUBEVIRT_NAME, hco.namespace)
+        except ApiError:
+            return None, "the KubeVirt resources cannot be read (%s)" % exc.msg
+        if obj is None:
+            return None, ("the KubeVirt resources cannot be listed (%s) and KubeVirt %s/%s does not exist"
+                          % (exc.msg, hco.namespace, HCO_KUBEVIRT_NAME))
+        return obj, None
+    if not items:
+        return None, "no KubeVirt resource exists"
+    own = [i for i in items if (i.get("metadata") or {}).get("namespace") == hco.namespace]
+    if len(own) == 1:
+        return own[0], None
+    if len(items) == 1:
+        return items[0], None
+    return None, "%d KubeVirt resources exist, none of them in namespace %s" % (len(items), hco.namespace)
+
+
+class ObsoleteCPUSource:
+    """Where HCO's built-in obsolete CPU models are read from on this cluster.
+
+    From the KubeVirt CR's ``spec.configuration.obsoleteCPUModels`` when it can be read
+    (what KubeVirt really uses: HCO's list merged with the HyperConverged CR's), else from the
+    table of HCO versions, else unknown (``models(...)`` is None).
+    """
+
+    def __init__(self, client, hco):
+        self.version = hco_version(hco)
+        self.table, version_reason = builtin_for_version(self.version)
+        self.kubevirt, self.reason = find_kubevirt(client, hco)
+        self.kubevirt_models = None
+        if self.kubevirt is not None:
+            configuration = (self.kubevirt.get("spec") or {}).get("configuration") or {}
+            # KubeVirt treats every key as obsolete, whatever its value (cpu_plugin.go).
+            self.kubevirt_models = list(configuration.get("obsoleteCPUModels") or {})
+            if not self.kubevirt_models:
+                meta = self.kubevirt.get("metadata") or {}
+                self.reason = ("KubeVirt %s/%s has no spec.configuration.obsoleteCPUModels yet"
+                               % (meta.get("namespace"), meta.get("name")))
+        if self.kubevirt_models:
+            self.source = "kubevirt"
+        elif self.table is not None:
+            self.source = "hco_version"
+        else:
+            self.source = "unknown"
+            self.reason = "%s, and %s" % (self.reason, version_reason)
+
+    def models(self, hco_models):
+        """HCO's built-in models, given the models the HyperConverged CR lists now (None: unknown).
+
+        From the KubeVirt CR: its models minus those the HyperConverged CR lists, except
+        those also in the known hard-coded list of this HCO version (HCO keeps them when
+        the CR drops them).
+        """
+        if self.source == "kubevirt":
+            listed, kept = set(hco_models), set(self.table or ())
+            return [m for m in self.kubevirt_models if m not in listed or m in kept]
+        if self.source == "hco_version":
+            return list(self.table)
+        return None
+
+    def describe_kubevirt(self):
+        if self.source != "kubevirt":
+            return None
+        meta = self.kubevirt.get("metadata") or {}
+        return dict(name=meta.get("name"), namespace=meta.get("namespace"))
+
+
 def obsolete_cpus(module):
     """hco_obsolete_cpus: edit the obsolete CPU models of the HyperConverged resource."""
     params = module.params
@@ -158,8 +294,13 @@ def obsolete_cpus(module):
             min_cpu_model = None
         else:
             module.warn(MIN_CPU_MODEL_WARNING)
-    if state == "present":
-        builtin = [m for m in cpu_models if m in BUILTIN_OBSOLETE_CPU_MODELS]
+    source = ObsoleteCPUSource(client, hco)
+    if source.source == "unknown":
+        module.warn("HCO's built-in obsolete CPU models are not known, so builtin and effective are not returned: "
+                    "%s." % source.reason)
+    known = source.models(patches.value_at(hco.obj, hco.cpu_models_path) or [])
+    if state == "present" and known is not None:
+        builtin = [m for m in cpu_models if m in known]
         if builtin:
             module.warn("%s already in the built-in list of obsolete CPU models; listing them in the "
                         "HyperConverged resource changes nothing." % ", ".join(builtin))
@@ -194,11 +335,18 @@ def obsolete_cpus(module):
                         % hco.describe())
             outcome["min_after"] = kept
             outcome["changed"] = outcome["after"] != outcome["before"]
+    # HCO writes the KubeVirt CR asynchronously: effective is what it writes for the list
+    # after the task (getObsoleteCPUConfig), not waited for and read back.
+    builtin = source.models(outcome["before"])
     result = dict(
         changed=outcome["changed"],
         cpu_models=outcome["after"],
-        builtin=list(BUILTIN_OBSOLETE_CPU_MODELS),
-        effective=_unique(list(BUILTIN_OBSOLETE_CPU_MODELS) + outcome["after"]),
+        builtin=builtin,
+        effective=None if builtin is None else _unique(builtin + outcome["after"]),
+        builtin_source=source.source,
+        builtin_reason=source.reason if source.source != "kubevirt" else None,
+        kubevirt=source.describe_kubevirt(),
+        hco_version=source.version,
         min_cpu_model=outcome["min_after"],
         hyperconverged=dict(name=hco.name, namespace=hco.namespace, api_version=hco.api_version),
     )

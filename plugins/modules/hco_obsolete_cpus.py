@@ -15,10 +15,18 @@ description:
   - Adds CPU models to, or removes them from, the list of obsolete CPU models in the HyperConverged resource
     (C(spec.obsoleteCPUs.cpuModels), or C(spec.virtualization.obsoleteCPUModels) in C(hco.kubevirt.io/v1)).
     KubeVirt's node-labeller does not advertise obsolete models on nodes, so no VM is scheduled with them.
-  - HCO adds the models of the resource to a built-in list that the resource does not show (C(486), C(pentium),
-    C(pentium2), C(pentium3), C(pentiumpro), C(coreduo), C(n270), C(core2duo), C(Conroe), C(athlon), C(phenom),
-    C(qemu64), C(qemu32), C(kvm64), C(kvm32), C(Opteron_G1), C(Opteron_G2), each also with the suffix C(-v1)).
-    The module returns both lists and their union.
+  - HCO adds the models of the resource to a built-in list that the resource does not show, and writes the union
+    to the KubeVirt resource (C(spec.configuration.obsoleteCPUModels)), which is what KubeVirt uses. The module
+    returns the built-in list (RV(builtin)) and the union (RV(effective)) as the cluster uses them, read from the
+    KubeVirt resource when it can be read (listed in every namespace, or C(kubevirt-kubevirt-hyperconverged) in
+    HCO's namespace), else taken from the built-in list of the HCO version the HyperConverged status reports
+    (upstream HCO 1.4.0 to 1.18; since 1.15.0 C(486), C(pentium), C(pentium2), C(pentium3), C(pentiumpro),
+    C(coreduo), C(n270), C(core2duo), C(Conroe), C(athlon), C(phenom), C(qemu64), C(qemu32), C(kvm64), C(kvm32),
+    C(Opteron_G1), C(Opteron_G2), each also with the suffix C(-v1)). When neither tells, both are V(null), a warning
+    says why, and RV(builtin_source) is V(unknown).
+  - HCO writes the KubeVirt resource shortly after the HyperConverged resource changes; the module does not wait
+    for it. After a change, and in check mode, RV(effective) is what HCO writes for the new list (the built-in
+    list followed by the resource's models).
   - The change is a patch of that one list that the API server refuses if someone changed it in the meantime;
     the resource is then read again and the change recomputed.
 author:
@@ -105,17 +113,57 @@ cpu_models:
   elements: str
   sample: [Penryn, Nehalem]
 builtin:
-  description: HCO's built-in obsolete CPU models, which the resource does not show.
+  description:
+    - HCO's built-in obsolete CPU models, which the resource does not show.
+    - With RV(builtin_source=kubevirt), the models of the KubeVirt resource's C(spec.configuration.obsoleteCPUModels)
+      that the HyperConverged resource does not list (those it lists are kept when they are also in the built-in
+      list of the reported HCO version); with RV(builtin_source=hco_version), the list of that HCO version.
+    - V(null) when RV(builtin_source=unknown).
   returned: success
   type: list
   elements: str
   sample: ["486", 486-v1, pentium, pentium-v1]
 effective:
-  description: Every CPU model treated as obsolete, the built-in list followed by the resource's own models.
+  description:
+    - Every CPU model treated as obsolete, the built-in list followed by the resource's own models; this is what HCO writes
+      to the KubeVirt resource for the list after the task (in check mode, for the list it would set).
+    - V(null) when RV(builtin_source=unknown).
   returned: success
   type: list
   elements: str
   sample: ["486", 486-v1, pentium, pentium-v1, Penryn]
+builtin_source:
+  description:
+    - Where RV(builtin) comes from. V(kubevirt) is the KubeVirt resource (see RV(kubevirt)); V(hco_version) is the
+      built-in list of RV(hco_version) because the KubeVirt resource could not be read or has no list yet (see
+      RV(builtin_reason)); V(unknown) means neither, and RV(builtin) and RV(effective) are V(null).
+  returned: success
+  type: str
+  choices: [kubevirt, hco_version, unknown]
+  sample: kubevirt
+builtin_reason:
+  description: Why the KubeVirt resource was not used (and, for V(unknown), why the HCO version did not help either); V(null) with RV(builtin_source=kubevirt).
+  returned: success
+  type: str
+  sample: "the KubeVirt resources cannot be read (permission denied)"
+kubevirt:
+  description: The KubeVirt resource RV(builtin) was read from; V(null) unless RV(builtin_source=kubevirt).
+  returned: success
+  type: dict
+  contains:
+    name:
+      description: Its name.
+      type: str
+      sample: kubevirt-kubevirt-hyperconverged
+    namespace:
+      description: Its namespace.
+      type: str
+      sample: openshift-cnv
+hco_version:
+  description: HCO's version from the HyperConverged status (C(status.versions), entry C(operator)); V(null) when not reported.
+  returned: success
+  type: str
+  sample: 1.18.1
 min_cpu_model:
   description: C(spec.obsoleteCPUs.minCPUModel) after the task; V(null) when unset.
   returned: success

@@ -51,9 +51,12 @@ def namespace(name):
     return {"metadata": {"name": name}}
 
 
-def hyperconverged(namespace="kubevirt-hyperconverged", name="kubevirt-hyperconverged", spec=None):
-    return {"apiVersion": "hco.kubevirt.io/v1beta1", "kind": "HyperConverged",
-            "metadata": {"name": name, "namespace": namespace}, "spec": dict(spec or {})}
+def hyperconverged(namespace="kubevirt-hyperconverged", name="kubevirt-hyperconverged", spec=None, version=None):
+    obj = {"apiVersion": "hco.kubevirt.io/v1beta1", "kind": "HyperConverged",
+           "metadata": {"name": name, "namespace": namespace}, "spec": dict(spec or {})}
+    if version:
+        obj["status"] = {"versions": [{"name": "operator", "version": version}]}
+    return obj
 
 
 def kubevirt(eviction=None):

@@ -1,12 +1,15 @@
 """hco_obsolete_cpus against the lab: present/absent/exclusive idempotence, check and diff mode,
-what HCO passes on to KubeVirt, the min_cpu_model warning, and the error without a HyperConverged."""
+what HCO passes on to KubeVirt (builtin and effective read back from the KubeVirt CR), the min_cpu_model
+warning, and the error without a HyperConverged."""
 
 import copy
+import json
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lab.kubevirt_sim.cluster_config import BUILTIN_OBSOLETE_CPU_MODELS as LAB_HCO_BUILTIN
 from lab.wait import wait_for
 
 HCO = ("hco.kubevirt.io", "v1beta1", "kubevirt-hyperconverged", "hyperconvergeds", "kubevirt-hyperconverged")
@@ -32,6 +35,8 @@ def clean_hco(k8s):
     custom = client.CustomObjectsApi(k8s)
     original = copy.deepcopy(hco(k8s)["spec"].get("obsoleteCPUs"))
     custom.patch_namespaced_custom_object(*HCO, {"spec": {"obsoleteCPUs": None}})
+    wait_for(lambda: kubevirt_obsolete(k8s) == set(LAB_HCO_BUILTIN), 30,
+             "HCO to put only its built-in models in the KubeVirt CR")
     yield
     custom.patch_namespaced_custom_object(*HCO, {"spec": {"obsoleteCPUs": original}})
 
@@ -70,6 +75,47 @@ def test_present_absent_exclusive(k8s, run_module, clean_hco):
                                             "exclusive": True})["changed"] is False
     assert rv(k8s) == version
     wait_for(lambda: "Nehalem" not in kubevirt_obsolete(k8s), 30, "HCO to drop Nehalem from KubeVirt")
+
+
+def kubectl_obsolete(lab):
+    """spec.configuration.obsoleteCPUModels of the KubeVirt CR, as `kubectl get kubevirts -A -o json` shows it."""
+    items = json.loads(lab.kubectl("get", "kubevirts.kubevirt.io", "-A", "-o", "json").stdout)["items"]
+    assert len(items) == 1
+    return items[0]["spec"]["configuration"].get("obsoleteCPUModels") or {}
+
+
+def true_keys(models):
+    return {m for m, on in models.items() if on}
+
+
+def test_builtin_and_effective_are_what_kubevirt_uses(lab, k8s, run_module, clean_hco):
+    args = {"cpu_models": ["Haswell-noTSX"]}
+    checked = run_module("hco_obsolete_cpus", args, check=True)
+    assert checked["builtin_source"] == "kubevirt" and checked["hco_version"] == "1.18.1"
+    assert checked["kubevirt"] == {"name": "kubevirt", "namespace": "kubevirt"} and checked["builtin_reason"] is None
+    assert set(checked["builtin"]) == true_keys(kubectl_obsolete(lab))
+    # Check mode predicts what HCO will write; nothing is written.
+    assert checked["effective"] == checked["builtin"] + ["Haswell-noTSX"]
+    assert "Haswell-noTSX" not in kubectl_obsolete(lab)
+
+    result = run_module("hco_obsolete_cpus", args)
+    assert result["changed"] is True and result["effective"] == checked["effective"]
+    wait_for(lambda: "Haswell-noTSX" in kubectl_obsolete(lab), 30, "HCO to pass Haswell-noTSX to KubeVirt")
+    models = kubectl_obsolete(lab)
+    assert models["Haswell-noTSX"] is True
+    assert set(result["effective"]) == true_keys(models) and len(result["effective"]) == len(models)
+
+    again = run_module("hco_obsolete_cpus", args)  # now read back from the KubeVirt CR
+    assert again["changed"] is False
+    assert again["builtin"] == result["builtin"] and set(again["effective"]) == true_keys(kubectl_obsolete(lab))
+
+    warned = run_module("hco_obsolete_cpus", {"cpu_models": ["qemu64-v1"]}, check=True)
+    assert "qemu64-v1 already in the built-in list" in str(warned.get("warnings"))
+
+    result = run_module("hco_obsolete_cpus", dict(args, state="absent"))
+    assert result["changed"] is True and "Haswell-noTSX" not in result["effective"]
+    wait_for(lambda: "Haswell-noTSX" not in kubectl_obsolete(lab), 30, "HCO to drop Haswell-noTSX from KubeVirt")
+    assert set(result["effective"]) == true_keys(kubectl_obsolete(lab))
 
 
 def test_min_cpu_model_warns_and_is_not_kept_by_hco_storing_v1(k8s, run_module, clean_hco):
