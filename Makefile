@@ -11,7 +11,7 @@ PYTEST_ENV := PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COL
 LAB := $(BIN)/python -m lab
 PYTEST_WORKERS ?= 1
 
-.PHONY: help venv collection test sanity lint changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-security bench-smoke test-faults reliability-report molecule demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test sanity lint changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-awx test-security bench-smoke test-faults reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
@@ -44,6 +44,7 @@ test: venv collection
 	$(MAKE) test-security
 	$(MAKE) test-faults
 	$(MAKE) test-roles
+	$(MAKE) test-awx
 	$(MAKE) molecule
 	$(MAKE) bench-smoke
 
@@ -105,6 +106,12 @@ integration-kubevirt-other: venv collection
 
 test-roles: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/roles
+
+# The rolling maintenance playbook run through ansible-runner as an AWX / AAP job template runs
+# it (extra vars, a bearer-token credential's environment, no kubeconfig), asserting on the job
+# events: drain progress at least every 15 s, the stats and report artifacts, no secret.
+test-awx: venv collection
+	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/awx
 
 test-security: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/security

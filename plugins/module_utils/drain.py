@@ -191,13 +191,23 @@ class Progress:
                 pass
         self.lines += 1
 
-    def update(self, total, eviction, pending, vms_left, phase="Running"):
-        state = (total, eviction, pending, vms_left, phase)
+    def update(self, total, eviction, pending, vms_left, phase="Running", vms=(), error=None):
+        """One status line when anything changed: ``vms`` names the VMs (namespace/name) still
+        to leave the node, ``error`` is the last refusal or failure the drain met (it stays
+        until another replaces it); both are left out when empty, the error always last."""
+        vms = tuple(sorted(set(vms)))
+        error = " ".join(str(error).split()) if error else None
+        state = (total, eviction, pending, vms_left, phase, vms, error)
         if state == self.last:
             return
         self.last = state
-        self.line("phase=%s pods_left=%d/%d vms_left=%d progress=%d%%" % (
-            phase, pending, eviction, vms_left, percent(eviction, pending)))
+        text = "phase=%s pods_left=%d/%d vms_left=%d progress=%d%%" % (
+            phase, pending, eviction, vms_left, percent(eviction, pending))
+        if vms:
+            text += " vms=%s" % ",".join(vms)
+        if error:
+            text += " last_error=%s" % error
+        self.line(text)
 
 
 def percent(eviction, pending):
@@ -289,6 +299,7 @@ class Drainer:
         self.migrations = []  # one Informer per namespace of the VMs being migrated
         self._failed_before = None  # UIDs of migrations that had failed before this drain
         self._virt_api_down = False  # the last answer to a launcher pod's eviction came without virt-api
+        self.last_error = None  # the last refusal (but KubeVirt's "evacuation under way") or failure, for progress
         self.result = DrainResult()
 
     # -- informers ---------------------------------------------------------------------------
@@ -365,6 +376,11 @@ class Drainer:
             self.result.evicted += 1  # the watch may have seen the pod go before this answer arrived
         if target.launcher and outcome != "fatal":
             self._virt_api(outcome == "blocked" and reason is not None and reason.startswith(VIRT_API_DOWN_START))
+        if outcome == "fatal" or (outcome == "blocked" and not (
+                target.launcher and kubevirt.evacuation_under_way(reason))):
+            # KubeVirt refusing a launcher pod's eviction because it is migrating the VM is
+            # the normal course, not an error.
+            self.last_error = "%s: %s" % (target.key, reason)
         if target.state == "gone":
             return
         if outcome == "granted":
@@ -551,6 +567,7 @@ class Drainer:
                 continue
             target.vm = "%s/%s" % (target.namespace, vmi_name)
             self.result.gave_up[target.key] = describe_failures(failed)
+            self.last_error = "VM %s: %s" % (target.vm, self.result.gave_up[target.key])
             if self.progress is not None:
                 self.progress.line("VM %s cannot leave the node: %s; non_migratable=%s" % (
                     target.vm, self.result.gave_up[target.key], self.non_migratable))
@@ -586,7 +603,13 @@ class Drainer:
             return
         pending = self.result.pending
         self.progress.update(self.result.total, self.result.eviction, len(pending),
-                             sum(1 for t in pending if t.launcher))
+                             sum(1 for t in pending if t.launcher), vms=self.pending_vms(),
+                             error=self.last_error)
+
+    def pending_vms(self):
+        """namespace/name of the VMs whose virt-launcher pods are still on the node."""
+        return sorted("%s/%s" % (t.namespace, kubevirt.launcher_vmi_name(t.pod) or t.name)
+                      for t in self.result.pending if t.launcher)
 
     def run(self, wait=True):
         """Drain; returns a DrainResult (``timed_out`` / ``fatal`` tell how it ended)."""

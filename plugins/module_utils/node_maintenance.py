@@ -368,7 +368,8 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
     result["vms"] = vm_report(client, plan, explanations, final=params["wait"], restarted=restarted)
     nodes_mod.set_record_phase(client, node_after, result["phase"], result["last_error"])
     progress.update(outcome.total, outcome.eviction, len(outcome.pending),
-                    sum(1 for t in outcome.pending if t.launcher), phase=result["phase"])
+                    sum(1 for t in outcome.pending if t.launcher), phase=result["phase"],
+                    vms=drainer.pending_vms(), error=result["last_error"] or drainer.last_error)
     if module.diff_mode:
         result["diff"] = {"before": before, "after": after}
     return outcome.timed_out
@@ -428,6 +429,8 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
         restart_elsewhere.shut_down(client, shutdown)
         result["changed"] = True
     namespaces = dict((p["metadata"]["name"], p["metadata"]["namespace"]) for p in plan.evict)
+    vm_of_pod = dict((pod_key(p), "%s/%s" % (p["metadata"]["namespace"], kubevirt.launcher_vmi_name(p)))
+                     for p in plan.evict if kubevirt.is_launcher_pod(p) and kubevirt.launcher_vmi_name(p))
     timed_out = False
     if params["wait"]:
         informer = Informer(client, kind, field_selector="metadata.name=%s" % cr_name)
@@ -438,7 +441,9 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
                 return False
             view = nm_cr.status_view(current, namespaces)
             progress.update(view["total_pods"], view["eviction_pods"], len(view["pending_pods"]),
-                            sum(1 for p in view["pending_pods"] if "virt-launcher-" in p))
+                            sum(1 for p in view["pending_pods"] if "virt-launcher-" in p),
+                            vms=[vm_of_pod[p] for p in view["pending_pods"] if p in vm_of_pod],
+                            error=view["last_error"])
             return current if view["phase"] in nm_cr.FINAL_PHASES else False
 
         try:

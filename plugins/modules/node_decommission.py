@@ -47,7 +47,11 @@ options:
     type: bool
     default: false
   progress_file:
-    description: A file to append progress lines to (they also go to the system log of the host that runs the module).
+    description:
+      - A file to append progress lines to (they also go to the system log of the host that runs the module).
+      - When the module runs on the controller (connection C(local)), its action plugin prints the drain's progress
+        in the job output while it runs, each change and the latest status at least every 10 seconds; this option is
+        not needed for that.
     type: path
   wait_timeout:
     description: How many seconds the whole task may take at most (drain and VM restarts included).

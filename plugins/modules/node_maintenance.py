@@ -29,8 +29,11 @@ description:
     that API is served) named C(kubevirt-ops-<node>) is created and its status is reported in the same shape.
   - Refuses, unless told otherwise, the last schedulable node, a control-plane node whose loss would break etcd
     quorum, and a node that a NodeMaintenance created by someone else already holds.
-  - Modules cannot stream output; progress (one line per change, with the pods and VMs left and the percentage) goes to
-    the system log of the managed host and, when O(progress_file) is set, to that file.
+  - Progress (one line per change, with the pods left, the VMs still to leave the node by name, the last error and the
+    percentage) goes to the system log of the host that runs the module and, when O(progress_file) is set, to that file.
+    When the module runs on the controller (connection C(local), for example a task delegated to C(localhost)), the action
+    plugin of this module also prints it in the job output while the drain runs (C(ansible-playbook), ansible-runner,
+    AWX / AAP job output), each change and the latest status at least every 10 seconds.
   - While virt-api is down, KubeVirt's eviction webhook refuses every eviction of a virt-launcher pod; the drain keeps
     waiting (until O(wait_timeout)) and its progress says "virt-api is not answering", then when it answers again.
   - O(state=absent) ends maintenance. VMs that moved away do not move back by themselves.
@@ -84,8 +87,8 @@ options:
     default: false
   progress_file:
     description:
-      - A file to append progress lines to while the drain runs (for a role or an AWX job to tail). The lines also go
-        to the system log of the host that runs the module.
+      - A file to append progress lines to while the drain runs. The lines also go to the system log of the host that
+        runs the module, and to the job output (see the description); this option is not needed for that.
     type: path
   wait_timeout:
     description:

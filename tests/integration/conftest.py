@@ -58,7 +58,10 @@ def run_ansible_module(kubeconfig, module, args, check=False, diff=False, env=No
         cmd.append("-" + "v" * verbosity)
     proc = subprocess.run(cmd, env=ansible_env(kubeconfig, env), capture_output=True, text=True, timeout=3600)
     try:
-        data = json.loads(proc.stdout[proc.stdout.index("{"):])
+        # The JSON document starts at the first line that is "{" (lines before it: the
+        # progress the drain modules display while they run).
+        data = json.loads(proc.stdout[proc.stdout.index("{") if proc.stdout.startswith("{")
+                                      else proc.stdout.index("\n{") + 1:])
         result = data["plays"][0]["tasks"][0]["hosts"]["localhost"]
     except (ValueError, KeyError, IndexError):
         raise AssertionError("ansible produced no JSON result (rc=%s)\nstdout:\n%s\nstderr:\n%s"
