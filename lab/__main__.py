@@ -46,6 +46,15 @@ def main(argv=None):
         help="the scale profile for labs of hundreds to ~3,000 nodes: a larger pod CIDR, "
         "heartbeats every 30 s, 5 minutes until a silent node turns NotReady (lab/README.md)",
     )
+    build = commands.add_parser(
+        "build", help="build every binary the lab runs into the cache (nothing starts); idempotent"
+    )
+    build.add_argument(
+        "--kubevirt-version",
+        metavar="X.Y.Z",
+        action="append",
+        help="a KubeVirt release to build (repeatable; default: the lab's default release)",
+    )
     commands.add_parser("down", help="stop everything and delete the cluster; keeps logs/")
     commands.add_parser("status", help="show components and nodes; exit 1 unless fully up")
     commands.add_parser("env", help="print `export KUBECONFIG=...` for eval")
@@ -74,6 +83,8 @@ def main(argv=None):
                 profile="scale" if args.scale else None,
                 kubevirt_version=args.kubevirt_version,
             )
+        elif args.command == "build":
+            cluster.build(paths, args.kubevirt_version)
         elif args.command == "down":
             cluster.down(paths)
         elif args.command == "status":

@@ -268,6 +268,20 @@ def node_fail(paths, name, wait=True):
     say(f"node {name} failed" + ("" if wait else " (heartbeat stopped, not waiting for NotReady)"))
 
 
+def build(paths, kubevirt_versions=None):
+    """Every binary the lab runs, built into the cache when missing (``make test`` builds them
+    while the static checks run, so that a cold run does not wait for them later)."""
+    from lab.kubevirt import DEFAULT_VERSION
+    from lab.kubevirt import binaries as kubevirt_binaries
+
+    binaries.ensure()
+    for version in kubevirt_versions or [DEFAULT_VERSION]:
+        kubevirt_binaries.ensure(version, paths.log("kubevirt-build-%s" % version))
+    nmo.ensure_built()
+    say("binaries built: kubernetes, etcd, kwok, KubeVirt %s, node-maintenance-operator"
+        % ", ".join(kubevirt_versions or [DEFAULT_VERSION]))
+
+
 def node_recover(paths, name, wait=True):
     _require_settings(paths)
     nodes.recover(nodes.api_client(paths.kubeconfig), name, wait=wait)

@@ -56,13 +56,14 @@ options:
     description:
       - Act only on the selected VMs that cannot live-migrate, those a drain would block on with C(LiveMigrate).
       - A running VM is judged by its VMI's C(LiveMigratable) condition. A stopped VM is judged as virt-handler of
-        the installed KubeVirt release (read from the KubeVirt resource) would judge it once it runs: a PVC (or
+        the installed KubeVirt release (read from the KubeVirt resource) would judge it once it runs. A PVC (or
         DataVolume) without ReadWriteMany access, a non-shared hostDisk, a PCI host device, a GPU (KubeVirt 1.9
         migrates one mediated GPU when the C(VGPULiveMigration) feature gate is on), SEV, TDX or Secure Execution,
         SCSI persistent reservation (before 1.9), Hyper-V passthrough, or a pod-network interface that is neither
         masquerade, nor bridge with the C(kubevirt.io/allow-pod-bridge-network-live-migration) annotation, nor a
-        binding plugin with migration (a VM without interfaces gets the cluster's C(defaultNetworkInterface)).
-      - Not blockers, as in KubeVirt: host-passthrough CPU, virtiofs shares of ConfigMaps and Secrets, SR-IOV and
+        binding plugin with migration (a VM without interfaces gets the cluster's C(defaultNetworkInterface)) makes it
+        non-migratable.
+      - As in KubeVirt, these do not block - host-passthrough CPU, virtiofs shares of ConfigMaps and Secrets, SR-IOV and
         other secondary interfaces, container and cloud-init disks.
       - VMs whose PVC does not exist cannot be judged; they are left out with a warning.
     type: bool

@@ -26,7 +26,7 @@ IGNORED = [
     ({"non_migratable": "shutdown"}, "non_migratable=shutdown",
      "retries a VM whose live migrations keep failing instead of shutting it down"),
 ]
-IDS = [text.split("=")[0] + ("-" + text.split("=")[1] if "grace" in text else "") for _a, text, _i in IGNORED]
+IDS = [text.split("=", maxsplit=1)[0] + ("-" + text.split("=")[1] if "grace" in text else "") for _a, text, _i in IGNORED]
 
 
 WARNED = []
