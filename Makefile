@@ -11,12 +11,15 @@ PYTEST_ENV := PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COL
 LAB := $(BIN)/python -m lab
 PYTEST_WORKERS ?= 1
 
-.PHONY: help venv collection test checks lab-binaries sanity lint changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-awx test-security bench-smoke test-faults reliability-report molecule demo lab-up lab-down lab-status bench clean
+	$(MAKE) -j2 checks lab-binaries
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
 	@echo "make test      sanity, lint, unit tests, the lab tier (lab, simulator, modules, security, faults, roles), Molecule and the bench smoke - what CI runs"
 	@echo "make unit-floor  unit tests on the oldest declared runtime (kubernetes 24.2.0, urllib3 1.26)"
+	@echo "make test-versions  unit tests on every ansible-core from 2.17 to the newest, sanity on the oldest and newest"
+	@echo "make unit-core-2.18  the unit tests on one ansible-core (sanity-core-2.21: its sanity)"
+	@echo "make docs-lint  antsibull-docs lint of the plugin and role docs; make ee-context: the execution-environment build context"
 	@echo "make test-faults     fault-injection tests on the lab (kills, API server restart, node failure)"
 	@echo "make reliability-report  bad-input, least-privilege, secrets and fault tests; the table of figures"
 	@echo "make lab-up    start the local lab cluster (.lab/kubeconfig); make lab-down stops it"
@@ -37,7 +40,17 @@ collection:
 # The static checks run while the lab's binaries build (a cold cache takes minutes; a warm one
 # returns at once), then every lab tier.
 test: venv collection
+<<<<<<< HEAD
 	$(MAKE) -j2 checks lab-binaries
+=======
+	$(MAKE) sanity
+	$(MAKE) lint
+	$(MAKE) unit
+	$(MAKE) unit-floor
+	$(MAKE) test-versions
+	$(MAKE) docs-lint
+	$(MAKE) ee-context
+>>>>>>> wip-matrix
 	$(MAKE) integration
 	$(MAKE) integration-kubevirt-other
 	$(MAKE) test-security
@@ -52,6 +65,9 @@ checks: venv collection
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) unit-floor
+	$(MAKE) test-versions
+	$(MAKE) docs-lint
+	$(MAKE) ee-context
 
 # Every binary the lab runs (Kubernetes, etcd, kwok, both KubeVirt releases, the operator),
 # built once into ~/.cache/kubevirt-ops-lab/.
@@ -62,15 +78,29 @@ lab-binaries: venv
 # so sanity runs on a copy of exactly what the collection build ships plus its tests
 # (docs/rbac holds multi-document Kubernetes manifests for kubectl, not Ansible content).
 ANSIBLE_TEST_PIP := $(HOME)/.ansible/test/cache/get_pip_24_2.py
+# the pip versions whose bootstrap script the tested ansible-test releases ask for
+ANSIBLE_TEST_PIP_VERSIONS := 23_1_2 24_2 25_2
+
+# SANITY_VENV names the virtualenv whose ansible-test runs (`make sanity`: .venv) and
+# SANITY_ARGS what it runs. Without --python ansible-test runs the compile and import tests on
+# every Python it supports for the modules (tests/config.yml: >= 3.9) that is on PATH
+# (SANITY_PYTHONS from pyenv, see below) and the other tests on the virtualenv's own Python.
+SANITY_VENV ?= $(VENV)
+SANITY_ARGS ?= --python 3.11
 
 sanity: venv
-	@mkdir -p $(dir $(ANSIBLE_TEST_PIP)) && [ -f $(ANSIBLE_TEST_PIP) ] || cp tools/ansible_test_pip_bootstrap.py $(ANSIBLE_TEST_PIP)
+	$(MAKE) sanity-run SANITY_VENV=$(VENV)
+
+sanity-run:
+	@mkdir -p $(dir $(ANSIBLE_TEST_PIP)) && for v in $(ANSIBLE_TEST_PIP_VERSIONS); do \
+	  f=$(dir $(ANSIBLE_TEST_PIP))get_pip_$$v.py; [ -f $$f ] || cp tools/ansible_test_pip_bootstrap.py $$f; done
 	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
 	@git ls-files --cached --others --exclude-standard -z \
 	  | grep -zvE '^(lab|bench|tools|docs/rbac|tests/integration|\.ci)/' \
 	  | xargs -0 -I{} cp --parents {} $(SANITY_ROOT)/ 2>/dev/null || true
 	@cd $(SANITY_ROOT) && git init -q . # its own repository, so ansible-test lists exactly these files
-	cd $(SANITY_ROOT) && PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --python 3.11 --color no
+	cd $(SANITY_ROOT) && PATH=$(CURDIR)/$(SANITY_VENV)/bin:$(SANITY_PATH)$$PATH \
+	  $(CURDIR)/$(SANITY_VENV)/bin/ansible-test sanity $(SANITY_ARGS) --color no
 
 lint: venv collection
 	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS) $(BIN)/ansible-lint --profile production
@@ -95,6 +125,76 @@ $(FLOOR_VENV)/.installed: requirements-floor.txt
 unit-floor: $(FLOOR_VENV)/.installed collection
 	PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS) PATH=$(FLOOR_BIN):$$PATH \
 	  $(FLOOR_BIN)/pytest -q -p no:cacheprovider tests/unit
+
+# Every ansible-core the collection claims (meta/runtime.yml: requires_ansible >= 2.17), up to
+# the newest release: the unit tests on each, in a virtualenv of its own (.venv-core<X.Y>, from
+# tests/requirements/core-<X.Y>.txt: ansible-core, pytest and what the unit tests import),
+# and ansible-test sanity on the oldest and the newest. 2.20 and later need Python 3.12.
+# Interpreters come from pyenv when it is there (PYTHON_3.12=... overrides), else from PATH.
+CORE_VERSIONS := 2.17 2.18 2.19 2.20 2.21
+CORE_SANITY_VERSIONS := 2.17 2.21
+PYENV_ROOT ?= $(shell pyenv root 2>/dev/null)
+pyenv_python = $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bin/python$(1)))),python$(1))
+PYTHON_3.11 ?= $(call pyenv_python,3.11)
+PYTHON_3.12 ?= $(call pyenv_python,3.12)
+core_python = $(if $(filter 2.17 2.18 2.19,$(1)),$(PYTHON_3.11),$(PYTHON_3.12))
+# The Pythons ansible-test sanity checks the modules on (compile, import): pyenv's 3.8 to 3.13.
+SANITY_PYTHON_VERSIONS := 3.8 3.9 3.10 3.11 3.12 3.13
+SANITY_PATH := $(subst $(eval) ,,$(foreach v,$(SANITY_PYTHON_VERSIONS),$(patsubst %/python$(v),%:,$(filter /%,$(call pyenv_python,$(v))))))
+
+.PRECIOUS: .venv-core%/.installed
+.venv-core%/.installed: tests/requirements/core-%.txt
+	rm -rf .venv-core$*
+	$(call core_python,$*) -m venv .venv-core$*
+	.venv-core$*/bin/pip install --quiet --disable-pip-version-check -r $<
+	touch $@
+
+unit-core-%: .venv-core%/.installed collection
+	PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS) PATH=$(CURDIR)/.venv-core$*/bin:$$PATH \
+	  $(CURDIR)/.venv-core$*/bin/pytest -q -p no:cacheprovider tests/unit
+
+# The full sanity set on the virtualenv's Python, compile and import on every Python of SANITY_PATH.
+sanity-core-%: .venv-core%/.installed
+	$(MAKE) sanity-run SANITY_VENV=.venv-core$* SANITY_ARGS=
+
+# The unit suites wait on their fake API server's clocks, not on the CPU: they run side by side.
+test-versions: collection
+	$(MAKE) --output-sync=target -j$(words $(CORE_VERSIONS)) $(addprefix .venv-core,$(addsuffix /.installed,$(CORE_VERSIONS)))
+	$(MAKE) --output-sync=target -j$(words $(CORE_VERSIONS)) $(addprefix unit-core-,$(CORE_VERSIONS))
+	$(foreach v,$(CORE_SANITY_VERSIONS),$(MAKE) sanity-core-$(v) &&) true
+
+# antsibull-docs and ansible-builder in a virtualenv of their own (tests/requirements/docs.txt).
+DOCS_VENV := .venv-docs
+DOCS_BIN := $(CURDIR)/$(DOCS_VENV)/bin
+
+$(DOCS_VENV)/.installed: tests/requirements/docs.txt
+	rm -rf $(DOCS_VENV)
+	$(PYTHON_3.11) -m venv $(DOCS_VENV)
+	$(DOCS_BIN)/pip install --quiet --disable-pip-version-check -r $<
+	touch $@
+
+# The plugin docs and the roles' argument specs as the documentation site renders them.
+docs-lint: $(DOCS_VENV)/.installed collection
+	cd $(COLLECTION_LINK) && PATH=$(DOCS_BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS) \
+	  $(DOCS_BIN)/antsibull-docs lint-collection-docs --plugin-docs .
+
+# The execution environment: meta/execution-environment.yml is what ansible-builder reads from
+# the installed collection, with its paths relative to the collection's root. Check both uses
+# (no image is built): the introspection an EE build runs must find the collection's Python
+# requirements and bindep, and `ansible-builder create` on the file (schema version 3, laid
+# out as in the collection) must write a build context that carries them.
+EE_CONTEXT := $(CURDIR)/.build/ee
+EE_DEF := $(CURDIR)/.build/ee-definition
+ee-context: $(DOCS_VENV)/.installed collection
+	$(DOCS_BIN)/ansible-builder introspect $(COLLECTIONS) > .build/ee-introspect.yml
+	grep -q "kubernetes>=24.2.0  # from collection kubevirt_ops.maintenance" .build/ee-introspect.yml
+	grep -q "python3 \[platform:rpm compile\]  # from collection kubevirt_ops.maintenance" .build/ee-introspect.yml
+	rm -rf $(EE_CONTEXT) $(EE_DEF) && mkdir -p $(EE_DEF)
+	cp meta/execution-environment.yml requirements.txt bindep.txt $(EE_DEF)/
+	$(DOCS_BIN)/ansible-builder create --file $(EE_DEF)/execution-environment.yml --context $(EE_CONTEXT) --output-filename Containerfile -v 1
+	cmp requirements.txt $(EE_CONTEXT)/_build/requirements.txt
+	cmp bindep.txt $(EE_CONTEXT)/_build/bindep.txt
+	grep -q "_build/requirements.txt" $(EE_CONTEXT)/Containerfile && grep -q "_build/bindep.txt" $(EE_CONTEXT)/Containerfile
 
 # The lab tier that gates every change: the lab itself, the KubeVirt contract (the behaviour
 # page against the real virt-controller and virt-api; that suite brings up a lab with the real

@@ -61,6 +61,7 @@ def plugin(server, monkeypatch):
     inventory_loader._load_config_defs(name, nodes_plugin, nodes_plugin.__file__)
     instance = nodes_plugin.InventoryModule()
     instance._load_name = name
+    instance._redirected_names = []  # set by the loader; ansible-core < 2.19 has no class default
     monkeypatch.setattr(instance, "_client", lambda: fake_client(server)[0])
     return instance
 
