@@ -11,7 +11,7 @@ PYTEST_ENV := PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COL
 LAB := $(BIN)/python -m lab
 PYTEST_WORKERS ?= 1
 
-	$(MAKE) -j2 checks lab-binaries
+.PHONY: help venv collection test checks lab-binaries sanity sanity-run lint docs-lint ee-context test-versions changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-awx test-security bench-smoke test-faults reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
@@ -40,17 +40,7 @@ collection:
 # The static checks run while the lab's binaries build (a cold cache takes minutes; a warm one
 # returns at once), then every lab tier.
 test: venv collection
-<<<<<<< HEAD
 	$(MAKE) -j2 checks lab-binaries
-=======
-	$(MAKE) sanity
-	$(MAKE) lint
-	$(MAKE) unit
-	$(MAKE) unit-floor
-	$(MAKE) test-versions
-	$(MAKE) docs-lint
-	$(MAKE) ee-context
->>>>>>> wip-matrix
 	$(MAKE) integration
 	$(MAKE) integration-kubevirt-other
 	$(MAKE) test-security
