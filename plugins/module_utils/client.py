@@ -35,6 +35,7 @@ from urllib.parse import urlencode
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     ApiError,
     ConfigurationError,
+    ConflictError,
     ConnectionFailedError,
     NotFoundError,
     api_error,
@@ -581,6 +582,10 @@ class KubeClient:
         deadline = time.monotonic() + self.retry_budget
         attempt = 0
         renewed = False
+        # A create whose answer was lost (the connection broke after the request was sent, or a
+        # gateway timed out) may have been applied: a 409 on the retry is then no proof that
+        # someone else created the object (``create`` reads it back).
+        maybe_applied = False
         while True:
             attempt += 1
             self.requests_made += 1
@@ -601,6 +606,8 @@ class KubeClient:
                     "Cannot %s %s: TLS verification of %s failed (wrong CA certificate or server name?): %s."
                     % (verb, obj, self.settings.host, _short(exc)), host=self.settings.host) from exc
             except (self._urllib3.exceptions.HTTPError, OSError) as exc:
+                if method == "POST" and not isinstance(exc, self._urllib3.exceptions.ConnectTimeoutError):
+                    maybe_applied = True
                 if time.monotonic() < deadline:
                     _backoff(attempt, deadline)
                     continue
@@ -621,9 +628,13 @@ class KubeClient:
             retry_after = _retry_after(resp)
             transient = status in _TRANSIENT_STATUS or (status == 429 and retry_429)
             if transient and time.monotonic() < deadline:
+                if method == "POST" and status in (500, 504):
+                    maybe_applied = True
                 _backoff(attempt, deadline, retry_after)
                 continue
-            raise api_error(status, verb, obj, raw, retry_after=retry_after)
+            error = api_error(status, verb, obj, raw, retry_after=retry_after)
+            error.maybe_applied_before = maybe_applied
+            raise error
 
     # -- resources -------------------------------------------------------------------
 
@@ -657,8 +668,18 @@ class KubeClient:
         meta = body.get("metadata") or {}
         name_for_msg = name or meta.get("name")
         path = resource_path(kind, name if subresource else None, namespace, subresource)
-        return self.request("POST", path, body=body, obj=describe_object(kind, name_for_msg, namespace),
-                            verb=verb, retry_429=retry_429)
+        try:
+            return self.request("POST", path, body=body, obj=describe_object(kind, name_for_msg, namespace),
+                                verb=verb, retry_429=retry_429)
+        except ConflictError as exc:
+            # The answer to an earlier attempt was lost and the retry found the object: it is
+            # ours when it carries everything we sent (labels, annotations, spec), else not.
+            if subresource or not meta.get("name") or not getattr(exc, "maybe_applied_before", False):
+                raise
+            existing = self.get_or_none(kind, meta["name"], namespace or meta.get("namespace"))
+            if existing is None or not created_from(existing, body):
+                raise
+            return existing
 
     def patch(self, kind, name, patch, namespace=None, patch_type="merge", subresource=None):
         content_type = {
@@ -753,6 +774,19 @@ def _retry_after(resp):
         return float(resp.headers.get("Retry-After"))
     except (TypeError, ValueError):
         return None
+
+
+def _subset(wanted, found):
+    if isinstance(wanted, dict):
+        return isinstance(found, dict) and all(_subset(v, found.get(k)) for k, v in wanted.items())
+    return wanted == found
+
+
+def created_from(existing, body):
+    """True when ``existing`` carries every label, annotation and spec field of ``body``."""
+    wanted_meta, found_meta = body.get("metadata") or {}, existing.get("metadata") or {}
+    return all(_subset(wanted_meta.get(k) or {}, found_meta.get(k) or {}) for k in ("labels", "annotations")) \
+        and _subset(body.get("spec") or {}, existing.get("spec") or {})
 
 
 def _backoff(attempt, deadline, retry_after=None):

@@ -221,3 +221,44 @@ def test_kind_served_falls_back_to_each_group_on_an_older_server(api):
     assert not client.kind_served("HyperConverged")
     paths = [p.split("?")[0] for _m, p, _h in api.seen]
     assert paths == ["/apis", "/apis/kubevirt.io/v1", "/apis/hco.kubevirt.io/v1beta1"]
+
+
+NM_PATH = "/apis/nodemaintenance.medik8s.io/v1beta1/nodemaintenances"
+NM_BODY = {"apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
+           "metadata": {"name": "nm-n1", "labels": {"app.kubernetes.io/managed-by": "kubevirt_ops.maintenance"}},
+           "spec": {"nodeName": "n1", "reason": "firmware"}}
+ALREADY_EXISTS = (409, {"kind": "Status", "reason": "AlreadyExists", "message": "already exists"}, {})
+
+
+def created(body, **spec):
+    obj = json.loads(json.dumps(body))
+    obj["metadata"].update(uid="u1", resourceVersion="7")
+    obj["spec"].update(spec)
+    obj["status"] = {"phase": "Running"}
+    return obj
+
+
+@pytest.mark.parametrize("lost", [("reset", b"", {}), (504, {}, {})])
+def test_a_create_whose_answer_was_lost_is_read_back_not_reported_as_a_conflict(api, lost):
+    """The first POST was applied but its answer never arrived; the retry gets 409: the object
+    that exists is the one we sent, so create returns it."""
+    api.script[NM_PATH] = [lost, ALREADY_EXISTS]
+    api.script[NM_PATH + "/nm-n1"] = [(200, created(NM_BODY), {})]
+    result = client_for(api).create("NodeMaintenance", NM_BODY)
+    assert result["metadata"]["uid"] == "u1"
+    assert [(m, p.split("?")[0]) for m, p, _h in api.seen] == [
+        ("POST", NM_PATH), ("POST", NM_PATH), ("GET", NM_PATH + "/nm-n1")]
+
+
+def test_after_a_lost_answer_an_object_someone_else_created_is_still_a_conflict(api):
+    api.script[NM_PATH] = [("reset", b"", {}), ALREADY_EXISTS]
+    api.script[NM_PATH + "/nm-n1"] = [(200, created(NM_BODY, reason="someone else's"), {})]
+    with pytest.raises(errors.ConflictError):
+        client_for(api).create("NodeMaintenance", NM_BODY)
+
+
+def test_a_conflict_without_a_lost_answer_is_not_read_back(api):
+    api.script[NM_PATH] = [ALREADY_EXISTS]
+    with pytest.raises(errors.ConflictError):
+        client_for(api).create("NodeMaintenance", NM_BODY)
+    assert len(api.seen) == 1
