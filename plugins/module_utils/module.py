@@ -16,7 +16,7 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args, option_checks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import MaintenanceError
 
 REQUIRED_LIBRARIES = (("kubernetes", "kubernetes>=24.2.0"), ("urllib3", "urllib3"), ("yaml", "PyYAML"))
@@ -101,6 +101,7 @@ class MaintenanceModule:
     def run(self, action):
         """Run ``action(self)`` -> result dict; exit or fail the module with it."""
         try:
+            option_checks.check(self.params)
             result = action(self)
         except MaintenanceError as exc:
             secrets = self._all_secrets()
