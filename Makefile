@@ -11,7 +11,7 @@ PYTEST_ENV := PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COL
 LAB := $(BIN)/python -m lab
 PYTEST_WORKERS ?= 1
 
-.PHONY: help venv collection test checks lab-binaries sanity sanity-run lint docs-lint ee-context test-versions changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-awx test-security bench-smoke test-faults reliability-report molecule demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test checks lab-binaries sanity sanity-run lint docs-lint ee-context test-versions integration-core-edges changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-awx test-security bench-smoke test-faults reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
@@ -43,6 +43,7 @@ test: venv collection
 	$(MAKE) -j2 checks lab-binaries
 	$(MAKE) integration
 	$(MAKE) integration-kubevirt-other
+	$(MAKE) integration-core-edges
 	$(MAKE) test-security
 	$(MAKE) test-faults
 	$(MAKE) test-roles
@@ -152,6 +153,19 @@ test-versions: collection
 	$(MAKE) --output-sync=target -j$(words $(CORE_VERSIONS)) $(addprefix .venv-core,$(addsuffix /.installed,$(CORE_VERSIONS)))
 	$(MAKE) --output-sync=target -j$(words $(CORE_VERSIONS)) $(addprefix unit-core-,$(CORE_VERSIONS))
 	$(foreach v,$(CORE_SANITY_VERSIONS),$(MAKE) sanity-core-$(v) &&) true
+
+# Module integration tests once more on the oldest and the newest ansible-core: the tests run
+# from .venv, the modules through that virtualenv's ansible and Python. `make test` runs the
+# connection, run-strategy and HCO tests there (about 2 minutes each);
+# CORE_EDGE_TESTS=tests/integration/modules runs every module test (about 6 minutes each).
+CORE_EDGE_VERSIONS := 2.17 2.21
+CORE_EDGE_TESTS ?= tests/integration/modules/test_connection.py tests/integration/modules/test_vm_run_strategy.py \
+  tests/integration/modules/test_hco_obsolete_cpus.py
+integration-core-%: .venv-core%/.installed collection
+	KUBEVIRT_OPS_ANSIBLE_BIN=$(CURDIR)/.venv-core$*/bin $(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider \
+	  $(CORE_EDGE_TESTS)
+
+integration-core-edges: $(addprefix integration-core-,$(CORE_EDGE_VERSIONS))
 
 # antsibull-docs and ansible-builder in a virtualenv of their own (tests/requirements/docs.txt).
 DOCS_VENV := .venv-docs

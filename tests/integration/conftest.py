@@ -26,7 +26,10 @@ def pytest_addoption(parser):
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.dirname(sys.executable)
+# The ansible the tests run: this virtualenv's, or the one whose bin directory
+# KUBEVIRT_OPS_ANSIBLE_BIN names (make integration-core-<X.Y>: the oldest and newest ansible-core).
+BIN = os.environ.get("KUBEVIRT_OPS_ANSIBLE_BIN") or os.path.dirname(sys.executable)
+PYTHON = os.path.join(BIN, "python")
 
 
 def ansible_env(kubeconfig, extra=None):
@@ -38,7 +41,7 @@ def ansible_env(kubeconfig, extra=None):
         "ANSIBLE_HOST_KEY_CHECKING": "0",
         "ANSIBLE_LOCALHOST_WARNING": "0",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
-        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        "ANSIBLE_PYTHON_INTERPRETER": PYTHON,
         "K8S_AUTH_KUBECONFIG": kubeconfig,
         "PATH": BIN + os.pathsep + env.get("PATH", ""),
     })

@@ -17,9 +17,6 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-BIN = os.path.dirname(sys.executable)
-
-
 def _integration_conftest():
     """tests/integration/conftest.py, loaded under its own name (every conftest is 'conftest')."""
     name = "kubevirt_ops_integration_conftest"
@@ -31,6 +28,7 @@ def _integration_conftest():
     return sys.modules[name]
 
 
+BIN = _integration_conftest().BIN
 CALLBACKS = os.path.join(HERE, "callback_plugins")
 
 

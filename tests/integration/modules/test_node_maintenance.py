@@ -392,17 +392,20 @@ def node_maintenances_of(k8s, node):
 def test_auto_drains_itself_when_pod_selector_is_set(lab, k8s, namespace, run_module):
     """The operator is installed, but it would evict every pod: auto drains with the selector."""
     node = workers(k8s)[1]
-    start_deployment(k8s, namespace, node, "app", 2)
+    # A label of this test's own: pods of other tests' namespaces (still terminating on the same
+    # node) must not match the selector.
+    app = "picked-" + namespace.rsplit("-", 1)[-1]
+    start_deployment(k8s, namespace, node, app, 2)
     start_deployment(k8s, namespace, node, "keep", 1)
     assert run_module("node_maintenance", {"name": node}, check=True)["method"] == "cr"  # the operator is there
-    args = {"name": node, "pod_selector": "app=app"}
-    reason = ("method auto chose drain: the NodeMaintenance operator ignores pod_selector='app=app' (it evicts "
-              "every pod).")
+    args = {"name": node, "pod_selector": "app=%s" % app}
+    reason = ("method auto chose drain: the NodeMaintenance operator ignores pod_selector='app=%s' (it evicts "
+              "every pod)." % app)
     versions = ResourceVersions(k8s)
     checked = run_module("node_maintenance", args, check=True)
     assert checked["method"] == "drain" and checked["method_reason"] == reason, checked
     assert sorted(checked["plan"]["evict"]) == sorted("%s/%s" % (namespace, p.metadata.name)
-                                                       for p in ready_pods(k8s, namespace, "app", node))
+                                                       for p in ready_pods(k8s, namespace, app, node))
     assert changes_to(versions, namespace) == []
 
     done = runs.module(lab.kubeconfig, "node_maintenance", args)
@@ -416,7 +419,7 @@ def test_auto_drains_itself_when_pod_selector_is_set(lab, k8s, namespace, run_mo
     assert node_state(k8s, node) == {"unschedulable": True, "label": "true", "record": True,
                                      "taints": ["medik8s.io/drain", "node.kubernetes.io/unschedulable"]}
     assert [p.metadata.name for p in ready_pods(k8s, namespace, "keep", node)] and \
-        not [p for p in pods_on(k8s, node, namespace) if p.startswith("app-")]
+        not [p for p in pods_on(k8s, node, namespace) if p.startswith(app + "-")]
     again = run_module("node_maintenance", args)
     assert again["changed"] is False and again["method"] == "drain"
     assert again["method_reason"] == ("method auto kept drain: node %s is already in maintenance through a drain "
