@@ -347,6 +347,33 @@ def test_pdb_gated_drain_survives_being_killed(lab, k8s, namespace, run_module):
     wait_for(lambda: len(ready_pods(k8s, namespace, "web")) == 10, 120, "the Deployment to be whole again")
 
 
+def test_external_eviction_strategy_waits_for_an_external_controller(k8s, namespace, run_module):
+    """KubeVirt never migrates a VM with eviction strategy External: it only marks it for evacuation
+    (pod-eviction-admitter.go). The plan says so, the default policy refuses before any write, and
+    non_migratable=wait reports the VM blocked, waiting for that controller."""
+    node = workers(k8s)[0]
+    start_vms(k8s, namespace, node, {"external": ("External", "Always", True)})
+    plan = run_module("node_maintenance_info", {"name": node})["nodes"][0]["plan"]
+    entry = [v for v in plan["vms"] if v["namespace"] == namespace][0]
+    assert entry["outcome"] == "external" and entry["live_migratable"] is True, entry
+    mine = [b for b in plan["blockers"] if "%s/external" % namespace in b]
+    assert len(mine) == 1 and "external controller" in mine[0], plan["blockers"]
+
+    versions = ResourceVersions(k8s)
+    refused = run_module("node_maintenance", {"name": node, "method": "drain"})
+    assert refused.get("failed") and any("%s/external" % namespace in b for b in refused["blockers"]), refused
+    assert changes_to(versions, namespace) == []
+    try:
+        waited = run_module("node_maintenance", {"name": node, "method": "drain", "non_migratable": "wait",
+                                                 "wait_timeout": 20})
+        assert waited.get("failed") and waited["phase"] == "Failed", waited
+        blocked = by_name(v for v in waited["vms"]["blocked"] if v["namespace"] == namespace)
+        assert list(blocked) == ["external"], waited["vms"]
+        assert running_on(k8s, namespace, "external") == node  # nothing moved it
+    finally:
+        run_module("node_maintenance", {"name": node, "state": "absent"})
+
+
 # -- the NodeMaintenance custom resource ---------------------------------------------------------
 
 def test_method_cr_round_trip(k8s, namespace, run_module):
