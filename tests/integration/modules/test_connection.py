@@ -5,6 +5,9 @@
   certificate's name ``kubernetes.default.svc`` set as ``tls-server-name`` makes TLS verify.
 - A KUBECONFIG split over two files (cluster and context in one, the user in the other),
   whose user is an exec credential plugin.
+- A token that expires in the middle of a drain: the exec plugin announces a short expiry and
+  the identity behind the first token is deleted mid-drain; the drain carries on with the
+  plugin's next token.
 """
 
 import json
@@ -15,6 +18,9 @@ import threading
 
 import pytest
 import yaml
+from kubernetes import client
+
+from lab.wait import wait_for
 
 import identities
 import runs
@@ -114,7 +120,8 @@ PLUGIN = r'''#!%(python)s
 import datetime, json, os
 with open(os.environ["PLUGIN_COUNTER"], "a") as handle:
     handle.write("x")
-expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(
+    seconds=int(os.environ.get("PLUGIN_TTL_SECONDS", "3600")))
 print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": {
     "token": open(os.environ["PLUGIN_TOKEN_FILE"]).read().strip(),
     "expirationTimestamp": expiry.strftime("%%Y-%%m-%%dT%%H:%%M:%%SZ")}}))
@@ -172,3 +179,69 @@ def requests_by(lab, username):
                     and (event.get("userAgent") or "").startswith("kubevirt_ops.maintenance/"):
                 found.append(event)
     return found
+
+
+def test_a_token_that_expires_mid_drain_is_renewed_by_the_exec_plugin(lab, k8s, namespace, tmp_path):
+    """The drain waits on a PodDisruptionBudget while its first token expires (plugin TTL 5 s) and
+    the ServiceAccount behind it is deleted (its token is refused from then on); the plugin then
+    hands out another identity's token, and the drain finishes with it."""
+    first = identities.create_identity(k8s, lab.kubeconfig, tmp_path, cluster_roles=("cluster-admin",),
+                                       prefix="kvops-exp-a")
+    second = identities.create_identity(k8s, lab.kubeconfig, tmp_path, cluster_roles=("cluster-admin",),
+                                        prefix="kvops-exp-b")
+    core, policy = client.CoreV1Api(k8s), client.PolicyV1Api(k8s)
+    node = sorted(n.metadata.name for n in core.list_node(label_selector="node-role.kubernetes.io/worker").items)[-1]
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "held", "labels": {"app": "held"}},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}})
+    policy.create_namespaced_pod_disruption_budget(namespace, {
+        "metadata": {"name": "held"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "held"}}}})
+    wait_for(lambda: (core.read_namespaced_pod("held", namespace).status.phase == "Running"), 120, "pod held to run")
+
+    server, ca_data = identities.lab_cluster(lab.kubeconfig)
+    token_file = tmp_path / "token"
+    token_file.write_text(first.token)
+    os.chmod(str(token_file), 0o600)
+    plugin = tmp_path / "credential-plugin"
+    plugin.write_text(PLUGIN % {"python": sys.executable})
+    os.chmod(str(plugin), 0o755)
+    counter = tmp_path / "invocations"
+    kubeconfig = write(tmp_path / "kubeconfig", {
+        "apiVersion": "v1", "kind": "Config", "current-context": "lab-exec",
+        "clusters": [{"name": "lab", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
+        "contexts": [{"name": "lab-exec", "context": {"cluster": "lab", "user": "exec-user"}}],
+        "users": [{"name": "exec-user", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin),
+            "env": [{"name": "PLUGIN_COUNTER", "value": str(counter)},
+                    {"name": "PLUGIN_TOKEN_FILE", "value": str(token_file)},
+                    {"name": "PLUGIN_TTL_SECONDS", "value": "5"}]}}}],
+    })
+    outcome = []
+    # non_migratable=wait: a budget that allows no disruption is a plan blocker otherwise.
+    drain = threading.Thread(target=lambda: outcome.append(runs.module(
+        None, "node_maintenance", {"name": node, "method": "drain", "non_migratable": "wait", "wait_timeout": 300},
+        timeout=400,
+        env={"KUBECONFIG": kubeconfig})))
+    try:
+        drain.start()
+        wait_for(lambda: core.read_node(node).spec.unschedulable or not drain.is_alive(), 120,
+                 "the drain to cordon %s" % node)
+        assert drain.is_alive(), outcome[0].output[-3000:]
+        token_file.write_text(second.token)
+        identities.delete_identity(k8s, first)  # the first token is refused from now on
+        # Past the first token's announced expiry the plugin is asked again, and the drain's
+        # requests (it retries the held-back eviction) go on as the second identity.
+        wait_for(lambda: len(counter.read_text()) >= 2, 120, "the plugin to be asked for a new token")
+        wait_for(lambda: requests_by(lab, second.username), 120, "requests with the new token")
+        assert drain.is_alive(), "the drain should still wait on the disruption budget"
+        policy.patch_namespaced_pod_disruption_budget("held", namespace, {"spec": {"minAvailable": 0}})
+        drain.join(400)
+        result = outcome[0].result()
+        assert not result.get("failed") and result["phase"] == "Succeeded", result.get("msg") or result
+        assert first.token not in str(result) and second.token not in outcome[0].output
+    finally:
+        drain.join(400)
+        runs.module(lab.kubeconfig, "node_maintenance", {"name": node, "state": "absent"})
+        identities.delete_identity(k8s, first)
+        identities.delete_identity(k8s, second)
