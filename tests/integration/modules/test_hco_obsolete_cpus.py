@@ -26,7 +26,14 @@ def kubevirt_obsolete(k8s):
 
 
 def rv(k8s):
-    return hco(k8s)["metadata"]["resourceVersion"]
+    """The HyperConverged's resourceVersion once HCO has caught up with its spec (it records
+    status.observedGeneration after it has written the KubeVirt CR, a write of its own)."""
+    def settled():
+        current = hco(k8s)
+        observed = (current.get("status") or {}).get("observedGeneration")
+        return current["metadata"]["resourceVersion"] if observed == current["metadata"].get("generation") else None
+
+    return wait_for(settled, 30, "HCO to observe the HyperConverged's generation")
 
 
 @pytest.fixture
