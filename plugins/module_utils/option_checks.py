@@ -29,32 +29,30 @@ def _bad(option, value, why):
     return InvalidInputError("Option %s=%r %s." % (option, value, why), option=option)
 
 
-def object_name(option, value):
-    if not value:
-        raise _bad(option, value, "is empty: give the name of a Kubernetes object")
-    if len(value) > 253 or not _SUBDOMAIN.match(value):
-        raise _bad(option, value, "is not a valid Kubernetes object name (lowercase letters, digits, '-' and '.', "
-                                  "starting and ending with a letter or digit, at most 253 characters)")
+# (pattern, longest, what it is, what it may hold)
+OBJECT_NAME = (_SUBDOMAIN, 253, "Kubernetes object name", "lowercase letters, digits, '-' and '.'")
+NAMESPACE_NAME = (_LABEL, 63, "namespace name", "lowercase letters, digits and '-'")
 
 
-def namespace_name(option, value):
+def name(option, value, kind=OBJECT_NAME):
+    """An RFC 1123 name as the API server checks it (object and node names, namespaces)."""
+    pattern, longest, what, chars = kind
     if not value:
-        raise _bad(option, value, "is empty: give a namespace")
-    if len(value) > 63 or not _LABEL.match(value):
-        raise _bad(option, value, "is not a valid namespace name (lowercase letters, digits and '-', starting and "
-                                  "ending with a letter or digit, at most 63 characters)")
+        raise _bad(option, value, "is empty: give a %s" % what)
+    if len(value) > longest or not pattern.match(value):
+        raise _bad(option, value, "is not a valid %s (%s, starting and ending with a letter or digit, at most %d "
+                                  "characters)" % (what, chars, longest))
 
 
 def check(params):
     """Raise InvalidInputError for the first option whose value cannot be right."""
-    for option in ("name",):
-        if option in params and params[option] is not None:
-            object_name(option, params[option])
+    if params.get("name") is not None:
+        name("name", params["name"])
     if params.get("namespace") is not None:
-        namespace_name("namespace", params["namespace"])
+        name("namespace", params["namespace"], NAMESPACE_NAME)
     for node in params.get("nodes") or []:
         if isinstance(node, str):
-            object_name("nodes", node)
+            name("nodes", node)
     for option in TIMEOUT_OPTIONS:
         value = params.get(option)
         if value is not None and not 1 <= value <= MAX_TIMEOUT:
