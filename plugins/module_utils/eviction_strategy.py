@@ -99,7 +99,7 @@ def _restart_required(changes):
     return sorted("%s/%s" % c.key for c in changes if c.restart_required)
 
 
-def _select_non_migratable(client, selection, selected, vmis, warn):
+def _select_non_migratable(client, selection, selected, vmis, kubevirt, warn):
     """Only the VMs that cannot live-migrate (those a LiveMigrate drain would block on)."""
     pvcs = {}
 
@@ -112,7 +112,7 @@ def _select_non_migratable(client, selection, selected, vmis, warn):
         items, _rv = client.list("PersistentVolumeClaim", namespace=selection.list_namespace)
         pvcs = vms.index_by_key(items)
     # Stopped VMs are judged as virt-handler of the installed release would judge them.
-    rules = migratability.ClusterRules(kubevirt_cr(client)) if any(judged_by_spec(vm) for vm in selected) else None
+    rules = migratability.ClusterRules(kubevirt)
     chosen, unknown = [], []
     for vm in selected:
         reason = vm_not_migratable_reason(vm, vmis.get(vms.key(vm)), lambda ns, name: pvcs.get((ns, name)), rules)
@@ -131,11 +131,12 @@ def _vm_scope(module):
     client = module.client
     selection = vms.Selection(params).validate()
     desired = params["strategy"] if params["state"] == "present" else None
-    cluster_default = cluster_eviction_strategy(client)
+    kubevirt = kubevirt_cr(client)
+    cluster_default = cluster_eviction_strategy(kubevirt)
     selected = vms.select(client, selection, module.warn)
     vmis = vms.list_vmis(client, selection, selected)
     if params["only_non_migratable"]:
-        selected = _select_non_migratable(client, selection, selected, vmis, module.warn)
+        selected = _select_non_migratable(client, selection, selected, vmis, kubevirt, module.warn)
     changes = [VmChange(vm, vmis.get(vms.key(vm)), desired, cluster_default) for vm in selected]
     if params["restart"]:
         for change in changes:

@@ -18,16 +18,9 @@ CREATED_BY_LABEL = "kubevirt.io/created-by"
 NODE_NAME_LABEL = "kubevirt.io/nodeName"
 
 
-def cluster_eviction_strategy(client):
-    """The cluster default eviction strategy from the KubeVirt CR (None when unset/absent)."""
-    if not client.kind_served("KubeVirt"):
-        return None
-    items, _rv = client.list("KubeVirt")
-    for item in items:
-        value = ((item.get("spec") or {}).get("configuration") or {}).get("evictionStrategy")
-        if value:
-            return value
-    return None
+def cluster_eviction_strategy(kubevirt):
+    """The cluster default eviction strategy in the KubeVirt CR ``kubevirt`` (None when unset/absent)."""
+    return (((kubevirt or {}).get("spec") or {}).get("configuration") or {}).get("evictionStrategy") or None
 
 
 def live_migratable(vmi):
