@@ -247,3 +247,20 @@ class ReplicaSetSimulator:
 
 def dump(obj):
     return json.dumps(obj, indent=1, sort_keys=True)
+
+
+def module_cluster(monkeypatch, operator=False):
+    """The server the node modules run against: three workers, KubeVirt (LiveMigrate), quick
+    eviction retries, and the node-maintenance operator's API only when ``operator``."""
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import drain
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
+
+    monkeypatch.setattr(drain, "BACKOFF_START", 0.05)
+    monkeypatch.setattr(drain, "BACKOFF_CAP", 0.4)
+    client, server = cluster(workers=3)
+    server.add("KubeVirt", kubevirt_cr("LiveMigrate"))
+    server.served -= {"NodeMaintenance", "LegacyNodeMaintenance"}
+    if operator:
+        server.served.add("NodeMaintenance")
+    monkeypatch.setattr(module_mod.MaintenanceModule, "client", property(lambda self: client))
+    return server

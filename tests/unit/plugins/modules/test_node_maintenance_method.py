@@ -4,10 +4,9 @@ node-maintenance operator ignores, against the in-memory API server."""
 
 import pytest
 
-from drain_cluster import cluster, kubevirt_cr, pod
+from drain_cluster import module_cluster, pod
 from module_runner import assert_documented, run_module
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import drain
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import node_maintenance as nm
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import node_maintenance
@@ -42,14 +41,8 @@ def run(module, args, capsys, check=False):
 @pytest.fixture
 def api(monkeypatch):
     """Three workers, KubeVirt, and the node-maintenance operator's API served."""
-    monkeypatch.setattr(drain, "BACKOFF_START", 0.05)
-    monkeypatch.setattr(drain, "BACKOFF_CAP", 0.4)
-    client, server = cluster(workers=3)
-    server.add("KubeVirt", kubevirt_cr("LiveMigrate"))
-    server.served -= {"LegacyNodeMaintenance"}
-    server.served.add("NodeMaintenance")
+    server = module_cluster(monkeypatch, operator=True)
     server.add("Pod", pod("web-a"))
-    monkeypatch.setattr(module_mod.MaintenanceModule, "client", property(lambda self: client))
     warn = module_mod.MaintenanceModule.warn
 
     def recorded(self, text):

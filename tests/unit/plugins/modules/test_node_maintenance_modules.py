@@ -5,11 +5,9 @@ what their RETURN documentation says."""
 
 import pytest
 
-from drain_cluster import ReplicaSetSimulator, cluster, kubevirt_cr, launcher, node, pdb, pod, vm, vmi
+from drain_cluster import ReplicaSetSimulator, launcher, module_cluster, node, pdb, pod, vm, vmi
 from module_runner import assert_documented, run
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import drain
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
     node_decommission,
@@ -20,13 +18,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
 
 @pytest.fixture
 def api(monkeypatch):
-    monkeypatch.setattr(drain, "BACKOFF_START", 0.05)
-    monkeypatch.setattr(drain, "BACKOFF_CAP", 0.4)
-    client, server = cluster(workers=3)
-    server.add("KubeVirt", kubevirt_cr("LiveMigrate"))
-    server.served -= {"NodeMaintenance", "LegacyNodeMaintenance"}  # no node-maintenance operator unless a test says
-    monkeypatch.setattr(module_mod.MaintenanceModule, "client", property(lambda self: client))
-    return server
+    return module_cluster(monkeypatch)  # no node-maintenance operator unless a test says
 
 
 def add_vm(server, name, node_name="worker-1", run_strategy="Always", **vmi_args):
