@@ -128,6 +128,32 @@ print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "Exec
 '''
 
 
+def credential_plugin(directory, token, counter, relative=False, ttl=None):
+    """The test's exec credential plugin in ``directory`` handing out ``token`` (from a file the
+    test may rewrite); returns (token file, the kubeconfig user entry that runs it)."""
+    token_file = directory / "token"
+    token_file.write_text(token)
+    os.chmod(str(token_file), 0o600)
+    plugin = directory / "credential-plugin"
+    plugin.write_text(PLUGIN % {"python": sys.executable})
+    os.chmod(str(plugin), 0o755)
+    env = [{"name": "PLUGIN_COUNTER", "value": str(counter)}, {"name": "PLUGIN_TOKEN_FILE", "value": str(token_file)}]
+    if ttl is not None:
+        env.append({"name": "PLUGIN_TTL_SECONDS", "value": str(ttl)})
+    user = {"name": "exec-user", "user": {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": "./credential-plugin" if relative else str(plugin),
+        "env": env}}}
+    return token_file, user
+
+
+def lab_context(lab):
+    """A kubeconfig's cluster and context for the lab, its user named exec-user."""
+    server, ca_data = identities.lab_cluster(lab.kubeconfig)
+    return {"apiVersion": "v1", "kind": "Config", "current-context": "lab-exec",
+            "clusters": [{"name": "lab", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
+            "contexts": [{"name": "lab-exec", "context": {"cluster": "lab", "user": "exec-user"}}]}
+
+
 @pytest.fixture
 def admin_identity(lab, k8s, tmp_path):
     identity = identities.create_identity(k8s, lab.kubeconfig, tmp_path, cluster_roles=("cluster-admin",),
@@ -137,28 +163,12 @@ def admin_identity(lab, k8s, tmp_path):
 
 
 def test_split_kubeconfig_with_an_exec_credential_plugin(lab, admin_identity, tmp_path):
-    server, ca_data = identities.lab_cluster(lab.kubeconfig)
     users_dir = tmp_path / "users"
     users_dir.mkdir()
-    token_file = users_dir / "token"
-    token_file.write_text(admin_identity.token)
-    os.chmod(str(token_file), 0o600)
-    plugin = users_dir / "credential-plugin"
-    plugin.write_text(PLUGIN % {"python": sys.executable})
-    os.chmod(str(plugin), 0o755)
     counter = tmp_path / "invocations"
-    clusters = write(tmp_path / "clusters.yaml", {
-        "apiVersion": "v1", "kind": "Config", "current-context": "lab-exec",
-        "clusters": [{"name": "lab", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
-        "contexts": [{"name": "lab-exec", "context": {"cluster": "lab", "user": "exec-user"}}],
-    })
-    users = write(users_dir / "users.yaml", {
-        "apiVersion": "v1", "kind": "Config",
-        "users": [{"name": "exec-user", "user": {"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1", "command": "./credential-plugin",
-            "env": [{"name": "PLUGIN_COUNTER", "value": str(counter)},
-                    {"name": "PLUGIN_TOKEN_FILE", "value": str(token_file)}]}}}],
-    })
+    _token_file, user = credential_plugin(users_dir, admin_identity.token, counter, relative=True)
+    clusters = write(tmp_path / "clusters.yaml", lab_context(lab))
+    users = write(users_dir / "users.yaml", {"apiVersion": "v1", "kind": "Config", "users": [user]})
     result = runs.module(None, "node_maintenance_info", {"name": NODE}, timeout=300,
                          env={"KUBECONFIG": os.pathsep.join([clusters, users])}).result()
     assert not result.get("failed"), result.get("msg")
@@ -199,24 +209,9 @@ def test_a_token_that_expires_mid_drain_is_renewed_by_the_exec_plugin(lab, k8s, 
         "metadata": {"name": "held"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "held"}}}})
     wait_for(lambda: (core.read_namespaced_pod("held", namespace).status.phase == "Running"), 120, "pod held to run")
 
-    server, ca_data = identities.lab_cluster(lab.kubeconfig)
-    token_file = tmp_path / "token"
-    token_file.write_text(first.token)
-    os.chmod(str(token_file), 0o600)
-    plugin = tmp_path / "credential-plugin"
-    plugin.write_text(PLUGIN % {"python": sys.executable})
-    os.chmod(str(plugin), 0o755)
     counter = tmp_path / "invocations"
-    kubeconfig = write(tmp_path / "kubeconfig", {
-        "apiVersion": "v1", "kind": "Config", "current-context": "lab-exec",
-        "clusters": [{"name": "lab", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
-        "contexts": [{"name": "lab-exec", "context": {"cluster": "lab", "user": "exec-user"}}],
-        "users": [{"name": "exec-user", "user": {"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin),
-            "env": [{"name": "PLUGIN_COUNTER", "value": str(counter)},
-                    {"name": "PLUGIN_TOKEN_FILE", "value": str(token_file)},
-                    {"name": "PLUGIN_TTL_SECONDS", "value": "5"}]}}}],
-    })
+    token_file, user = credential_plugin(tmp_path, first.token, counter, ttl=5)
+    kubeconfig = write(tmp_path / "kubeconfig", dict(lab_context(lab), users=[user]))
     outcome = []
     # non_migratable=wait: a budget that allows no disruption is a plan blocker otherwise.
     drain = threading.Thread(target=lambda: outcome.append(runs.module(
