@@ -37,6 +37,13 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter im
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 FINISHED_PHASES = ("Succeeded", "Failed")
+# A virt-launcher pod whose launcher exited (after a live migration, the source pod stays
+# Succeeded) holds nothing on the node, and KubeVirt deletes it with its VMI. Deleting it
+# earlier races with virt-controller: a running VMI whose cached node has no pod of its own
+# is failed ("pod does not exist", pkg/virt-controller/watch/vmi/lifecycle.go), and while
+# virt-controller's VMI watch lags its pod watch (an API server restart) the cached node is
+# still the source - the VM would be restarted. kubectl drain deletes such pods; we leave them.
+FINISHED_LAUNCHER = "finished virt-launcher pod: its VM left the node; KubeVirt deletes it with its VMI"
 
 EVICT = "evict"
 SKIP = "skip"
@@ -124,6 +131,8 @@ def classify_pod(pod, options):
         return REFUSE, "is managed by DaemonSet %s (set ignore_daemonsets=true to leave it)" % controller.get("name")
     if meta.get("deletionTimestamp"):
         return EVICT, "already terminating"
+    if is_finished(pod) and kubevirt.is_launcher_pod(pod):
+        return SKIP, FINISHED_LAUNCHER
     if is_finished(pod):
         return EVICT, "finished (%s)" % pod["status"]["phase"]
     if has_emptydir(pod) and not options.delete_emptydir_data:
@@ -431,13 +440,15 @@ class Drainer:
             else:
                 finished_now = is_finished(current) and not is_finished(target.pod)
                 target.pod = current
-                if current["metadata"].get("deletionTimestamp") and target.state in ("todo", "blocked"):
+                if target.launcher and is_finished(current):
+                    # This is how a migrated VM's source pod ends: virt-launcher exits and the
+                    # pod stays, Succeeded; the VM has left the node (FINISHED_LAUNCHER).
+                    target.state = "gone"
+                    target.reason = FINISHED_LAUNCHER
+                elif current["metadata"].get("deletionTimestamp") and target.state in ("todo", "blocked"):
                     target.state = "waiting"  # someone (KubeVirt, a controller) is deleting it already
                 elif finished_now and target.state == "blocked":
-                    # A finished pod is evicted at once (no budget counts it, and KubeVirt's webhook
-                    # lets a completed virt-launcher pod go). This is how a migrated VM's source pod
-                    # ends: virt-launcher exits after the migration and the pod stays, Succeeded,
-                    # until it is deleted; do not wait for the next look at the evacuation.
+                    # A finished pod is evicted at once: no budget counts it.
                     target.next_try = time.monotonic()
 
     def _available(self, key, budget):
