@@ -504,7 +504,9 @@ def resolve_settings(params):
 
 
 class KubeClient:
-    """JSON over HTTPS to the Kubernetes API, with retries and watches.
+    """JSON over HTTPS to the Kubernetes API, with retries and watches: the one service layer
+    every request of the collection goes through (reads, the pager, watches, writes, the
+    guarded update, KubeVirt's subresource API, discovery).
 
     Transient failures (connection refused/reset, 500/502/503/504, 429 with Retry-After on
     ordinary requests) are retried with jittered backoff up to ``retry_budget`` seconds.
@@ -591,7 +593,11 @@ class KubeClient:
 
     def request(self, method, path, body=None, params=None, content_type="application/json",
                 obj="the API server", verb=None, retry_429=True, timeout=None, stream=False, accept=None):
-        """One API call; returns decoded JSON (or the raw response when ``stream``)."""
+        """One API call; returns decoded JSON (or the raw response when ``stream``).
+
+        The layer's own building block: other files use the methods below (a unit test reads
+        the sources to keep it so), which name the object in every error.
+        """
         url = self.settings.host + path
         fields = {k: v for k, v in (params or {}).items() if v is not None}
         if fields:
