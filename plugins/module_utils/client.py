@@ -25,11 +25,13 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import tempfile
 import threading
 import time
 
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlencode
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
@@ -37,6 +39,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     ConfigurationError,
     ConflictError,
     ConnectionFailedError,
+    MaintenanceError,
     NotFoundError,
     api_error,
     describe_object,
@@ -71,7 +74,32 @@ RESOURCES = {
     "LegacyNodeMaintenance": ("/apis/nodemaintenance.kubevirt.io/v1beta1", "nodemaintenances", False),
 }
 
+# KubeVirt's aggregated API (served by virt-api) of the actions virtctl performs: start, stop,
+# restart, migrate of VirtualMachines; pause, freeze, softreboot... of VirtualMachineInstances.
+# Routes: kubevirt/kubevirt pkg/virt-api/api.go (subws.PUT(...SubResourcePath("restart")) etc.).
+SUBRESOURCE_GROUP = "subresources.kubevirt.io"
+SUBRESOURCE_APIS = {
+    "VirtualMachine": "/apis/%s/v1" % SUBRESOURCE_GROUP,
+    "VirtualMachineInstance": "/apis/%s/v1" % SUBRESOURCE_GROUP,
+}
+
 _TRANSIENT_STATUS = (500, 502, 503, 504)
+
+# Writes ``update_guarded`` makes before it gives up on an object that keeps changing.
+GUARDED_ATTEMPTS = 5
+
+# A list's continue token, read from the start of the raw page (ListMeta precedes the items).
+_CONTINUE = re.compile(br'^\{[^\[]*?"metadata":\{[^{}]*?"continue":"([^"\\]*)"')
+# An object's managedFields (the last key of its metadata, straight before "spec"), for lists
+# whose transform drops them anyway: about a third of a pod's JSON, not worth decoding. The
+# match cannot leave the object: managedFields hold no brackets, every object outside them does.
+_MANAGED_FIELDS = re.compile(br',"managedFields":\[[^\[\]]*\]\}(?=,"spec":)')
+
+_PATCH_CONTENT_TYPES = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
 
 
 def resource_path(kind, name=None, namespace=None, subresource=None, prefix=None):
@@ -476,7 +504,9 @@ def resolve_settings(params):
 
 
 class KubeClient:
-    """JSON over HTTPS to the Kubernetes API, with retries and watches.
+    """JSON over HTTPS to the Kubernetes API, with retries and watches: the one service layer
+    every request of the collection goes through (reads, the pager, watches, writes, the
+    guarded update, KubeVirt's subresource API, discovery).
 
     Transient failures (connection refused/reset, 500/502/503/504, 429 with Retry-After on
     ordinary requests) are retried with jittered backoff up to ``retry_budget`` seconds.
@@ -563,7 +593,11 @@ class KubeClient:
 
     def request(self, method, path, body=None, params=None, content_type="application/json",
                 obj="the API server", verb=None, retry_429=True, timeout=None, stream=False, accept=None):
-        """One API call; returns decoded JSON (or the raw response when ``stream``)."""
+        """One API call; returns decoded JSON (or the raw response when ``stream``).
+
+        The layer's own building block: other files use the methods below (a unit test reads
+        the sources to keep it so), which name the object in every error.
+        """
         url = self.settings.host + path
         fields = {k: v for k, v in (params or {}).items() if v is not None}
         if fields:
@@ -648,21 +682,58 @@ class KubeClient:
         except NotFoundError:
             return None
 
-    def list(self, kind, namespace=None, label_selector=None, field_selector=None, page_size=500):
-        """All items (paginated); returns (items, resourceVersion of the list)."""
+    def list(self, kind, namespace=None, label_selector=None, field_selector=None, page_size=500,
+             transform=None, drop_managed_fields=False):
+        """All items (paginated); returns (items, resourceVersion of the list).
+
+        ``transform(item)`` is applied page by page, so only the transformed items of a large
+        list stay in memory (the snapshot of a plan keeps slim pods). ``drop_managed_fields``
+        skips decoding the objects' managedFields, for transforms that drop them anyway.
+        The next page is fetched while this one is decoded (the API server serializes it
+        meanwhile), which on large clusters hides most of the waiting.
+        """
+        path = resource_path(kind, namespace=namespace)
+        params = {"labelSelector": label_selector or None, "fieldSelector": field_selector or None,
+                  "limit": page_size}
+        obj = describe_object(kind + "s", namespace=namespace)
+
+        def fetch(cont):
+            resp = self.request("GET", path, params=dict(params, **{"continue": cont}), obj=obj, verb="list",
+                                stream=True, timeout=self.request_timeout)
+            try:
+                return resp.read()
+            finally:
+                resp.release_conn()
+
         items = []
-        cont = None
-        while True:
-            data = self.request("GET", resource_path(kind, namespace=namespace), params={
-                "labelSelector": label_selector or None,
-                "fieldSelector": field_selector or None,
-                "limit": page_size,
-                "continue": cont,
-            }, obj=describe_object(kind + "s", namespace=namespace), verb="list")
-            items.extend(data.get("items") or [])
-            cont = (data.get("metadata") or {}).get("continue")
-            if not cont:
-                return items, (data.get("metadata") or {}).get("resourceVersion")
+        ahead_pool = None  # one thread, started only for lists of more than one page
+        try:
+            raw = fetch(None)
+            while True:
+                match = _CONTINUE.match(raw)
+                ahead = None
+                if match:
+                    if ahead_pool is None:
+                        ahead_pool = ThreadPoolExecutor(1)
+                    ahead = ahead_pool.submit(fetch, match.group(1).decode("ascii"))
+                if drop_managed_fields:
+                    raw = _MANAGED_FIELDS.sub(b"}", raw)
+                data = json.loads(raw) if raw else {}
+                raw = None
+                page = data.get("items") or []
+                items.extend(transform(i) for i in page) if transform else items.extend(page)
+                meta = data.get("metadata") or {}
+                cont = meta.get("continue")
+                if not cont:
+                    if ahead is not None:
+                        ahead.cancel()
+                    return items, meta.get("resourceVersion")
+                data = page = None
+                # The token was not where it is expected (another server's formatting): fetch in turn.
+                raw = ahead.result() if ahead is not None else fetch(cont)
+        finally:
+            if ahead_pool is not None:
+                ahead_pool.shutdown(wait=True)
 
     def create(self, kind, body, namespace=None, subresource=None, name=None, retry_429=True, verb="create"):
         meta = body.get("metadata") or {}
@@ -682,13 +753,106 @@ class KubeClient:
             return existing
 
     def patch(self, kind, name, patch, namespace=None, patch_type="merge", subresource=None):
-        content_type = {
-            "merge": "application/merge-patch+json",
-            "json": "application/json-patch+json",
-            "strategic": "application/strategic-merge-patch+json",
-        }[patch_type]
         return self.request("PATCH", resource_path(kind, name, namespace, subresource), body=patch,
-                            content_type=content_type, obj=describe_object(kind, name, namespace))
+                            content_type=_PATCH_CONTENT_TYPES[patch_type], obj=describe_object(kind, name, namespace))
+
+    def replace(self, kind, body, namespace=None, subresource=None):
+        """PUT the whole object; its ``metadata.resourceVersion`` (when set) makes a stale write a 409."""
+        name = body["metadata"]["name"]
+        return self.request("PUT", resource_path(kind, name, namespace, subresource), body=body,
+                            obj=describe_object(kind, name, namespace), verb="update")
+
+    def update_guarded(self, kind, name, compute, namespace=None, current=None, patch_type="merge",
+                       subresource=None, write=True, attempts=GUARDED_ATTEMPTS, create_missing=False,
+                       details=None):
+        """Read, decide, write with optimistic concurrency; returns ``(outcome, object after)``.
+
+        ``compute(obj) -> (change, outcome)`` decides from the object as it is now (``current``
+        at first when given, else read); an empty ``change`` writes nothing. The write carries
+        a precondition, so a concurrent writer makes it fail instead of being overwritten:
+
+        * ``merge``: a merge patch with the ``resourceVersion`` read (a stale one is a 409);
+        * ``json``: a JSON patch whose own ``test`` operations are the precondition (a failed
+          test is a bare 422, like an invalid patch: when the recomputed operations are the
+          ones refused, nothing they test changed and the 422 is raised as it is);
+        * ``replace``: a PUT of the object ``compute`` returns, with the ``resourceVersion`` read.
+
+        With ``create_missing`` a missing object reaches ``compute`` as None and the change is
+        created (a concurrent create is a 409 as well). After a refused write the object is read
+        again and ``compute`` called again, so the outcome describes what was really done; after
+        ``attempts`` refused writes a ConflictError says the object kept changing. With
+        ``write=False`` (check mode) ``compute`` runs once and nothing is sent.
+        """
+        obj = current
+        read = current is None
+        refused = None
+        last = None
+        for _attempt in range(attempts):
+            if read:
+                obj = self.get_or_none(kind, name, namespace) if create_missing else self.get(kind, name, namespace)
+            read = True
+            change, outcome = compute(obj)
+            if not change or not write:
+                return outcome, obj
+            if refused is not None and change == refused[0]:
+                raise refused[1]  # the object is as the patch tested it: the patch itself is wrong
+            try:
+                return outcome, self._write_guarded(kind, name, namespace, obj, change, patch_type, subresource)
+            except ApiError as exc:
+                if not (isinstance(exc, ConflictError) or (patch_type == "json" and exc.status == 422)):
+                    raise
+                refused = (change, exc) if exc.status == 422 else None
+                last = exc
+        raise ConflictError("Cannot update %s: it kept changing under %d attempts; try again."
+                            % (describe_object(kind, name, namespace), attempts),
+                            status=409, reason="conflict", **(details or {})) from last
+
+    def _write_guarded(self, kind, name, namespace, obj, change, patch_type, subresource):
+        if obj is None:
+            return self.create(kind, change, namespace=namespace)
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if patch_type == "json":
+            return self.patch(kind, name, change, namespace=namespace, patch_type="json", subresource=subresource)
+        body = copy.deepcopy(change)
+        body.setdefault("metadata", {})["resourceVersion"] = version
+        if patch_type == "replace":
+            return self.replace(kind, body, namespace=namespace, subresource=subresource)
+        return self.patch(kind, name, body, namespace=namespace, patch_type=patch_type, subresource=subresource)
+
+    def subresource_action(self, kind, name, namespace, action, body=None):
+        """PUT an action of KubeVirt's ``subresources.kubevirt.io`` API (``restart``, ``migrate``...)."""
+        path = resource_path(kind, name, namespace, action, prefix=SUBRESOURCE_APIS[kind])
+        # virt-api's action routes declare no response type: go-restful answers 406 unless the
+        # request accepts any (as client-go's, and so virtctl's, requests do).
+        return self.request("PUT", path, body=body if body is not None else {}, verb=action,
+                            obj=describe_object(kind, name, namespace), accept="application/json, */*")
+
+    def api_available(self, group_version, resource=None):
+        """Whether an aggregated API (``subresources.kubevirt.io/v1``) answers right now.
+
+        Reads its APIService's Available condition (one request: an unavailable aggregated API
+        would otherwise answer 503 until the retry budget runs out), falling back to discovery
+        of the group version when the APIService may not be read. ``resource``: that
+        resource (or one of its subresources) must be among those served.
+        """
+        group, version = group_version.split("/")
+        try:
+            service = self.get("APIService", "%s.%s" % (version, group))
+        except NotFoundError:
+            return False
+        except ApiError as exc:
+            if exc.status != 403:
+                return False
+            try:
+                data = self.request("GET", "/apis/%s" % group_version, obj="API group %s" % group, verb="discover")
+            except MaintenanceError:
+                return False
+            names = [r.get("name") or "" for r in data.get("resources") or []]
+            return bool(names) if resource is None else any(n.split("/")[0] == resource for n in names)
+        for cond in (service.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Available":
+                return cond.get("status") == "True"
+        return False
 
     def delete(self, kind, name, namespace=None, body=None, missing_ok=True):
         try:

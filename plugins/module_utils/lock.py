@@ -25,10 +25,8 @@ import os
 import random
 import socket
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import resource_path
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     BlockedError,
-    ConflictError,
     InvalidInputError,
     NotFoundError,
     WaitTimeoutError,
@@ -212,13 +210,16 @@ class ClusterLock:
                 spec["leaseTransitions"] = previous.transitions + 1
         return body
 
-    def _replace(self, body):
-        return self.client.request(
-            "PUT", resource_path("Lease", self.name, self.namespace), body=body,
-            obj="Lease %s/%s" % (self.namespace, self.name), verb="update")
+    def _update(self, decide, check_mode):
+        """``decide(LeaseState) -> (body or None, outcome)`` through the client's guarded update:
+        the Lease is replaced with the resourceVersion read (created when absent), so of two
+        runs racing exactly one write succeeds; the other reads again and decides again."""
+        def compute(lease):
+            return decide(LeaseState(lease, self.clock()))
 
-    def _create(self, body):
-        return self.client.create("Lease", body, namespace=self.namespace)
+        return self.client.update_guarded("Lease", self.name, compute, namespace=self.namespace,
+                                          patch_type="replace", create_missing=True, write=not check_mode,
+                                          attempts=_MAX_CONFLICTS + 1)
 
     # -- operations --------------------------------------------------------------------
 
@@ -227,45 +228,38 @@ class ClusterLock:
 
         outcome is 'acquired' (it was free or absent), 'taken_over' (its holder let it
         expire, or ``force``), 'renewed' (we already hold it) or 'held' (someone else holds
-        it; nothing written). A lost race raises ConflictError; the caller re-reads.
+        it; nothing written). A lost race is decided again on the Lease that won it.
         """
-        before = self.read()
-        if before.exists and before.holder == holder:
-            outcome = "renewed"
-        elif not before.exists or not before.holder:
-            outcome = "acquired"
-        elif before.expired or force:
-            outcome = "taken_over"
-        else:
-            return "held", before, None
-        body = self._body(holder, ttl, purpose, previous=before, new_holder=outcome != "renewed")
-        if outcome == "renewed" and purpose is None:
-            body["metadata"]["annotations"].pop(PURPOSE_ANNOTATION, None)
-            if before.purpose:
-                body["metadata"]["annotations"][PURPOSE_ANNOTATION] = before.purpose
-        if check_mode:
-            written = body
-        elif before.exists:
-            written = self._replace(body)  # carries before.resourceVersion: a lost race is a 409
-        else:
-            written = self._create(body)  # a concurrent create is a 409 too
-        return outcome, before, LeaseState(written, self.clock())
+        def decide(before):
+            if before.exists and before.holder == holder:
+                outcome = "renewed"
+            elif not before.exists or not before.holder:
+                outcome = "acquired"
+            elif before.expired or force:
+                outcome = "taken_over"
+            else:
+                return None, ("held", before, None)
+            body = self._body(holder, ttl, purpose, previous=before, new_holder=outcome != "renewed")
+            if outcome == "renewed" and purpose is None:
+                body["metadata"]["annotations"].pop(PURPOSE_ANNOTATION, None)
+                if before.purpose:
+                    body["metadata"]["annotations"][PURPOSE_ANNOTATION] = before.purpose
+            return body, (outcome, before, body)
+
+        (outcome, before, body), written = self._update(decide, check_mode)
+        if outcome == "held":
+            return outcome, before, None
+        return outcome, before, LeaseState(body if check_mode else written, self.clock())
 
     def acquire(self, holder, ttl, purpose=None, wait=False, wait_timeout=300, force=False, check_mode=False):
         """Acquire (or renew) the lock; wait for it or fail naming who holds it."""
         if ttl <= 0:
             raise InvalidInputError("The TTL of the %s must be a positive number of seconds, not %s." % (
                 self.description, ttl))
-        attempt = {"result": None, "conflicts": 0, "last": None}
+        attempt = {"result": None, "last": None}
 
         def attempt_once():
-            try:
-                outcome, before, after = self.try_acquire(holder, ttl, purpose, force, check_mode)
-            except ConflictError:
-                attempt["conflicts"] += 1
-                if attempt["conflicts"] > _MAX_CONFLICTS:
-                    raise
-                return False
+            outcome, before, after = self.try_acquire(holder, ttl, purpose, force, check_mode)
             attempt["last"] = before
             if outcome == "held":
                 return False
@@ -273,11 +267,7 @@ class ClusterLock:
             return True
 
         started = self.clock()
-        # Races resolve at once: retry conflicts without waiting for a watch event.
-        while not attempt_once():
-            if attempt["last"] is not None and attempt["last"].holder and not attempt["last"].free:
-                break
-        if attempt["result"] is None:
+        if not attempt_once():
             held = attempt["last"]
             if not wait or check_mode:
                 raise BlockedError(
@@ -328,20 +318,21 @@ class ClusterLock:
         """Give the lock up (only when ``holder`` holds it, unless ``force``)."""
         if not holder and not force:
             raise InvalidInputError("Releasing the %s needs the holder that acquired it, or force." % self.description)
-        conflicts = 0
-        while True:
-            before = self.read()
+        decided = []
+
+        def decide(before):
             result = {"holder": holder, "acquired": False, "previous_holder": before.holder, "previous_expired": False,
                       "waited_seconds": 0.0}
+            decided[:] = [result]
             if not before.exists or not before.holder:
                 result.update(action="none", changed=False, lock=before.as_result(self.namespace, self.name),
                               msg="The %s is not held." % self.description)
-                return result
+                return None, (result, None)
             if before.holder != holder and not force:
                 result.update(action="none", changed=False, lock=before.as_result(self.namespace, self.name),
                               msg="The %s is held by %s, not by '%s'; left as it is."
                               % (self.description, before.describe_holder(), holder))
-                return result
+                return None, (result, None)
             body = dict(before.lease)
             body["metadata"] = dict(body["metadata"])
             body["spec"] = dict(body.get("spec") or {})
@@ -351,21 +342,19 @@ class ClusterLock:
             body["metadata"]["annotations"] = annotations
             for key in ("holderIdentity", "acquireTime", "renewTime"):
                 body["spec"].pop(key, None)
-            written = body
-            if not check_mode:
-                try:
-                    written = self._replace(body)
-                except ConflictError:
-                    conflicts += 1
-                    if conflicts > _MAX_CONFLICTS:
-                        raise
-                    continue
-                except NotFoundError:
-                    written = None
-            result.update(
-                action="released", changed=True, lock=LeaseState(written, self.clock()).as_result(self.namespace, self.name),
-                msg="Released the %s held by %s." % (self.description, before.describe_holder()))
-            return result
+            result.update(action="released", changed=True,
+                          msg="Released the %s held by %s." % (self.description, before.describe_holder()))
+            return body, (result, body)
+
+        try:
+            (result, body), written = self._update(decide, check_mode)
+        except NotFoundError:
+            # Deleted between our read and our write: nobody holds it any more.
+            result, body, written = decided[0], None, None
+        if result["action"] == "released":
+            written = body if check_mode else written
+            result["lock"] = LeaseState(written, self.clock()).as_result(self.namespace, self.name)
+        return result
 
 
 def run(module):

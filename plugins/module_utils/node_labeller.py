@@ -22,18 +22,20 @@ def set_skip_node(module):
     node = module.client.get_or_none("Node", name)
     if node is None:
         raise InvalidInputError("Node %s does not exist." % name, node=name)
-    annotations = node["metadata"].get("annotations") or {}
-    current = annotations.get(SKIP_NODE_ANNOTATION)
     desired = "true" if skip else None
+
+    def decide(current):
+        value = ((current.get("metadata") or {}).get("annotations") or {}).get(SKIP_NODE_ANNOTATION)
+        patch = {"metadata": {"annotations": {SKIP_NODE_ANNOTATION: desired}}} if value != desired else None
+        return patch, value
+
+    # Guarded by the resourceVersion read: a concurrent edit of the node is re-read, not overwritten.
+    current, _node = module.client.update_guarded("Node", name, decide, current=node, write=not module.check_mode,
+                                                  details={"node": name})
     result = {"node": name, "skip": skip, "changed": current != desired}
     if module.diff_mode:
         result["diff"] = {
             "before": {"annotations": {SKIP_NODE_ANNOTATION: current}},
             "after": {"annotations": {SKIP_NODE_ANNOTATION: desired}},
         }
-    if result["changed"] and not module.check_mode:
-        module.client.patch("Node", name, {"metadata": {
-            "annotations": {SKIP_NODE_ANNOTATION: desired},
-            "resourceVersion": node["metadata"]["resourceVersion"],
-        }})
     return result

@@ -14,11 +14,7 @@ import copy
 import datetime
 import json
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
-    ConflictError,
-    InvalidInputError,
-    MaintenanceError,
-)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
 
 DRAIN_TAINT = {"key": "medik8s.io/drain", "effect": "NoSchedule"}
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
@@ -28,8 +24,6 @@ CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kube
 # What this collection added to a node when it entered maintenance with method drain.
 STATE_ANNOTATION = "maintenance.kubevirt-ops.io/node-maintenance"
 ETCD_GUARD_PDB = ("openshift-etcd", "etcd-guard-pdb")
-
-_PATCH_ATTEMPTS = 5
 
 
 def now_iso():
@@ -210,25 +204,20 @@ def _apply_merge(target, patch):
 def update_node(client, name, compute, node=None):
     """Apply ``compute(node) -> (patch or None, ...)`` with a resourceVersion precondition.
 
-    Taints are a list, which a merge patch replaces whole: the precondition makes a
-    concurrent change (the node controller adding its own taint) fail the write, and the
-    change is then recomputed from a fresh copy. Returns (node after, compute's result).
+    Taints are a list, which a merge patch replaces whole: the client's guarded update sends
+    the resourceVersion read, so a concurrent change (the node controller adding its own
+    taint) fails the write, and the change is then recomputed from a fresh copy. Returns
+    (node after, compute's result).
     """
-    for _attempt in range(_PATCH_ATTEMPTS):
-        if node is None:
-            node = get_node(client, name)
-        result = compute(node)
-        patch = result[0]
-        if not patch:
-            return node, result
-        patch = copy.deepcopy(patch)
-        patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
-        try:
-            return client.patch("Node", name, patch), result
-        except ConflictError:
-            node = None
-    raise MaintenanceError("Cannot update Node %s: it kept changing under %d attempts; try again." % (name, _PATCH_ATTEMPTS),
-                           node=name)
+    if node is None:
+        node = get_node(client, name)
+
+    def decide(current):
+        result = compute(current)
+        return result[0], result
+
+    result, after = client.update_guarded("Node", name, decide, current=node, details={"node": name})
+    return after, result
 
 
 def set_record_phase(client, node, phase, last_error=None):

@@ -5,10 +5,10 @@
 
 Every write of a single field is a JSON patch that first ``test``s the value it replaces
 (or, when the field is absent, the object that would enclose it). When someone else changed
-the field in between, the API server refuses the patch; ``update_guarded`` then reads the
-object again, recomputes what to do from the fresh copy and tries once more. Status
-updates by controllers do not disturb a value test, so busy objects are patched at the
-first attempt.
+the field in between, the API server refuses the patch; the client's guarded update
+(``KubeClient.update_guarded``) then reads the object again, recomputes what to do from the
+fresh copy and tries once more. Status updates by controllers do not disturb a value test,
+so busy objects are patched at the first attempt.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,14 +16,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
-
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
-    ApiError,
-    ConflictError,
-    MaintenanceError,
-)
-
-MAX_ATTEMPTS = 5
 
 
 def pointer(path):
@@ -127,41 +119,13 @@ def merge_operations(*groups):
     return tests + rest
 
 
-def is_guard_failure(exc):
-    """True when a patch may have been refused because its ``test`` (or precondition) failed.
+def update_guarded(client, kind, obj, plan, write=True, subresource=None):
+    """Apply ``plan(obj) -> (operations, outcome)`` to ``obj`` through the client's one guarded
+    update (``KubeClient.update_guarded``, JSON patches); return ``(outcome, object after)``.
 
-    A failed JSON-patch test is answered with a bare 422 ("the server rejected our request
-    due to an error in our request"), like other invalid patches; ``update_guarded`` tells
-    them apart by reading the object again: if nothing it tested has changed, the 422 was
-    about something else and is raised.
-    """
-    if isinstance(exc, ConflictError):
-        return True
-    return isinstance(exc, ApiError) and exc.status == 422
-
-
-def update_guarded(client, kind, obj, plan, write=True, subresource=None, attempts=MAX_ATTEMPTS):
-    """Apply ``plan(obj) -> (operations, outcome)``; return ``(outcome, object after)``.
-
-    With ``write=False`` (check mode) nothing is sent. When the guard fails the object is
-    read again and ``plan`` recomputed from it, so the outcome always describes what was
-    really done.
+    With ``write=False`` (check mode) nothing is sent. When a ``test`` fails the object is read
+    again and ``plan`` recomputed from it, so the outcome always describes what was really done.
     """
     meta = obj.get("metadata") or {}
-    name, namespace = meta.get("name"), meta.get("namespace")
-    refused = None
-    for attempt in range(attempts):
-        operations, outcome = plan(obj)
-        if not operations or not write:
-            return outcome, obj
-        if refused is not None and operations == refused[0]:
-            raise refused[1]  # the object is as we tested it: the patch itself is wrong
-        try:
-            return outcome, client.patch(kind, name, operations, namespace=namespace, patch_type="json",
-                                         subresource=subresource)
-        except MaintenanceError as exc:
-            if not is_guard_failure(exc) or attempt == attempts - 1:
-                raise
-            refused = (operations, exc) if exc.status == 422 else None
-        obj = client.get(kind, name, namespace)
-    raise AssertionError("unreachable")  # pragma: no cover
+    return client.update_guarded(kind, meta.get("name"), plan, namespace=meta.get("namespace"), current=obj,
+                                 patch_type="json", subresource=subresource, write=write)

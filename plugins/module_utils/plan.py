@@ -15,13 +15,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
-import re
-from concurrent.futures import ThreadPoolExecutor
-
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import resource_path
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
     EVICT,
     REFUSE,
@@ -134,14 +129,6 @@ def _slim_pod(pod, share=_no_sharing):
     return {"metadata": slim_meta, "spec": share(slim_spec), "status": share({"phase": status.get("phase")})}
 
 
-# A list's continue token, read from the start of the raw page (ListMeta precedes the items).
-_CONTINUE = re.compile(br'^\{[^\[]*?"metadata":\{[^{}]*?"continue":"([^"\\]*)"')
-# An object's managedFields (the last key of its metadata, straight before "spec"), for lists
-# whose transform drops them anyway: about a third of a pod's JSON, not worth decoding. The
-# match cannot leave the object: managedFields hold no brackets, every object outside them does.
-_MANAGED_FIELDS = re.compile(br',"managedFields":\[[^\[\]]*\]\}(?=,"spec":)')
-
-
 def _requests(pod):
     """pod_requests of a snapshot pod, computed once and kept with its (shared) spec: on a large
     cluster every pod counts for its node's free room and again in the placement of its node."""
@@ -150,52 +137,6 @@ def _requests(pod):
     if cached is None:
         cached = spec["_requests"] = pod_requests(spec)
     return cached
-
-
-def list_pages(client, kind, transform=None, namespace=None, label_selector=None, field_selector=None,
-               page_size=500, drop_managed_fields=False):
-    """All items of a kind, transformed page by page; returns (items, resourceVersion).
-
-    The next page is fetched while this one is decoded and transformed (the API server
-    serializes it meanwhile), which on large clusters hides most of the waiting.
-    """
-    path = resource_path(kind, namespace=namespace)
-    params = {"labelSelector": label_selector or None, "fieldSelector": field_selector or None,
-              "limit": page_size}
-
-    def fetch(cont):
-        resp = client.request("GET", path, params=dict(params, **{"continue": cont}), obj="%ss" % kind,
-                              verb="list", stream=True, timeout=client.request_timeout)
-        try:
-            return resp.read()
-        finally:
-            resp.release_conn()
-
-    items = []
-    pool = ThreadPoolExecutor(1)
-    try:
-        raw = fetch(None)
-        while True:
-            match = _CONTINUE.match(raw)
-            ahead = pool.submit(fetch, match.group(1).decode("ascii")) if match else None
-            if drop_managed_fields:
-                raw = _MANAGED_FIELDS.sub(b"}", raw)
-            data = json.loads(raw)
-            raw = None
-            page = data.get("items") or []
-            items.extend(transform(i) for i in page) if transform else items.extend(page)
-            cont = (data.get("metadata") or {}).get("continue")
-            if not cont:
-                if ahead is not None:
-                    ahead.cancel()
-                return items, (data.get("metadata") or {}).get("resourceVersion")
-            data = page = None
-            if ahead is None:  # the token was not where it is expected: fetch in turn
-                raw = fetch(cont)
-            else:
-                raw = ahead.result()
-    finally:
-        pool.shutdown(wait=True)
 
 
 class Snapshot:
@@ -229,7 +170,7 @@ class Snapshot:
         items, _rv = client.list("Node")
         snap.nodes = dict((n["metadata"]["name"], n) for n in items)
         share = _Shared()
-        pods, _rv = list_pages(client, "Pod", transform=lambda pod: _slim_pod(pod, share), drop_managed_fields=True)
+        pods, _rv = client.list("Pod", transform=lambda pod: _slim_pod(pod, share), drop_managed_fields=True)
         for pod in pods:
             snap.pods_by_node.setdefault(pod["spec"].get("nodeName") or "", []).append(pod)
         snap.kubevirt = snap.served("VirtualMachineInstance")

@@ -23,6 +23,7 @@ __metaclass__ = type
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import run_strategy
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import SUBRESOURCE_GROUP
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     ConflictError,
     MaintenanceError,
@@ -35,8 +36,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter im
 # Seconds a drain that ran out of time still spends starting again the VMs it shut down.
 START_GRACE = 30
 
-
-SUBRESOURCE_GROUP = "subresources.kubevirt.io"
 # Run strategies whose VMs are shut down through their restart (stop for Manual) subresource.
 SUBRESOURCE_STRATEGIES = ("Always", "RerunOnFailure", "Manual")
 

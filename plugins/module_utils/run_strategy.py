@@ -30,18 +30,15 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import patches, vms, waiter
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import SUBRESOURCE_GROUP
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
-    ApiError,
     InvalidInputError,
     MaintenanceError,
-    NotFoundError,
     describe_object,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import vm_run_strategy
 
 ACTIONS = ("start", "stop", "restart")
-SUBRESOURCES_API = "/apis/subresources.kubevirt.io/v1"
-SUBRESOURCES_APISERVICE = "v1.subresources.kubevirt.io"
 FINAL_PHASES = ("Succeeded", "Failed")
 
 # Run strategy after each action; None = the action is refused for that strategy.
@@ -194,37 +191,8 @@ def _spec_operations(vm, after):
 
 
 def subresources_served(client):
-    """Whether the cluster serves virtctl's API (``subresources.kubevirt.io/v1``) right now.
-
-    Reads the APIService (one request; an unavailable aggregated API would otherwise
-    answer 503 until the retry budget runs out), falling back to discovery when the
-    APIService may not be read.
-    """
-    try:
-        service = client.get("APIService", SUBRESOURCES_APISERVICE)
-    except NotFoundError:
-        return False
-    except ApiError as exc:
-        if exc.status != 403:
-            return False
-        try:
-            data = client.request("GET", SUBRESOURCES_API, obj="API group subresources.kubevirt.io", verb="discover")
-        except MaintenanceError:
-            return False
-        return any(r.get("name", "").startswith("virtualmachines/") for r in data.get("resources") or [])
-    for cond in (service.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Available":
-            return cond.get("status") == "True"
-    return False
-
-
-def _put_subresource(client, vm, action):
-    namespace, name = vms.key(vm)
-    path = "%s/namespaces/%s/virtualmachines/%s/%s" % (SUBRESOURCES_API, namespace, name, action)
-    # virt-api's action routes declare no response type: go-restful answers 406 unless the
-    # request accepts any (as client-go's, and so virtctl's, requests do).
-    client.request("PUT", path, body={}, obj=describe_object("VirtualMachine", name, namespace), verb=action,
-                   accept="application/json, */*")
+    """Whether the cluster serves virtctl's API (``subresources.kubevirt.io/v1``) right now."""
+    return client.api_available("%s/v1" % SUBRESOURCE_GROUP, resource="virtualmachines")
 
 
 def _state_change_operations(vm, changes):
@@ -252,7 +220,8 @@ def _request_state_change(client, vm, changes):
 def request_vmi_action(client, vm, vmi, action, served):
     """start / stop / restart the VMI of ``vm`` without changing its run strategy."""
     if served:
-        _put_subresource(client, vm, action)
+        namespace, name = vms.key(vm)
+        client.subresource_action("VirtualMachine", name, namespace, action)
         return
     strategy = vm_run_strategy(vm)
     uid = vmi_uid(vmi)

@@ -21,9 +21,10 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client im
 
 
 class FakeResponse:
-    def __init__(self, status, body=None, headers=None, chunks=None):
+    def __init__(self, status, body=None, headers=None, chunks=None, compact=False):
         self.status = status
-        self.data = json.dumps(body).encode() if body is not None else b""
+        separators = (",", ":") if compact else None
+        self.data = json.dumps(body, separators=separators).encode() if body is not None else b""
         self.headers = headers or {}
         self._chunks = chunks
 

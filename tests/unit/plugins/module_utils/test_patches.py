@@ -6,7 +6,7 @@ from fake_apiserver import apply_json_patch
 from kubevirt_objects import cluster, vm
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import patches
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError, ConflictError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError
 
 PATH = ("spec", "template", "spec", "evictionStrategy")
 
@@ -63,16 +63,6 @@ def test_merge_operations_keeps_one_version_test_first():
     obj = with_rv({"metadata": {"name": "x"}})
     merged = patches.merge_operations(patches.set_field(obj, ("a",), 1), patches.set_field(obj, ("b",), 2))
     assert [op["op"] for op in merged] == ["test", "add", "add"]
-
-
-@pytest.mark.parametrize("exc, expected", [
-    (ConflictError("Cannot patch x: changed.", status=409), True),
-    (ApiError("Cannot patch x.", status=422,
-              server_message="the server rejected our request due to an error in our request"), True),
-    (ApiError("Cannot patch x: denied.", status=403), False),
-])
-def test_possible_guard_failures(exc, expected):
-    assert patches.is_guard_failure(exc) is expected
 
 
 def test_a_422_is_retried_only_while_the_object_changes():

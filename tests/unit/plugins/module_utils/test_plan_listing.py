@@ -1,6 +1,9 @@
-"""Reading large pod lists: pages fetched ahead, managedFields skipped, equal parts shared."""
+"""Reading large pod lists through the client's one pager: pages fetched ahead and transformed one at a
+time, managedFields skipped, equal parts shared."""
 
-import json
+from urllib.parse import parse_qs, urlsplit
+
+from fake_apiserver import FakeResponse, fake_client
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan
 
@@ -25,45 +28,39 @@ def _pod(i, node, managed=None):
     }
 
 
-class _Response:
-    def __init__(self, data):
-        self.data = data
+class _PagingPool:
+    """The HTTP pool of a real KubeClient: serves ``pods`` in pages of ``size``, as compact JSON
+    (as the API server writes it) unless ``spaced``."""
 
-    def read(self):
-        return self.data
+    def __init__(self, pods, size, spaced=False):
+        self.pods, self.size, self.spaced, self.calls = pods, size, spaced, []
 
-    def release_conn(self):
-        pass
-
-
-class _PagingClient:
-    """Serves ``pods`` in pages of ``size``, compact JSON as the API server writes it."""
-
-    request_timeout = 5.0
-
-    def __init__(self, pods, size):
-        self.pods, self.size, self.calls = pods, size, []
-
-    def request(self, method, path, params=None, obj=None, verb=None, stream=False, timeout=None):
-        assert stream and method == "GET"
+    def request(self, method, url, body=None, headers=None, preload_content=True, timeout=None):
+        assert method == "GET" and not preload_content, "lists are read as streams, page by page"
+        params = dict((k, v[0]) for k, v in parse_qs(urlsplit(url).query).items())
         self.calls.append(params.get("continue"))
         start = int(params.get("continue") or 0)
         meta = {"resourceVersion": "42"}
         if start + self.size < len(self.pods):
             meta["continue"] = str(start + self.size)
             meta["remainingItemCount"] = len(self.pods) - start - self.size
-        body = {"kind": "PodList", "apiVersion": "v1", "metadata": meta,
-                "items": self.pods[start:start + self.size]}
-        return _Response(json.dumps(body, separators=(",", ":")).encode())
+        page = {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": self.pods[start:start + self.size]}
+        return FakeResponse(200, page, compact=not self.spaced)
+
+
+def _client(pool):
+    client, _server = fake_client()
+    client._pool = pool
+    return client
 
 
 def test_pages_are_followed_and_managed_fields_skipped():
     pods = [_pod(i, "n-%d" % (i % 3)) for i in range(7)]
     pods[4] = _pod(4, "n-1", managed=[{"manager": "odd", "fieldsV1": {"f:metadata": {"k:[x]": {}}}}])
-    client = _PagingClient(pods, 3)
-    raw, rv = plan.list_pages(client, "Pod", drop_managed_fields=True)
+    pool = _PagingPool(pods, 3)
+    raw, rv = _client(pool).list("Pod", drop_managed_fields=True)
     assert rv == "42"
-    assert client.calls == [None, "3", "6"]
+    assert pool.calls == [None, "3", "6"]
     assert [p["metadata"]["name"] for p in raw] == ["p-%d" % i for i in range(7)]
     # Skipped where they hold no brackets; pod 4's are kept whole rather than cut wrongly.
     assert ["managedFields" in p["metadata"] for p in raw] == [False] * 4 + [True] + [False] * 2
@@ -72,8 +69,31 @@ def test_pages_are_followed_and_managed_fields_skipped():
         if "managedFields" not in got["metadata"]:
             del want["metadata"]["managedFields"]
         assert got == want
-    slim, _rv = plan.list_pages(_PagingClient(pods, 3), "Pod", transform=plan._slim_pod, drop_managed_fields=True)
+    slim, _rv = _client(_PagingPool(pods, 3)).list("Pod", transform=plan._slim_pod, drop_managed_fields=True)
     assert slim == [plan._slim_pod(p) for p in pods]
+
+
+def test_pages_are_transformed_one_at_a_time():
+    """At most the page being transformed and the one fetched ahead are held undecoded."""
+    pods = [_pod(i, "n-1") for i in range(10)]
+    pool = _PagingPool(pods, 2)
+    fetched_when = []
+
+    def transform(pod):
+        fetched_when.append((int(pod["metadata"]["name"].split("-")[1]) // 2, len(pool.calls)))
+        return plan._slim_pod(pod)
+
+    items, _rv = _client(pool).list("Pod", transform=transform)
+    assert len(items) == 10 and pool.calls == [None, "2", "4", "6", "8"]
+    assert all(fetched <= page + 2 for page, fetched in fetched_when), fetched_when
+
+
+def test_pages_without_the_token_up_front_are_fetched_in_turn():
+    pods = [_pod(i, "n-1") for i in range(5)]
+    pool = _PagingPool(pods, 2, spaced=True)
+    items, rv = _client(pool).list("Pod", label_selector="app=a")
+    assert rv == "42" and pool.calls == [None, "2", "4"]
+    assert [p["metadata"]["name"] for p in items] == ["p-%d" % i for i in range(5)]
 
 
 def test_equal_parts_of_pods_are_kept_once():
