@@ -72,6 +72,20 @@ RESOURCES = {
     "APIService": ("/apis/apiregistration.k8s.io/v1", "apiservices", False),
     "NodeMaintenance": ("/apis/nodemaintenance.medik8s.io/v1beta1", "nodemaintenances", False),
     "LegacyNodeMaintenance": ("/apis/nodemaintenance.kubevirt.io/v1beta1", "nodemaintenances", False),
+    # Remediation that maintenance pauses (module_utils/remediation.py): medik8s NodeHealthCheck,
+    # OpenShift's machine API and Cluster API MachineHealthChecks with the Machines they select.
+    "NodeHealthCheck": ("/apis/remediation.medik8s.io/v1alpha1", "nodehealthchecks", False),
+    "MachineHealthCheck": ("/apis/machine.openshift.io/v1beta1", "machinehealthchecks", True),
+    "Machine": ("/apis/machine.openshift.io/v1beta1", "machines", True),
+    "CapiMachineHealthCheck": ("/apis/cluster.x-k8s.io/v1beta1", "machinehealthchecks", True),
+    "CapiMachine": ("/apis/cluster.x-k8s.io/v1beta1", "machines", True),
+}
+
+# Aggregated APIs that act on a kind through subresources of their own (virtctl's API of
+# virt-api): kind -> API prefix. Only these kinds have actions (``put_action``).
+ACTION_APIS = {
+    "VirtualMachine": "/apis/subresources.kubevirt.io/v1",
+    "VirtualMachineInstance": "/apis/subresources.kubevirt.io/v1",
 }
 
 # KubeVirt's aggregated API (served by virt-api) of the actions virtctl performs: start, stop,
@@ -522,6 +536,7 @@ class KubeClient:
         self.requests_made = 0
         self._served = None  # {"/apis/<group>/<version>": set of plurals}, filled by discovery
         self._aggregated_discovery = True
+        self._actions = {}  # {API prefix: resource names its discovery lists}, filled by actions_served
         self._urllib3 = urllib3
         # urllib3 2.x exports it at the top level, 1.26 only from _collections.
         self._header_dict = getattr(urllib3, "HTTPHeaderDict", None)
@@ -862,6 +877,29 @@ class KubeClient:
             if missing_ok:
                 return None
             raise
+
+    def put_action(self, kind, name, namespace, action, body=None):
+        """PUT an action of ``ACTION_APIS`` (``evacuate/cancel`` of a VirtualMachineInstance, say).
+
+        virt-api's action routes declare no response type: go-restful answers 406 unless the
+        request accepts any (as client-go's, and so virtctl's, requests do).
+        """
+        path = resource_path(kind, name, namespace, action, prefix=ACTION_APIS[kind])
+        return self.request("PUT", path, body=body if body is not None else {}, obj=describe_object(kind, name, namespace),
+                            verb=action.replace("/", " "), accept="application/json, */*")
+
+    def actions_served(self, kind):
+        """The actions of ``kind`` its ``ACTION_APIS`` API lists in discovery (empty when that API
+        is not served or not answering), e.g. ``{"evacuate/cancel", "pause", ...}``; asked once per client."""
+        prefix = ACTION_APIS[kind]
+        plural = RESOURCES[kind][1]
+        if prefix not in self._actions:
+            try:
+                data = self.request("GET", prefix, obj="API group %s" % prefix.split("/apis/")[-1], verb="discover")
+            except (ApiError, ConnectionFailedError):
+                data = {}
+            self._actions[prefix] = [r.get("name") or "" for r in data.get("resources") or []]
+        return set(name.split("/", 1)[1] for name in self._actions[prefix] if name.startswith(plural + "/"))
 
     def kind_served(self, kind):
         """True when the API server serves ``kind`` (its CRD is installed).

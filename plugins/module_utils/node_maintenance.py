@@ -14,8 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, restart_elsewhere
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nm_cr
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import evacuation, fates, kubevirt, restart_elsewhere
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nm_cr, remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
@@ -70,6 +70,10 @@ def base_result(name, method):
         "vms": empty_vms(),
         "duration_seconds": 0.0,
         "last_error": None,
+        "remediation_paused": [],
+        "remediation_restored": [],
+        "evacuations_cancelled": [],
+        "migrations_deleted": [],
     }
 
 
@@ -226,21 +230,56 @@ def enter(module):
         raise BlockedError(blocked_message(name, fatal, policy), blockers=[b.text for b in fatal],
                            plan=plan.as_dict(), node=name, method=method, method_reason=method_reason)
     shutdown = [vm for vm in plan.vms if vm["_fate"].shut_down_by_us]
+    pauses = remediation.to_pause(client, node) if params["pause_remediation"] else []
     if module.check_mode:
-        return predict(module, result, plan, node, method, ours_cr, shutdown, deadline)
+        result["remediation_paused"] = [remediation.entry(kind, check, remediation.how(kind)) for kind, check in pauses] \
+            + remediation.label_entry(node)
+        return predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pauses)
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
-    if method == "drain":
-        timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress)
-    else:
-        timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress)
+    if pauses:
+        require(client, [Permission("patch", "nodes")] + remediation.permissions(pauses),
+                "pause the remediation of node %s" % name)
+    label = remediation.label_entry(node)
+    node, paused = remediation.pause(client, node, pauses)
+    result["remediation_paused"] = paused + label
+    if paused:
+        result["changed"] = True
+        progress.line("paused remediation: %s" % ", ".join(_describe_check(e) for e in paused))
+    try:
+        if method == "drain":
+            timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress)
+        else:
+            timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress)
+            result["changed"] = result["changed"] or bool(paused)
+    except Exception:
+        if params["pause_remediation"]:
+            _restore_remediation(client, name, progress, result)
+        raise
     result["duration_seconds"] = round(deadline.elapsed(), 1)
     if result["phase"] == "Failed":
+        if params["pause_remediation"]:
+            _restore_remediation(client, name, progress, result)
         error = WaitTimeoutError if timed_out else MaintenanceError
         raise error(result["last_error"], **result)
     return result
 
 
-def predict(module, result, plan, node, method, ours_cr, shutdown, deadline):
+def _describe_check(item):
+    where = "%s/%s" % (item["namespace"], item["name"]) if item.get("namespace") else item["name"]
+    return "%s %s" % (item["kind"], where)
+
+
+def _restore_remediation(client, name, progress, result=None):
+    """Undo this collection's remediation pauses for node ``name`` (failure or end of maintenance)."""
+    _node, restored = remediation.restore(client, nodes_mod.get_node(client, name))
+    if restored:
+        progress.line("restored remediation: %s" % ", ".join(_describe_check(e) for e in restored))
+    if result is not None:
+        result["remediation_restored"] = restored
+    return restored
+
+
+def predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pauses=()):
     """Check mode: the same shape, computed from the plan, with nothing written."""
     params = module.params
     result["plan"] = plan.as_dict()
@@ -263,13 +302,13 @@ def predict(module, result, plan, node, method, ours_cr, shutdown, deadline):
                                    "reason": _blocker_text(plan, uid)})
     if method == "drain":
         patch, after, _record = nodes_mod.enter_changes(node, params.get("reason"))
-        result["changed"] = bool(patch or plan.evict or shutdown)
+        result["changed"] = bool(patch or plan.evict or shutdown or pauses)
         diff_after = after
     else:
         cr_phase = ((ours_cr[1].get("status") or {}).get("phase")) if ours_cr else None
-        result["changed"] = ours_cr is None or bool(shutdown)
+        result["changed"] = ours_cr is None or bool(shutdown) or bool(pauses)
         if cr_phase == "Succeeded" and not plan.evict:
-            result["changed"] = bool(shutdown)
+            result["changed"] = bool(shutdown) or bool(pauses)
         diff_after = _nmo_after_view(node)
     if module.diff_mode:
         result["diff"] = {"before": nodes_mod.maintenance_view(node), "after": diff_after}
@@ -321,7 +360,7 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
     before = nodes_mod.maintenance_view(node)
     node_after, (patch, after, _record) = nodes_mod.update_node(
         client, name, lambda current: nodes_mod.enter_changes(current, params.get("reason")), node=node)
-    result["changed"] = patch is not None
+    result["changed"] = result["changed"] or patch is not None
     if patch is not None:
         progress.line("phase=Running cordoned, tainted %s:NoSchedule" % nodes_mod.DRAIN_TAINT["key"])
     wait_only = restart_elsewhere.shut_down(client, shutdown)
@@ -521,16 +560,32 @@ def leave(module):
     if ours_cr:
         after = dict(after, unschedulable=False, labels={nodes_mod.EXCLUDE_LABEL: None}, taints=[
             t for t in after["taints"] if t.get("key") not in [m["key"] for m in nodes_mod.MAINTENANCE_TAINTS]])
-    result["changed"] = bool(ours_cr or patch)
+    # Evacuations are cancelled only on a node in maintenance (ours, or cordoned by hand): on
+    # another node they belong to someone else (the descheduler marks VMIs the same way).
+    in_maintenance = bool(ours_cr) or nodes_mod.marked_for_maintenance(node) or nodes_mod.is_cordoned(node)
+    marked, migrations = evacuation.pending(client, name) if in_maintenance else ([], [])
+    pauses = remediation.to_restore(client, node)
+    result["changed"] = bool(ours_cr or patch or marked or migrations or pauses)
     if module.diff_mode:
         result["diff"] = {"before": before, "after": after}
     if kept_cordon:
         module.warn("Node %s was already cordoned before this collection's maintenance began, so it stays cordoned."
                     % name)
     if module.check_mode or not result["changed"]:
+        how = evacuation.CANCEL_ACTION if marked and evacuation.uses_cancel_action(client) else "status"
+        result["evacuations_cancelled"] = [{"namespace": v["metadata"].get("namespace"), "name": v["metadata"]["name"],
+                                            "node": name, "how": how} for v in marked]
+        result["migrations_deleted"] = ["%s/%s" % (m["metadata"].get("namespace"), m["metadata"]["name"])
+                                        for m in migrations]
+        result["remediation_restored"] = [remediation.entry(kind, check, remediation.how(kind))
+                                          for kind, check in pauses]
         result["msg"] = ("Node %s is not in maintenance by this collection. " % name if not result["changed"]
                          else "") + MOVE_BACK_NOTE
         return result
+    progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
+    perms = evacuation.permissions(client, marked, migrations) + remediation.permissions(pauses)
+    if perms:
+        require(client, perms, "end the maintenance of node %s" % name)
     if ours_cr:
         kind, cr = ours_cr
         require(client, [Permission("delete", "nodemaintenances", group=nm_cr.API_VERSIONS[kind].split("/")[0])],
@@ -549,16 +604,32 @@ def leave(module):
                                            cr["metadata"]["name"], name, round(deadline.seconds)),
                                        **dict(((k, v) for k, v in result.items() if k != "msg"), changed=True)
                                        ) from exc
+        # The operator no longer drains: what its drain left marked for evacuation is cancelled.
+        _cancel_evacuations(module, name, marked, result, progress, in_maintenance)
         # Anything this collection recorded itself (an earlier drain) goes too.
         if nodes_mod.maintenance_record(node) is not None:
             nodes_mod.update_node(client, name, nodes_mod.leave_changes)
     else:
         require(client, [Permission("patch", "nodes")], "end the maintenance of node %s" % name)
-        nodes_mod.update_node(client, name, nodes_mod.leave_changes, node=node)
+        # Cancelled before the uncordon, so no VM keeps leaving a node that is back in service.
+        _cancel_evacuations(module, name, marked, result, progress, in_maintenance)
+        nodes_mod.update_node(client, name, nodes_mod.leave_changes, node=None if marked else node)
+    _restore_remediation(client, name, progress, result)
     result["duration_seconds"] = round(deadline.elapsed(), 1)
     result["msg"] = "Node %s left maintenance. %s" % (name, MOVE_BACK_NOTE)
-    Progress(name, log=module.ansible.log, path=params.get("progress_file")).line("left maintenance")
+    progress.line("left maintenance")
     return result
+
+
+def _cancel_evacuations(module, name, marked, result, progress, in_maintenance):
+    if not in_maintenance:
+        return
+    cancelled, deleted = evacuation.cancel(module.client, name, marked, warn=module.warn)
+    result["evacuations_cancelled"] = cancelled
+    result["migrations_deleted"] = deleted
+    if cancelled or deleted:
+        progress.line("cancelled %d evacuation%s, deleted %d pending migration%s" % (
+            len(cancelled), "" if len(cancelled) == 1 else "s", len(deleted), "" if len(deleted) == 1 else "s"))
 
 
 # -- node_maintenance_info -----------------------------------------------------------------------

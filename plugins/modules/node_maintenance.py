@@ -36,7 +36,23 @@ description:
     AWX / AAP job output), each change and the latest status at least every 10 seconds.
   - While virt-api is down, KubeVirt's eviction webhook refuses every eviction of a virt-launcher pod; the drain keeps
     waiting (until O(wait_timeout)) and its progress says "virt-api is not answering", then when it answers again.
-  - O(state=absent) ends maintenance. VMs that moved away do not move back by themselves.
+  - Node remediation is paused for the time of the maintenance (O(pause_remediation)), so that a node rebooting for a
+    firmware update is not rebooted or reprovisioned by a health check half-way. Before the node is cordoned, every
+    medik8s NodeHealthCheck (C(remediation.medik8s.io)) whose C(spec.selector) matches the node gets the entry
+    C(kubevirt-ops: maintenance of node <name>) in C(spec.pauseRequests), and every MachineHealthCheck of OpenShift's
+    machine API (C(machine.openshift.io)) or of Cluster API (C(cluster.x-k8s.io)) that selects the node's Machine gets
+    the annotation C(cluster.x-k8s.io/paused) (the nodes it is paused for are listed in its annotation
+    C(maintenance.kubevirt-ops.io/paused-for)). Only the kinds the cluster serves are looked at; without a Machine for the
+    node in the cluster no MachineHealthCheck is paused. What was paused is recorded on the node (annotation
+    C(maintenance.kubevirt-ops.io/remediation-paused)) and restored by O(state=absent), also after an interrupted run,
+    and when entering maintenance fails. A check someone else paused, and other entries of C(spec.pauseRequests), are
+    left as they are. The node also gets the label C(remediation.medik8s.io/exclude-from-remediation=true) with the
+    other marks of maintenance, whatever O(pause_remediation) says.
+  - O(state=absent) ends maintenance, and aborts one that was interrupted or failed half-way. On a node in maintenance
+    it cancels the evacuations still pending there (VMIs whose C(status.evacuationNodeName) names the node: through
+    KubeVirt's C(evacuate/cancel) action from KubeVirt 1.7 on, else by removing that field) and deletes the node's
+    evacuation migrations that have not started yet, then uncordons the node, removes this collection's marks and
+    restores the remediation it paused. VMs that moved away do not move back by themselves.
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
@@ -85,6 +101,12 @@ options:
         quorum, or the C(etcd-guard-pdb) PodDisruptionBudget in C(openshift-etcd) allows no disruption.
     type: bool
     default: false
+  pause_remediation:
+    description:
+      - Pause the NodeHealthChecks and MachineHealthChecks that cover the node while it is in maintenance (see the
+        description); V(false) leaves them alone. O(state=absent) restores what an earlier run paused either way.
+    type: bool
+    default: true
   progress_file:
     description:
       - A file to append progress lines to while the drain runs. The lines also go to the system log of the host that
@@ -119,6 +141,10 @@ notes:
   - Needs to list nodes, pods, PodDisruptionBudgets and KubeVirt objects cluster-wide, patch nodes, create
     C(pods/eviction) in the namespaces of the node's pods, and (for O(method=cr)) create and delete NodeMaintenances.
     Missing permissions are reported before anything is changed.
+  - Pausing remediation needs to list and patch the NodeHealthChecks and MachineHealthChecks (and list the Machines) the
+    cluster serves; cancelling evacuations needs C(virtualmachineinstances/evacuate/cancel) of
+    C(subresources.kubevirt.io) (KubeVirt 1.7 and later; patch of C(virtualmachineinstances) before) and delete of
+    C(virtualmachineinstancemigrations) in the VMs' namespaces.
 """
 
 EXAMPLES = r"""
@@ -297,6 +323,63 @@ last_error:
   returned: always
   type: str
   sample: null
+remediation_paused:
+  description:
+    - What maintenance paused of node remediation in this run (in check mode, would pause). Empty when nothing needed it.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{kind: NodeHealthCheck, api_version: remediation.medik8s.io/v1alpha1, namespace: null, name: nhc-workers,
+            how: pauseRequests}]
+  contains:
+    kind:
+      description: V(NodeHealthCheck), V(MachineHealthCheck), or V(Node) for the exclude-from-remediation label.
+      type: str
+    api_version:
+      description: API version of the object (tells OpenShift's and Cluster API's MachineHealthCheck apart).
+      type: str
+    namespace:
+      description: Namespace of a MachineHealthCheck; null for cluster-scoped objects.
+      type: str
+    name:
+      description: Name of the object.
+      type: str
+    how:
+      description: V(pauseRequests) (an entry of ours), V(annotation) (C(cluster.x-k8s.io/paused)) or V(label).
+      type: str
+remediation_restored:
+  description:
+    - Remediation pauses of this collection for the node that were undone (by O(state=absent), or because entering
+      maintenance failed), in the shape of RV(remediation_paused).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
+evacuations_cancelled:
+  description: With O(state=absent), the VMIs whose pending evacuation from the node was cancelled.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{namespace: vms, name: db-1, node: worker-3, how: evacuate/cancel}]
+  contains:
+    namespace:
+      description: Namespace of the VMI.
+      type: str
+    name:
+      description: Name of the VMI.
+      type: str
+    node:
+      description: The node it was to leave.
+      type: str
+    how:
+      description: V(evacuate/cancel) (KubeVirt's action, 1.7 and later) or V(status) (the VMI's field removed).
+      type: str
+migrations_deleted:
+  description: With O(state=absent), the node's evacuation migrations that had not started, deleted, as C(namespace/name).
+  returned: always
+  type: list
+  elements: str
+  sample: [vms/kubevirt-evacuation-x7k2p]
 msg:
   description: With O(state=absent), what was done and that VMs do not move back by themselves.
   returned: when O(state=absent)
@@ -410,6 +493,7 @@ def main():
                 method=dict(type="str", choices=["auto", "drain", "cr"], default="auto"),
                 allow_last_schedulable_node=dict(type="bool", default=False),
                 allow_control_plane=dict(type="bool", default=False),
+                pause_remediation=dict(type="bool", default=True),
                 progress_file=dict(type="path"),
             ),
             wait_timeout=dict(type="int", default=1800),
