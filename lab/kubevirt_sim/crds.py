@@ -283,7 +283,128 @@ def definitions(hco_conversion=None):
         scope="Cluster",
         versions=[_version("v1beta1", nm_spec, nm_status, columns=nm_columns, required=["spec"])],
     )
-    return [hco, nodemaintenance, legacy_nodemaintenance]
+    return [hco, nodemaintenance, legacy_nodemaintenance] + remediation_definitions()
+
+
+REMEDIATION_GROUP = "remediation.medik8s.io"
+MACHINE_API_GROUP = "machine.openshift.io"
+CLUSTER_API_GROUP = "cluster.x-k8s.io"
+
+
+def _label_selector():
+    expression = _open({"key": _string(), "operator": _string(), "values": _strings()})
+    return {
+        "type": "object",
+        "properties": {
+            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "matchExpressions": {"type": "array", "items": expression},
+        },
+        "x-kubernetes-map-type": "atomic",
+    }
+
+
+def remediation_definitions():
+    """What remediates nodes, with no controller behind it (the lab only proves what a module writes):
+    medik8s NodeHealthCheck (api/v1alpha1/nodehealthcheck_types.go of medik8s/node-healthcheck-operator),
+    OpenShift's MachineHealthCheck and Machine (openshift/api machine/v1beta1) and Cluster API's
+    (kubernetes-sigs/cluster-api api/core/v1beta1), with the fields maintenance reads or writes."""
+    unhealthy = _objects({"type": _string(), "status": _string(), "timeout": _string(), "duration": _string()})
+    template_ref = _open({"apiVersion": _string(), "kind": _string(), "name": _string(), "namespace": _string()})
+    phase = _column("Phase", ".status.phase")
+    nhc = _crd(
+        REMEDIATION_GROUP,
+        "NodeHealthCheck",
+        "nodehealthchecks",
+        "nodehealthcheck",
+        scope="Cluster",
+        short_names=["nhc"],
+        versions=[
+            _version(
+                "v1alpha1",
+                _open(
+                    {
+                        "selector": _label_selector(),
+                        "unhealthyConditions": unhealthy,
+                        "minHealthy": _int_or_string(),
+                        "maxUnhealthy": _int_or_string(),
+                        "remediationTemplate": template_ref,
+                        "escalatingRemediations": _objects(),
+                        "pauseRequests": _strings(),
+                        "healthyDelay": _string(),
+                    }
+                ),
+                _open({"phase": _string(), "reason": _string(), "observedNodes": _int(), "healthyNodes": _int()}),
+                columns=[phase, AGE],
+            )
+        ],
+    )
+    mhc_spec = {
+        "selector": _label_selector(),
+        "unhealthyConditions": unhealthy,
+        "maxUnhealthy": _int_or_string(),
+        "nodeStartupTimeout": _string(),
+        "remediationTemplate": template_ref,
+    }
+    mhc_status = _open({"expectedMachines": _int(), "currentHealthy": _int(), "conditions": _objects(_CONDITION)})
+    machine_status = _open(
+        {"nodeRef": _open({"kind": _string(), "name": _string(), "uid": _string()}), "phase": _string()}
+    )
+    openshift_mhc = _crd(
+        MACHINE_API_GROUP,
+        "MachineHealthCheck",
+        "machinehealthchecks",
+        "machinehealthcheck",
+        short_names=["mhc", "mhcs"],
+        versions=[_version("v1beta1", _open(mhc_spec), mhc_status, columns=[AGE])],
+    )
+    openshift_machine = _crd(
+        MACHINE_API_GROUP,
+        "Machine",
+        "machines",
+        "machine",
+        versions=[
+            _version(
+                "v1beta1",
+                _open({"providerID": _string(), "providerSpec": _open()}),
+                machine_status,
+                columns=[phase, _column("Node", ".status.nodeRef.name"), AGE],
+            )
+        ],
+    )
+    capi_mhc = _crd(
+        CLUSTER_API_GROUP,
+        "MachineHealthCheck",
+        "machinehealthchecks",
+        "machinehealthcheck",
+        short_names=["mhc", "mhcs"],
+        categories=["cluster-api"],
+        versions=[
+            _version(
+                "v1beta1",
+                _open(dict(mhc_spec, clusterName=_string())),
+                mhc_status,
+                columns=[_column("Cluster", ".spec.clusterName"), AGE],
+                required=["spec"],
+            )
+        ],
+    )
+    capi_machine = _crd(
+        CLUSTER_API_GROUP,
+        "Machine",
+        "machines",
+        "machine",
+        short_names=["ma"],
+        categories=["cluster-api"],
+        versions=[
+            _version(
+                "v1beta1",
+                _open({"clusterName": _string(), "providerID": _string(), "bootstrap": _open()}),
+                machine_status,
+                columns=[_column("Cluster", ".spec.clusterName"), _column("Node", ".status.nodeRef.name"), AGE],
+            )
+        ],
+    )
+    return [nhc, openshift_mhc, openshift_machine, capi_mhc, capi_machine]
 
 
 def apply_all(kube, timeout=120, medik8s_node_maintenance=True, hco_conversion=None, exclude_groups=()):

@@ -42,7 +42,7 @@ import json
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import patches
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import RESOURCES
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import NotFoundError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError, NotFoundError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nodes import EXCLUDE_LABEL, labels_of
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import selector_matches
 
@@ -145,8 +145,15 @@ def ours_anywhere(client, node):
     """[(kind, check)] of every served health check that holds a pause of ours for ``node``."""
     found = []
     for kind in (NODE_HEALTH_CHECK,) + tuple(k for k, _m, _l in MACHINE_HEALTH_CHECKS):
-        if client.kind_served(kind):
-            found.extend((kind, check) for check in client.list(kind)[0] if paused_by_us(kind, check, node))
+        if not client.kind_served(kind):
+            continue
+        try:
+            checks = client.list(kind)[0]
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            continue  # who may not list them cannot have paused them (pausing lists them first)
+        found.extend((kind, check) for check in checks if paused_by_us(kind, check, node))
     return found
 
 

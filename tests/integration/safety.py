@@ -514,6 +514,9 @@ class ResourceVersions:
         ("HyperConverged", "hco.kubevirt.io", "v1beta1", "hyperconvergeds"),
         ("NodeMaintenance", "nodemaintenance.medik8s.io", "v1beta1", "nodemaintenances"),
         ("LegacyNodeMaintenance", "nodemaintenance.kubevirt.io", "v1beta1", "nodemaintenances"),
+        ("NodeHealthCheck", "remediation.medik8s.io", "v1alpha1", "nodehealthchecks"),
+        ("MachineHealthCheck", "machine.openshift.io", "v1beta1", "machinehealthchecks"),
+        ("CapiMachineHealthCheck", "cluster.x-k8s.io", "v1beta1", "machinehealthchecks"),
     )
     # Objects that change by themselves all the time: node heartbeats, API server identity leases,
     # and the leader-election Leases the cluster's controllers renew every few seconds in their own
