@@ -84,8 +84,11 @@ def permissions(client, vmis, migrations):
     namespaces = sorted(set(_meta(v).get("namespace") for v in vmis))
     if namespaces:
         if uses_cancel_action(client):
+            # The API server authorizes only the first path segment after the name as the
+            # subresource ("parts ... we don't interpret", k8s.io/apiserver pkg/endpoints/request/
+            # requestinfo.go): RBAC sees virtualmachineinstances/evacuate.
             perms.append(Permission("update", "virtualmachineinstances", group="subresources.kubevirt.io",
-                                    subresource=CANCEL_ACTION, namespaces=namespaces))
+                                    subresource=CANCEL_ACTION.split("/")[0], namespaces=namespaces))
         else:
             perms.append(Permission("patch", "virtualmachineinstances", group="kubevirt.io", namespaces=namespaces))
     namespaces = sorted(set(_meta(m).get("namespace") for m in migrations))

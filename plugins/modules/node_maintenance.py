@@ -142,7 +142,7 @@ notes:
     C(pods/eviction) in the namespaces of the node's pods, and (for O(method=cr)) create and delete NodeMaintenances.
     Missing permissions are reported before anything is changed.
   - Pausing remediation needs to list and patch the NodeHealthChecks and MachineHealthChecks (and list the Machines) the
-    cluster serves; cancelling evacuations needs C(virtualmachineinstances/evacuate/cancel) of
+    cluster serves; cancelling evacuations needs update of C(virtualmachineinstances/evacuate) (the action C(evacuate/cancel)) of
     C(subresources.kubevirt.io) (KubeVirt 1.7 and later; patch of C(virtualmachineinstances) before) and delete of
     C(virtualmachineinstancemigrations) in the VMs' namespaces.
 """

@@ -10,6 +10,9 @@ creates the migrations.
 import json
 import uuid
 
+import identities
+import pytest
+import runs
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from safety import ResourceVersions
@@ -36,6 +39,22 @@ PAUSED = "cluster.x-k8s.io/paused"
 PAUSED_FOR = "maintenance.kubevirt-ops.io/paused-for"
 NODE_RECORD = "maintenance.kubevirt-ops.io/remediation-paused"
 EVACUATION_ANNOTATION = "kubevirt.io/evacuationMigration"
+
+
+@pytest.fixture
+def operator(lab, k8s, tmp_path):
+    """Runs modules as a ServiceAccount bound only to docs/rbac's operator roles."""
+    identities.apply_rbac(k8s, identities.OPERATOR_FILE)
+    identity = identities.create_identity(k8s, lab.kubeconfig, str(tmp_path), prefix="kvops-remed",
+                                          cluster_roles=["kubevirt-ops-maintenance-operator"],
+                                          roles=[("kube-system", "kubevirt-ops-maintenance-lock")])
+
+    def _run(module, args, check=False):
+        return runs.module(identity.kubeconfig, module, args, check=check).result()
+    try:
+        yield _run
+    finally:
+        identities.delete_identity(k8s, identity)
 
 
 def ours(node):
@@ -221,7 +240,8 @@ def evacuating_from(k8s, namespace, name):
     return ((vmi(k8s, namespace, name) or {}).get("status") or {}).get("evacuationNodeName")
 
 
-def test_failed_maintenance_restores_remediation_and_absent_aborts_it(k8s, namespace, run_module):
+def test_failed_maintenance_restores_remediation_and_absent_aborts_it(k8s, namespace, run_module, operator):
+    """As the least-privileged operator identity: its rights cover pausing, restoring and the abort."""
     node = workers(k8s)[0]
     checks = Checks(k8s, namespace)
     try:
@@ -233,8 +253,8 @@ def test_failed_maintenance_restores_remediation_and_absent_aborts_it(k8s, names
                  "VM pinned to run on %s" % node)
 
         # A drain that cannot finish: the failure restores the pause it set, the node stays cordoned.
-        failed = run_module("node_maintenance", {"name": node, "method": "drain", "non_migratable": "wait",
-                                                 "wait_timeout": 25})
+        failed = operator("node_maintenance", {"name": node, "method": "drain", "non_migratable": "wait",
+                                               "wait_timeout": 25})
         assert failed.get("failed") and failed["phase"] == "Failed", failed
         assert [e["name"] for e in failed["remediation_paused"] if e["kind"] == "NodeHealthCheck"] == [nhc]
         assert [e["name"] for e in failed["remediation_restored"]] == [nhc], failed
@@ -249,14 +269,14 @@ def test_failed_maintenance_restores_remediation_and_absent_aborts_it(k8s, names
 
         # Check mode predicts the abort and writes nothing.
         versions = ResourceVersions(k8s)
-        predicted = run_module("node_maintenance", {"name": node, "state": "absent"}, check=True)
+        predicted = operator("node_maintenance", {"name": node, "state": "absent"}, check=True)
         assert predicted["changed"] is True
         assert sorted((e["namespace"], e["name"], e["how"]) for e in predicted["evacuations_cancelled"]) == [
             (namespace, "external", "evacuate/cancel"), (namespace, "pinned", "evacuate/cancel")], predicted
         assert sorted(predicted["migrations_deleted"]) == ["%s/%s" % (namespace, n) for n in pending]
         assert [c for c in versions.changes() if c.startswith("Node %s " % node) or namespace + "/" in c] == []
 
-        aborted = run_module("node_maintenance", {"name": node, "state": "absent"})
+        aborted = operator("node_maintenance", {"name": node, "state": "absent"})
         assert aborted["changed"] is True, aborted
         assert sorted((e["name"], e["node"], e["how"]) for e in aborted["evacuations_cancelled"]) == [
             ("external", node, "evacuate/cancel"), ("pinned", node, "evacuate/cancel")]
