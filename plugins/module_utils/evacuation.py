@@ -88,7 +88,7 @@ def permissions(client, vmis, migrations):
             # subresource ("parts ... we don't interpret", k8s.io/apiserver pkg/endpoints/request/
             # requestinfo.go): RBAC sees virtualmachineinstances/evacuate.
             perms.append(Permission("update", "virtualmachineinstances", group="subresources.kubevirt.io",
-                                    subresource=CANCEL_ACTION.split("/")[0], namespaces=namespaces))
+                                    subresource=CANCEL_ACTION.split("/", 1)[0], namespaces=namespaces))
         else:
             perms.append(Permission("patch", "virtualmachineinstances", group="kubevirt.io", namespaces=namespaces))
     namespaces = sorted(set(_meta(m).get("namespace") for m in migrations))

@@ -250,11 +250,14 @@ def enter(module):
             timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress)
         else:
             timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress)
-            result["changed"] = result["changed"] or bool(paused)
     except Exception:
         if params["pause_remediation"]:
-            _restore_remediation(client, name, progress, result)
-        raise
+            try:
+                _restore_remediation(client, name, progress, result)
+            except MaintenanceError as exc:
+                module.warn("Entering maintenance of node %s failed, and restoring the remediation paused for it "
+                            "failed too (state=absent restores it): %s" % (name, exc.msg))
+        raise  # the failure of the drain, not of the restore
     result["duration_seconds"] = round(deadline.elapsed(), 1)
     if result["phase"] == "Failed":
         if params["pause_remediation"]:

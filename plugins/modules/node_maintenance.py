@@ -36,7 +36,8 @@ description:
     AWX / AAP job output), each change and the latest status at least every 10 seconds.
   - While virt-api is down, KubeVirt's eviction webhook refuses every eviction of a virt-launcher pod; the drain keeps
     waiting (until O(wait_timeout)) and its progress says "virt-api is not answering", then when it answers again.
-  - Node remediation is paused for the time of the maintenance (O(pause_remediation)), so that a node rebooting for a
+  - >-
+    Node remediation is paused for the time of the maintenance (O(pause_remediation)), so that a node rebooting for a
     firmware update is not rebooted or reprovisioned by a health check half-way. Before the node is cordoned, every
     medik8s NodeHealthCheck (C(remediation.medik8s.io)) whose C(spec.selector) matches the node gets the entry
     C(kubevirt-ops: maintenance of node <name>) in C(spec.pauseRequests), and every MachineHealthCheck of OpenShift's
@@ -48,7 +49,8 @@ description:
     and when entering maintenance fails. A check someone else paused, and other entries of C(spec.pauseRequests), are
     left as they are. The node also gets the label C(remediation.medik8s.io/exclude-from-remediation=true) with the
     other marks of maintenance, whatever O(pause_remediation) says.
-  - O(state=absent) ends maintenance, and aborts one that was interrupted or failed half-way. On a node in maintenance
+  - >-
+    O(state=absent) ends maintenance, and aborts one that was interrupted or failed half-way. On a node in maintenance
     it cancels the evacuations still pending there (VMIs whose C(status.evacuationNodeName) names the node: through
     KubeVirt's C(evacuate/cancel) action from KubeVirt 1.7 on, else by removing that field) and deletes the node's
     evacuation migrations that have not started yet, then uncordons the node, removes this collection's marks and
