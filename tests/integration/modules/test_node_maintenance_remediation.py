@@ -8,6 +8,7 @@ creates the migrations.
 """
 
 import json
+import os
 import uuid
 
 import identities
@@ -309,3 +310,42 @@ def test_absent_leaves_evacuations_of_a_node_not_in_maintenance(k8s, namespace, 
     result = run_module("node_maintenance", {"name": node, "state": "absent"})
     assert result["changed"] is False and result["evacuations_cancelled"] == [], result
     assert evacuating_from(k8s, namespace, "external") == node
+
+
+def test_a_killed_run_is_restored_and_aborted_by_absent(lab, k8s, namespace, run_module):
+    """The machine running the drain dies mid-way: what the node's record and our entries say
+    was paused is restored, and the evacuations the drain started are cancelled."""
+    node = workers(k8s)[2]
+    checks = Checks(k8s, namespace)
+    try:
+        nhc = checks.nhc("killed", {"matchLabels": {"kubernetes.io/hostname": node}}, pause_requests=["someone"])
+        with OnlyNode(k8s, node):
+            create_pinned_vm(k8s, namespace, "pinned", node)
+        wait_for(lambda: (vmi(k8s, namespace, "pinned") or {}).get("status", {}).get("phase") == "Running", 180,
+                 "VM pinned to run on %s" % node)
+        argv = [os.path.join(runs.BIN, "ansible"), "localhost", "-c", "local", "-m",
+                "kubevirt_ops.maintenance.node_maintenance",
+                "-a", json.dumps({"name": node, "method": "drain", "non_migratable": "wait", "wait_timeout": 600})]
+        started = runs.Started(argv, lab.kubeconfig, {})
+        try:
+            wait_for(lambda: evacuating_from(k8s, namespace, "pinned") == node or not started.running(), 120,
+                     "the drain to mark VM pinned for evacuation")
+            started.kill()
+            output = started.output()
+        finally:
+            started.close()
+        assert checks.get_nhc(nhc)["spec"]["pauseRequests"] == ["someone", ours(node)], output
+        assert json.loads(node_annotations(k8s, node)[NODE_RECORD]) == [
+            {"kind": "NodeHealthCheck", "namespace": None, "name": nhc}]
+
+        aborted = run_module("node_maintenance", {"name": node, "state": "absent"})
+        assert [e["name"] for e in aborted["remediation_restored"]] == [nhc], aborted
+        assert [e["name"] for e in aborted["evacuations_cancelled"]] == ["pinned"]
+        assert checks.get_nhc(nhc)["spec"]["pauseRequests"] == ["someone"]
+        assert NODE_RECORD not in node_annotations(k8s, node)
+        assert evacuating_from(k8s, namespace, "pinned") is None
+        wait_for(lambda: not unfinished(evacuation_migrations(k8s, node, namespace)), 60,
+                 "no evacuation migration of %s left" % node)
+        assert node_state(k8s, node) == {"unschedulable": False, "taints": [], "label": None, "record": False}
+    finally:
+        checks.delete_all()
