@@ -81,13 +81,6 @@ RESOURCES = {
     "CapiMachine": ("/apis/cluster.x-k8s.io/v1beta1", "machines", True),
 }
 
-# Aggregated APIs that act on a kind through subresources of their own (virtctl's API of
-# virt-api): kind -> API prefix. Only these kinds have actions (``put_action``).
-ACTION_APIS = {
-    "VirtualMachine": "/apis/subresources.kubevirt.io/v1",
-    "VirtualMachineInstance": "/apis/subresources.kubevirt.io/v1",
-}
-
 # KubeVirt's aggregated API (served by virt-api) of the actions virtctl performs: start, stop,
 # restart, migrate of VirtualMachines; pause, freeze, softreboot... of VirtualMachineInstances.
 # Routes: kubevirt/kubevirt pkg/virt-api/api.go (subws.PUT(...SubResourcePath("restart")) etc.).
@@ -114,6 +107,13 @@ _PATCH_CONTENT_TYPES = {
     "json": "application/json-patch+json",
     "strategic": "application/strategic-merge-patch+json",
 }
+
+
+def api_version_of(kind):
+    """(API group, 'group/version' as in apiVersion, plural) of a kind of ``RESOURCES``."""
+    base, plural, _namespaced = RESOURCES[kind]
+    version = base[len("/apis/"):] if base.startswith("/apis/") else base[len("/api/"):]
+    return (version.split("/")[0] if "/" in version else ""), version, plural
 
 
 def resource_path(kind, name=None, namespace=None, subresource=None, prefix=None):
@@ -878,20 +878,12 @@ class KubeClient:
                 return None
             raise
 
-    def put_action(self, kind, name, namespace, action, body=None):
-        """PUT an action of ``ACTION_APIS`` (``evacuate/cancel`` of a VirtualMachineInstance, say).
-
-        virt-api's action routes declare no response type: go-restful answers 406 unless the
-        request accepts any (as client-go's, and so virtctl's, requests do).
-        """
-        path = resource_path(kind, name, namespace, action, prefix=ACTION_APIS[kind])
-        return self.request("PUT", path, body=body if body is not None else {}, obj=describe_object(kind, name, namespace),
-                            verb=action.replace("/", " "), accept="application/json, */*")
-
     def actions_served(self, kind):
-        """The actions of ``kind`` its ``ACTION_APIS`` API lists in discovery (empty when that API
-        is not served or not answering), e.g. ``{"evacuate/cancel", "pause", ...}``; asked once per client."""
-        prefix = ACTION_APIS[kind]
+        """The actions of ``kind`` its ``SUBRESOURCE_APIS`` API lists in discovery (empty when that
+        API is not served or not answering), e.g. ``{"evacuate/cancel", "pause", ...}``: which
+        actions this release of virt-api has (pkg/virt-api/api.go lists them in its
+        APIResourceList). Asked once per client."""
+        prefix = SUBRESOURCE_APIS[kind]
         plural = RESOURCES[kind][1]
         if prefix not in self._actions:
             try:

@@ -127,8 +127,8 @@ def cancel(client, node, vmis, warn=None):
         meta = _meta(vmi)
         try:
             if action:
-                client.put_action("VirtualMachineInstance", meta.get("name"), meta.get("namespace"), CANCEL_ACTION,
-                                  {"evacuationNodeName": node})
+                client.subresource_action("VirtualMachineInstance", meta.get("name"), meta.get("namespace"),
+                                          CANCEL_ACTION, {"evacuationNodeName": node})
                 cancelled.append(_entry(vmi, node, CANCEL_ACTION))
             elif _clear_mark(client, vmi, node):
                 cancelled.append(_entry(vmi, node, "status"))

@@ -41,7 +41,7 @@ import json
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import patches
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import RESOURCES
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import RESOURCES, api_version_of
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError, NotFoundError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nodes import EXCLUDE_LABEL, labels_of
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import selector_matches
@@ -73,7 +73,7 @@ def _meta(obj):
 
 
 def _api_version(kind):
-    return RESOURCES[kind][0][len("/apis/"):]
+    return api_version_of(kind)[1]
 
 
 def entry(kind, obj, how):
@@ -176,8 +176,7 @@ def label_entry(node):
 def permissions(targets):
     perms = []
     for kind, _check in targets:
-        base, plural, _namespaced = RESOURCES[kind]
-        group = base[len("/apis/"):].split("/")[0]
+        group, _version, plural = api_version_of(kind)
         namespaces = sorted(set(_meta(c).get("namespace") for k, c in targets if k == kind and _meta(c).get("namespace")))
         perm = Permission("patch", plural, group=group, namespaces=namespaces or None)
         if not any(p.resource == perm.resource and p.group == perm.group for p in perms):
