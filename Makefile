@@ -260,7 +260,7 @@ molecule: venv collection
 	$(PYTEST_ENV) $(BIN)/molecule test -s rolling_maintenance
 
 demo: venv collection
-	$(PYTEST_ENV) $(BIN)/python -m lab.demo
+	$(PYTEST_ENV) $(BIN)/python -m lab.demo $(if $(SCHEDULER_PROFILE),--scheduler-profile $(SCHEDULER_PROFILE))
 
 lab-up: venv
 	$(BIN)/python -m lab up

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from lab import cluster
+from lab import cluster, scheduler
 from lab.errors import LabError
 from lab.paths import STATE_DIR_ENV, LabPaths, default_state_dir
 
@@ -46,6 +46,17 @@ def main(argv=None):
         help="the scale profile for labs of hundreds to ~3,000 nodes: a larger pod CIDR, "
         "heartbeats every 30 s, 5 minutes until a silent node turns NotReady (lab/README.md)",
     )
+    up.add_argument(
+        "--scheduler-profile",
+        choices=scheduler.NAMES,
+        help="how the kube-scheduler scores nodes: LowNodeUtilization (spread), HighNodeUtilization "
+        "(pack), NoScoring (no score plugins), default (built-in defaults; the default for a new lab). "
+        "A running lab switches by restarting only the kube-scheduler",
+    )
+    scheduler_profile = commands.add_parser(
+        "scheduler-profile", help="restart the running lab's kube-scheduler with another profile"
+    )
+    scheduler_profile.add_argument("name", metavar="PROFILE", choices=scheduler.NAMES)
     build = commands.add_parser(
         "build", help="build every binary the lab runs into the cache (nothing starts); idempotent"
     )
@@ -82,9 +93,12 @@ def main(argv=None):
                 kubevirt=not args.no_kubevirt,
                 profile="scale" if args.scale else None,
                 kubevirt_version=args.kubevirt_version,
+                scheduler_profile=args.scheduler_profile,
             )
         elif args.command == "build":
             cluster.build(paths, args.kubevirt_version)
+        elif args.command == "scheduler-profile":
+            cluster.set_scheduler_profile(paths, args.name)
         elif args.command == "down":
             cluster.down(paths)
         elif args.command == "status":

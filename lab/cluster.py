@@ -12,7 +12,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from lab import binaries, components, kwok, network, nmo, nodes, processes
+from lab import binaries, components, kwok, network, nmo, nodes, processes, scheduler
 from lab import settings as lab_settings
 from lab.certs import CLIENTS, ensure_pki
 from lab.components import CORE, Context
@@ -49,6 +49,7 @@ def up(
     profile=None,
     kubevirt_version=None,
     kubevirt_mode=None,
+    scheduler_profile=None,
 ):
     """Bring the lab to the requested shape, starting only what is not running.
 
@@ -56,7 +57,11 @@ def up(
     the one the lab was created with ("default" for a new lab). ``kubevirt_version``
     (e.g. "1.8.0", default $KUBEVIRT_OPS_LAB_KUBEVIRT_VERSION, else 1.7.0) picks the release of
     the real virt-controller and virt-api; ``kubevirt_mode`` can only be "real".
+    ``scheduler_profile`` (a name of lab/scheduler.py; None keeps the lab's, "default" for a
+    new lab) is how the kube-scheduler scores nodes; a running lab switches by restarting
+    only the kube-scheduler.
     """
+    _check_scheduler_profile(scheduler_profile)
     kubevirt_version = kubevirt_version or os.environ.get(KUBEVIRT_VERSION_ENV) or None
     if kubevirt_version is not None:
         kubevirt_version = normalize_version(kubevirt_version)
@@ -78,6 +83,8 @@ def up(
         ctx = _prepare(
             paths, workers, control_plane_nodes, hco, kubevirt, profile, kubevirt_mode, kubevirt_version
         )
+        if scheduler_profile is not None:
+            _switch_scheduler_profile(ctx, scheduler_profile)
         for component in CORE:
             _ensure_running(ctx, component)
         api = nodes.api_client(paths.kubeconfig)
@@ -99,6 +106,7 @@ def up(
     say(
         f"up in {time.monotonic() - started:.0f}s: {len(planned)} nodes"
         f"{'' if ctx.settings.profile == 'default' else f' ({ctx.settings.profile} profile)'},"
+        f"{'' if ctx.settings.scheduler_profile == 'default' else f' {ctx.settings.scheduler_profile} scheduling,'}"
         f" API at {ctx.settings.apiserver_url}"
     )
     say(f"export KUBECONFIG={paths.kubeconfig}")
@@ -262,6 +270,50 @@ def restart(paths, name):
     say(f"restarted {component.name} on 127.0.0.1:{settings.ports[component.name]}")
 
 
+def set_scheduler_profile(paths, name):
+    """Run the kube-scheduler of a running lab with another profile (lab/scheduler.py)."""
+    _check_scheduler_profile(name)
+    with _locked(paths):
+        settings = _require_settings(paths)
+        ctx = _context(paths, settings)
+        _switch_scheduler_profile(ctx, name)
+        _ensure_running(ctx, components.BY_NAME["kube-scheduler"])
+    say(f"kube-scheduler runs with the {name} scheduler profile")
+
+
+def _check_scheduler_profile(name):
+    if name is not None and name not in scheduler.NAMES:
+        raise LabError(f"unknown scheduler profile {name!r}; one of: {', '.join(scheduler.NAMES)}")
+
+
+def _switch_scheduler_profile(ctx, name):
+    """Record the profile and write its file; stop a kube-scheduler that runs another one
+    (the caller starts it again)."""
+    before = ctx.settings.scheduler_profile
+    ctx.settings.scheduler_profile = name
+    lab_settings.save(ctx.paths, ctx.settings)
+    _write_scheduler_config(ctx)
+    if before != name and processes.tracked(ctx.paths, "kube-scheduler"):
+        component = components.BY_NAME["kube-scheduler"]
+        processes.stop(ctx.paths, component.name, component.stop_grace)
+        port = ctx.settings.ports[component.name]
+        wait_for(
+            lambda: not network.port_in_use(port),
+            PORT_RELEASE_TIMEOUT,
+            f"127.0.0.1:{port} to be released by {component.name}",
+        )
+
+
+def _write_scheduler_config(ctx):
+    text = scheduler.configuration(
+        ctx.settings.scheduler_profile, ctx.paths.component_kubeconfig("kube-scheduler")
+    )
+    if text is None:
+        ctx.paths.scheduler_config.unlink(missing_ok=True)
+    else:
+        ctx.paths.scheduler_config.write_text(text)
+
+
 def node_fail(paths, name, wait=True):
     _require_settings(paths)
     nodes.fail(nodes.api_client(paths.kubeconfig), name, wait=wait)
@@ -356,7 +408,9 @@ def _prepare(
         settings.bin_dir,
         launchers_by_handler=settings.kubevirt,
     )
-    return Context(paths, settings, pki)
+    ctx = Context(paths, settings, pki)
+    _write_scheduler_config(ctx)
+    return ctx
 
 
 def _ensure_running(ctx, component):

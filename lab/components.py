@@ -188,15 +188,20 @@ def _controller_manager_argv(ctx):
 
 def _scheduler_argv(ctx):
     kubeconfig = ctx.paths.component_kubeconfig("kube-scheduler")
+    # A scheduler profile other than the default is a KubeSchedulerConfiguration file
+    # (lab/scheduler.py), written by ``up``; it carries the kubeconfig and leader election.
+    profile = [f"--config={ctx.paths.scheduler_config}"] if ctx.settings.scheduler_profile != "default" else [
+        f"--kubeconfig={kubeconfig}",
+        "--leader-elect=false",
+    ]
     return [
         ctx.binary("kube-scheduler"),
-        f"--kubeconfig={kubeconfig}",
+        *profile,
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
         "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
         "--bind-address=127.0.0.1",
         f"--secure-port={ctx.port('kube-scheduler')}",
-        "--leader-elect=false",
     ]
 
 

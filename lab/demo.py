@@ -22,6 +22,7 @@ from pathlib import Path
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from lab import scheduler
 from lab.paths import REPO_ROOT, STATE_DIR_ENV
 from lab.wait import wait_for
 
@@ -172,6 +173,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m lab.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="leave the demo lab running afterwards")
     parser.add_argument("--reports", default=str(REPO_ROOT / "report"), help="report directory (default: report/)")
+    parser.add_argument("--scheduler-profile", choices=scheduler.NAMES, default=scheduler.DEFAULT,
+                        help="how the lab's kube-scheduler scores nodes (lab/scheduler.py; make demo SCHEDULER_PROFILE=...)")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -190,7 +193,8 @@ def main(argv=None):
     })
     rc = 1
     try:
-        run([sys.executable, "-m", "lab", "up", "--nodes", str(WORKERS)], env)
+        run([sys.executable, "-m", "lab", "up", "--nodes", str(WORKERS),
+             "--scheduler-profile", args.scheduler_profile], env)
         api = config.new_client_from_config(config_file=str(state_dir / "kubeconfig"))
         log("creating %d VMs and a Deployment of 6 pods guarded by a PodDisruptionBudget" % len(VMS))
         create_workloads(api)

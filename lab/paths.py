@@ -75,6 +75,10 @@ class LabPaths:
         return self.state_dir / "kwok.yaml"
 
     @property
+    def scheduler_config(self):
+        return self.state_dir / "scheduler.yaml"
+
+    @property
     def sim_dir(self):
         return self.state_dir / "sim"
 
@@ -97,5 +101,6 @@ class LabPaths:
             self.audit_log,
             self.audit_policy,
             self.kwok_config,
+            self.scheduler_config,
             self.sim_dir,
         ]

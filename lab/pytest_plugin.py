@@ -106,6 +106,12 @@ class Lab:
         """Stop kube-apiserver and start it again on the same port; waits for /readyz."""
         cluster.restart(self.paths, "kube-apiserver")
 
+    def scheduler_profile(self, name):
+        """Restart the kube-scheduler with a profile of lab/scheduler.py; returns the one it had."""
+        before = self.settings.scheduler_profile
+        cluster.set_scheduler_profile(self.paths, name)
+        return before
+
     def node_states(self):
         """Which nodes are cordoned and which failed, for ``restore_nodes`` later."""
         api = self._api()

@@ -84,6 +84,8 @@ class Settings:
     kubevirt_version: str = "1.7.0"
     # The /32 on the lab's veth pair where virt-api serves (lab/netif.py).
     service_address: str = None
+    # How the kube-scheduler scores nodes: a name of lab/scheduler.py (``up --scheduler-profile``).
+    scheduler_profile: str = "default"
 
     def choose_ports(self):
         self.ports = dict(zip(PORT_NAMES, network.free_ports(len(PORT_NAMES))))
