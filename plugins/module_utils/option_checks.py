@@ -20,6 +20,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.schedulin
 # RFC 1123 subdomain (object names, node names) and label (namespaces), as the API server checks them.
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 MAX_TIMEOUT = 7 * 24 * 3600
 TIMEOUT_OPTIONS = ("wait_timeout", "timeout")
 SELECTOR_OPTIONS = ("label_selector", "pod_selector")
@@ -44,6 +45,13 @@ def name(option, value, kind=OBJECT_NAME):
                                   "characters)" % (what, chars, longest))
 
 
+def label_value(option, value):
+    """A label value (also a taint value): at most 63 letters, digits, '-', '_' and '.'."""
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        raise _bad(option, value, "is not a valid label value (letters, digits, '-', '_' and '.', starting and "
+                                  "ending with a letter or digit, at most 63 characters)")
+
+
 def check(params):
     """Raise InvalidInputError for the first option whose value cannot be right."""
     if params.get("name") is not None:
@@ -63,6 +71,8 @@ def check(params):
     for option in SELECTOR_OPTIONS:
         if params.get(option):
             parse_label_selector(params[option], option)
+    if params.get("mark"):
+        label_value("mark", params["mark"])
     for model in params.get("cpu_models") or []:
         if not (model or "").strip():
             raise _bad("cpu_models", params["cpu_models"], "holds an empty CPU model name")

@@ -125,6 +125,39 @@ def _migration(vm, timing):
     }
 
 
+def vm_moves(nodes, planned):
+    """How often each VM moved, the fewest moves the run could have made, and the avoidable ones.
+
+    ``nodes``: the node entries of the model in the order the run took them; ``planned``: the
+    nodes of the run. A VM leaving a node needs one move. It needs a second one only when it
+    had to land on a node of the run still to do, because no node of the run was done yet
+    (the first node's VMs): such a landing is forced. A landing on a node still to do while
+    some were done is not forced, and the move that takes the VM off that node again is
+    avoidable. Nodes outside the run count as done.
+    """
+    planned = set(planned or [])
+    per_vm = {}
+    landed = {}  # VM -> (node still to do it landed on, forced, nodes done then)
+    avoidable = []
+    done = []
+    for n in nodes:
+        for m in n["migrations"]:
+            vm, source, target = _vm_name(m), m["source"] or n["node"], m["target"]
+            per_vm[vm] = per_vm.get(vm, 0) + 1
+            earlier = landed.pop(vm, None)
+            if earlier and earlier[0] == source and not earlier[1]:
+                avoidable.append({"vm": vm, "node": source, "done": earlier[2], "reason": (
+                    "it had landed on %s, still to do, while %s %s done" % (
+                        source, ", ".join(earlier[2]), "was" if len(earlier[2]) == 1 else "were"))})
+            if target and target in planned and target not in done and target != n["node"]:
+                landed[vm] = (target, not done, list(done))
+        if n["status"] == "done":
+            done.append(n["node"])
+    total = sum(per_vm.values())
+    return {"total": total, "minimum": total - len(avoidable), "avoidable": len(avoidable),
+            "per_vm": dict(sorted(per_vm.items())), "avoidable_moves": avoidable}
+
+
 def build(run, records):
     """Normalise the run and node records into the report model (datetimes, durations, totals)."""
     run = dict(run or {})
@@ -174,6 +207,8 @@ def build(run, records):
         "vms_shut_down": sum(len(n["shut_down"]) for n in nodes),
         "vms_not_running": sum(len(n["not_running"]) for n in nodes),
     }
+    moves = vm_moves(nodes, planned)
+    totals.update(vm_moves=moves["total"], vm_moves_minimum=moves["minimum"], vm_moves_avoidable=moves["avoidable"])
     durations = [n["seconds"] for n in nodes if n["status"] == "done" and n["seconds"] is not None]
     totals["average_node_seconds"] = round(sum(durations) / len(durations), 1) if durations else None
     for name in PHASE_NAMES:
@@ -197,6 +232,7 @@ def build(run, records):
         "remaining": run.get("remaining"),
         "resume": run.get("resume"),
         "nodes": nodes,
+        "moves": moves,
         "totals": totals,
     }
 
@@ -245,6 +281,7 @@ def to_json_data(model):
         "remaining": model["remaining"],
         "resume": model["resume"],
         "totals": model["totals"],
+        "moves": model["moves"],
         "nodes": [node(n) for n in model["nodes"]],
     }
 
@@ -271,6 +308,10 @@ def to_markdown(model, timeline_file=None):
         ("VMs", "%d migrated, %d shut down, %d not running after" % (
             t["vms_migrated"], t["vms_shut_down"], t["vms_not_running"])),
     ]
+    moves = model["moves"]
+    if moves["total"]:
+        facts.append(("VM moves", "%d (minimum for this run %d, avoidable %d)" % (
+            moves["total"], moves["minimum"], moves["avoidable"])))
     if model["cluster"]:
         facts.insert(0, ("Cluster", model["cluster"]))
     if model["selection"]:
@@ -313,6 +354,14 @@ def to_markdown(model, timeline_file=None):
             details.append("- **not running after maintenance:** %s" % _md(_vm_name(vm) if isinstance(vm, dict) else vm))
         if details:
             lines += ["### %s" % n["node"], ""] + details + [""]
+    if moves["total"]:
+        lines += ["## VM moves", "", "| VM | Moves |", "|---|---|"]
+        lines += ["| %s | %d |" % (_md(vm), count) for vm, count in moves["per_vm"].items()] + [""]
+        lines += ["- avoidable: %s moved again because %s" % (_md(a["vm"]), _md(a["reason"]))
+                  for a in moves["avoidable_moves"]]
+        lines += ["%d moves, the minimum for this run is %d: %s." % (
+            moves["total"], moves["minimum"],
+            "no avoidable move" if not moves["avoidable"] else "%d avoidable" % moves["avoidable"]), ""]
     if model["remaining"] or model["resume"]:
         lines += ["## What remains", ""]
         if model["remaining"]:
@@ -506,6 +555,9 @@ def summary_lines(model):
     lines = ["%s %s in %s: %d/%d nodes done, %d failed, %d untouched; %d pods evicted, %d VMs migrated, %d shut down." % (
         model["title"], model["status"], human_duration(model["seconds"]), t["nodes_done"], t["nodes_planned"],
         t["nodes_failed"], t["nodes_untouched"], t["pods_evicted"], t["vms_migrated"], t["vms_shut_down"])]
+    if t["vm_moves"]:
+        lines[0] = lines[0][:-1] + "; %d VM moves (minimum %d, %d avoidable)." % (
+            t["vm_moves"], t["vm_moves_minimum"], t["vm_moves_avoidable"])
     for n in model["nodes"]:
         by_name = dict((p["name"], p) for p in n["phases"])
         phases = ", ".join("%s %s" % (name, human_duration(seconds_between(by_name[name]["start"], by_name[name]["end"])))

@@ -153,3 +153,41 @@ def test_summary_lines(model):
 ])
 def test_parse_time(value, expected):
     assert report.iso(report.parse_time(value)) == expected
+
+
+def test_moves_of_the_first_node_may_be_two_and_are_not_avoidable(model):
+    moves = model["moves"]
+    # db-1 had to land on worker-3 (nothing was done yet), then moved to worker-2, done by then.
+    assert moves["per_vm"] == {"prod/db-1": 2, "prod/web-1": 1, "prod/web-2": 1}
+    assert (moves["total"], moves["minimum"], moves["avoidable"]) == (4, 4, 0)
+    assert (model["totals"]["vm_moves"], model["totals"]["vm_moves_avoidable"]) == (4, 0)
+
+
+def rolling(*drains):
+    """Records of a run over worker-1..n; drains[i] lists (vm, target) moved off worker-i+1."""
+    return [{"node": "worker-%d" % (i + 1), "index": i + 1, "status": "done", "phases": phases(i * 3, 30, 0),
+             "vms": {"migrated": [vm(name, "worker-%d" % (i + 1), target) for name, target in moved]}}
+            for i, moved in enumerate(drains)]
+
+
+def test_a_landing_on_a_node_still_to_do_while_one_was_done_is_an_avoidable_move():
+    records = rolling([("a", "worker-2")],           # forced: nothing done yet
+                      [("a", "worker-1"), ("b", "worker-3")],  # b could have gone to worker-1
+                      [("b", "worker-1")])
+    model = report.build({"nodes": ["worker-1", "worker-2", "worker-3"]}, records)
+    moves = model["moves"]
+    assert moves["per_vm"] == {"prod/a": 2, "prod/b": 2}
+    assert (moves["total"], moves["minimum"], moves["avoidable"]) == (4, 3, 1)
+    assert moves["avoidable_moves"] == [{"vm": "prod/b", "node": "worker-3", "done": ["worker-1"], "reason":
+                                         "it had landed on worker-3, still to do, while worker-1 was done"}]
+    text = report.to_markdown(model)
+    assert "| VM moves | 4 (minimum for this run 3, avoidable 1) |" in text
+    assert "- avoidable: prod/b moved again because it had landed on worker-3" in text
+    assert report.summary_lines(model)[0].endswith("; 4 VM moves (minimum 3, 1 avoidable).")
+    assert report.to_json_data(model)["moves"]["avoidable"] == 1
+
+
+def test_nodes_outside_the_run_count_as_done():
+    records = rolling([("a", "infra-1")], [("b", "worker-1")])
+    moves = report.build({"nodes": ["worker-1", "worker-2"]}, records)["moves"]
+    assert (moves["total"], moves["minimum"], moves["avoidable"]) == (2, 2, 0)
