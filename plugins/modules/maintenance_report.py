@@ -122,7 +122,7 @@ status:
 totals:
   description: Totals over the run (nodes done, failed and untouched, pods evicted, VMs migrated and shut down,
     seconds per phase, average seconds per node), and the VM moves (V(vm_moves)), the fewest the run could
-    have made (V(vm_moves_minimum): only VMs of the first node, which had no node done to go to, move twice)
+    have made (V(vm_moves_minimum); only VMs of the first node, which had no node done to go to, move twice)
     and the avoidable ones (V(vm_moves_avoidable)); the JSON report lists the moves of each VM and why a move
     was avoidable under C(moves).
   returned: always

@@ -7,10 +7,11 @@ puts every worker back in service afterwards. The lab needs at least 4 workers.
 import datetime
 import json
 import os
+import threading
 import uuid
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 import runs
 import workloads
@@ -291,3 +292,151 @@ def test_host_based_play_with_the_inventory_plugin(lab, k8s, tmp_path, lock_name
     assert report["status"] == "succeeded" and [n["node"] for n in report["nodes"]] == ["lab-worker-3", "lab-worker-4"]
     assert all(in_service(k8s, name) for name in WORKERS)
     assert not lease(k8s, lock_name).spec.holder_identity
+
+
+# -- where VMs go: nodes already done ----------------------------------------------------------
+
+FAVOURITE = "kubevirt-ops.test/favourite"
+PENDING_TAINT = "kubevirt-ops.io/maintenance-pending"
+
+
+class VmiMoves:
+    """Watches the VMIs of a namespace and counts, per VM, how often its status.nodeName changed."""
+
+    def __init__(self, k8s, namespace):
+        self.k8s, self.namespace = k8s, namespace
+        self.nodes, self.moves, self.hops = {}, {}, []
+        self._stop = threading.Event()
+        data = client.CustomObjectsApi(k8s).list_namespaced_custom_object(
+            workloads.GROUP, workloads.VERSION, namespace, "virtualmachineinstances")
+        for vmi in data.get("items") or []:
+            self.nodes[vmi["metadata"]["name"]] = (vmi.get("status") or {}).get("nodeName")
+        self._rv = data["metadata"]["resourceVersion"]
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        while not self._stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(client.CustomObjectsApi(self.k8s).list_namespaced_custom_object,
+                                           workloads.GROUP, workloads.VERSION, self.namespace,
+                                           "virtualmachineinstances", resource_version=self._rv,
+                                           timeout_seconds=5):
+                    vmi = event["object"]
+                    self._rv = vmi["metadata"]["resourceVersion"]
+                    name, node = vmi["metadata"]["name"], (vmi.get("status") or {}).get("nodeName")
+                    if node and self.nodes.get(name) and node != self.nodes[name]:
+                        self.moves[name] = self.moves.get(name, 0) + 1
+                        self.hops.append((name, self.nodes[name], node))
+                    if node:
+                        self.nodes[name] = node
+                    if self._stop.is_set():
+                        break
+            finally:
+                stream.stop()
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(30)
+
+
+def set_favourite(k8s, node):
+    """Move the label the test VMs prefer onto ``node`` alone."""
+    core = client.CoreV1Api(k8s)
+    for name in WORKERS:
+        core.patch_node(name, {"metadata": {"labels": {FAVOURITE: "yes" if name == node else None}}})
+
+
+@pytest.fixture
+def favourite_back(k8s):
+    yield
+    set_favourite(k8s, None)
+
+
+@pytest.fixture
+def scheduler_profile(lab):
+    """Switch the lab's kube-scheduler profile for one test; the one it had comes back after."""
+    previous = []
+
+    def switch(name):
+        previous.append(lab.scheduler_profile(name))
+
+    yield switch
+    if previous:
+        lab.scheduler_profile(previous[0])
+
+
+def preferring_vms(k8s, namespace, names, node):
+    """VMs with a preferred node affinity (weight 100) for the favourite label, started while only
+    ``node`` carries it, so they run there."""
+    set_favourite(k8s, node)
+    for name in names:
+        body = workloads.vm_body(namespace, name, memory="512Mi")
+        body["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
+                "matchExpressions": [{"key": FAVOURITE, "operator": "In", "values": ["yes"]}]}}]}}
+        client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+            workloads.GROUP, workloads.VERSION, namespace, "virtualmachines", body)
+    workloads.wait_vms_running(k8s, namespace, names)
+    placed = workloads.vm_nodes(k8s, namespace)
+    assert all(placed[name] == node for name in names), placed
+
+
+def rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_name, **extra):
+    """Two VMs on lab-worker-1, two on lab-worker-2, all preferring lab-worker-3; the run takes
+    lab-worker-1, -2 and -3 in that order (lab-worker-4 is not part of it). Without the
+    preference for done nodes the scheduler sends the VMs of lab-worker-2 to lab-worker-3,
+    still to do, and they move again when its turn comes. Returns (watched moves, report)."""
+    preferring_vms(k8s, namespace, ["first-1", "first-2"], "lab-worker-1")
+    preferring_vms(k8s, namespace, ["second-1", "second-2"], "lab-worker-2")
+    set_favourite(k8s, "lab-worker-3")
+    moves = VmiMoves(k8s, namespace)
+    try:
+        run = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+            tmp_path, lock_name, rolling_maintenance_nodes=WORKERS[:3], **extra))
+    finally:
+        moves.stop()
+    assert run.returncode == 0, run.output[-4000:]
+    assert all(in_service(k8s, name) for name in WORKERS)
+    for node in client.CoreV1Api(k8s).list_node().items:
+        assert PENDING_TAINT not in [t.key for t in node.spec.taints or []], node.metadata.name
+    return moves, report_of(tmp_path)
+
+
+@pytest.mark.parametrize("profile", ["default", "LowNodeUtilization", "HighNodeUtilization"])
+def test_vms_leaving_a_node_go_to_nodes_already_done(lab, k8s, namespace, tmp_path, lock_name, workers_back,
+                                                      favourite_back, scheduler_profile, profile):
+    scheduler_profile(profile)
+    moves, report = rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_name)
+    # Every VM left its node once; none landed on a node still to do, so none moved twice.
+    assert moves.moves == {"first-1": 1, "first-2": 1, "second-1": 1, "second-2": 1}, moves.hops
+    assert all(target in ("lab-worker-1", "lab-worker-4") for _vm, _source, target in moves.hops), moves.hops
+    assert report["moves"]["per_vm"] == dict(("%s/%s" % (namespace, name), 1) for name in moves.moves)
+    assert (report["totals"]["vm_moves"], report["totals"]["vm_moves_minimum"],
+            report["totals"]["vm_moves_avoidable"]) == (4, 4, 0)
+
+
+def test_without_the_preference_vms_land_on_a_node_still_to_do(lab, k8s, namespace, tmp_path, lock_name,
+                                                               workers_back, favourite_back, scheduler_profile):
+    """The placement above is one where the scheduler alone makes avoidable moves: the report counts them."""
+    scheduler_profile("default")
+    moves, report = rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_name,
+                                                         rolling_maintenance_prefer_done_nodes=False)
+    assert moves.moves.get("second-1") == 2 and moves.moves.get("second-2") == 2, moves.hops
+    assert report["totals"]["vm_moves"] == sum(moves.moves.values())
+    assert report["totals"]["vm_moves_avoidable"] == 2
+    assert sorted(a["vm"] for a in report["moves"]["avoidable_moves"]) == [
+        "%s/second-1" % namespace, "%s/second-2" % namespace]
+
+
+def test_without_scoring_the_report_counts_what_the_scheduler_did(lab, k8s, namespace, tmp_path, lock_name,
+                                                                  workers_back, favourite_back, scheduler_profile):
+    """NoScoring turns every score plugin off: the preference (like the VMs' own preferred affinity) is not
+    looked at and any feasible node may win. The run still succeeds, takes its taints off, and its report
+    counts exactly the moves that happened."""
+    scheduler_profile("NoScoring")
+    moves, report = rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_name)
+    assert report["totals"]["vm_moves"] == sum(moves.moves.values()) >= 4
+    assert report["moves"]["per_vm"] == dict(("%s/%s" % (namespace, name), count) for name, count in moves.moves.items())
+    assert report["totals"]["vm_moves_minimum"] + report["totals"]["vm_moves_avoidable"] == report["totals"]["vm_moves"]
