@@ -383,14 +383,17 @@ def preferring_vms(k8s, namespace, names, node):
     assert all(placed[name] == node for name in names), placed
 
 
-def rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_name, **extra):
+def rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_name, switch, profile, **extra):
     """Two VMs on lab-worker-1, two on lab-worker-2, all preferring lab-worker-3; the run takes
     lab-worker-1, -2 and -3 in that order (lab-worker-4 is not part of it). Without the
     preference for done nodes the scheduler sends the VMs of lab-worker-2 to lab-worker-3,
-    still to do, and they move again when its turn comes. Returns (watched moves, report)."""
+    still to do, and they move again when its turn comes. The VMs are placed under the default
+    scheduler profile; the run goes under ``profile``. Returns (watched moves, report)."""
+    switch("default")
     preferring_vms(k8s, namespace, ["first-1", "first-2"], "lab-worker-1")
     preferring_vms(k8s, namespace, ["second-1", "second-2"], "lab-worker-2")
     set_favourite(k8s, "lab-worker-3")
+    switch(profile)
     moves = VmiMoves(k8s, namespace)
     try:
         run = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
@@ -407,8 +410,8 @@ def rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_nam
 @pytest.mark.parametrize("profile", ["default", "LowNodeUtilization", "HighNodeUtilization"])
 def test_vms_leaving_a_node_go_to_nodes_already_done(lab, k8s, namespace, tmp_path, lock_name, workers_back,
                                                       favourite_back, scheduler_profile, profile):
-    scheduler_profile(profile)
-    moves, report = rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_name)
+    moves, report = rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_name,
+                                                         scheduler_profile, profile)
     # Every VM left its node once; none landed on a node still to do, so none moved twice.
     assert moves.moves == {"first-1": 1, "first-2": 1, "second-1": 1, "second-2": 1}, moves.hops
     assert all(target in ("lab-worker-1", "lab-worker-4") for _vm, _source, target in moves.hops), moves.hops
@@ -420,8 +423,8 @@ def test_vms_leaving_a_node_go_to_nodes_already_done(lab, k8s, namespace, tmp_pa
 def test_without_the_preference_vms_land_on_a_node_still_to_do(lab, k8s, namespace, tmp_path, lock_name,
                                                                workers_back, favourite_back, scheduler_profile):
     """The placement above is one where the scheduler alone makes avoidable moves: the report counts them."""
-    scheduler_profile("default")
     moves, report = rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_name,
+                                                         scheduler_profile, "default",
                                                          rolling_maintenance_prefer_done_nodes=False)
     assert moves.moves.get("second-1") == 2 and moves.moves.get("second-2") == 2, moves.hops
     assert report["totals"]["vm_moves"] == sum(moves.moves.values())
@@ -435,8 +438,8 @@ def test_without_scoring_the_report_counts_what_the_scheduler_did(lab, k8s, name
     """NoScoring turns every score plugin off: the preference (like the VMs' own preferred affinity) is not
     looked at and any feasible node may win. The run still succeeds, takes its taints off, and its report
     counts exactly the moves that happened."""
-    scheduler_profile("NoScoring")
-    moves, report = rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_name)
+    moves, report = rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_name,
+                                                         scheduler_profile, "NoScoring")
     assert report["totals"]["vm_moves"] == sum(moves.moves.values()) >= 4
     assert report["moves"]["per_vm"] == dict(("%s/%s" % (namespace, name), count) for name, count in moves.moves.items())
     assert report["totals"]["vm_moves_minimum"] + report["totals"]["vm_moves_avoidable"] == report["totals"]["vm_moves"]
