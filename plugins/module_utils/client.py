@@ -79,6 +79,8 @@ RESOURCES = {
     "Machine": ("/apis/machine.openshift.io/v1beta1", "machines", True),
     "CapiMachineHealthCheck": ("/apis/cluster.x-k8s.io/v1beta1", "machinehealthchecks", True),
     "CapiMachine": ("/apis/cluster.x-k8s.io/v1beta1", "machines", True),
+    # node_decommission power_off=bmh (module_utils/power.py): Metal3's BareMetalHost.
+    "BareMetalHost": ("/apis/metal3.io/v1alpha1", "baremetalhosts", True),
 }
 
 # KubeVirt's aggregated API (served by virt-api) of the actions virtctl performs: start, stop,

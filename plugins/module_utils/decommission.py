@@ -7,13 +7,19 @@ A reachable node is drained with the same plan and engine as node_maintenance. A
 unreachable (NotReady) node cannot confirm that its pods stopped; only when the
 operator states the machine is powered off are its pods force-deleted (grace period 0),
 since running the same VM twice on shared storage corrupts it.
+
+A node is deleted only once its machine is off (module_utils/power.py decides how that is
+established), since a running kubelet registers its deleted node again; afterwards the node's
+name is watched for a while, and its return fails the task.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, restart_elsewhere
+import time
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, power, restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
@@ -25,6 +31,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain imp
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     BlockedError,
+    InvalidInputError,
     MaintenanceError,
     WaitTimeoutError,
 )
@@ -39,14 +46,21 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan impo
     compute_plan,
     is_our_maintenance,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline, Informer, wait_until
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import (
+    Deadline,
+    Informer,
+    wait_for_object,
+    wait_until,
+)
 
 RESTARTING = ("Always", "RerunOnFailure")
 
 
 def _result(name):
     return {"changed": False, "node": name, "deleted": False, "evicted_pods": 0,
-            "vms": {"rescheduled": [], "not_restarted": []}, "duration_seconds": 0.0}
+            "vms": {"rescheduled": [], "not_restarted": []}, "duration_seconds": 0.0,
+            "powered_off_by": None, "power_off": {"method": None, "bmh": None, "heartbeat": None},
+            "reregistration": {"watch_seconds": 0, "reregistered": False}}
 
 
 def run(module):
@@ -57,17 +71,24 @@ def run(module):
     policy = params["non_migratable"]
     options = PlanOptions.from_params(params)
     result = _result(name)
+    if params.get("bmh") and params.get("power_off") != "bmh":
+        raise InvalidInputError("Option bmh names BareMetalHost %s/%s, but power_off is not bmh: set power_off=bmh to "
+                                "power node %s off through it." % (params["bmh"]["namespace"], params["bmh"]["name"],
+                                                                     name), option="bmh")
     if client.get_or_none("Node", name) is None:
         return result  # already gone: nothing to do
     snapshot = Snapshot.load(client, [name])
     node = snapshot.node(name)
     plan = compute_plan(snapshot, name, options)
+    beat = power.heartbeat(node, client.get_or_none("Lease", name, power.NODE_LEASE_NAMESPACE))
     powered_off = not nodes_mod.is_ready(node)
-    if powered_off and not params["assume_powered_off"]:
-        raise BlockedError(
-            "Node %s is not Ready (%s), so its pods cannot be drained and its VMs may still run; make sure the "
-            "machine is powered off, then re-run with assume_powered_off=true to force-delete its pods."
-            % (name, nodes_mod.not_ready_reason(node)), node=name)
+
+
+    def decide():
+        return power.decide(name, node, beat, params.get("power_off"), params["assume_powered_off"])
+
+    # A NotReady node is refused before anything else, a heartbeating one after the drain's blockers.
+    decision = decide() if powered_off else None
     if powered_off:
         fatal = [b for b in plan.blockers if b.kind == SAFETY]
     else:
@@ -75,6 +96,12 @@ def run(module):
     if fatal:
         raise BlockedError(blocked_message(name, fatal, policy, task="be decommissioned"),
                            blockers=[b.text for b in fatal], plan=plan.as_dict(), node=name)
+    decision = decision or decide()
+    host = power.find_bmh(client, name, node, params.get("bmh")) if decision.method == "bmh" else None
+    result["power_off"] = {"method": decision.method, "bmh": power.bmh_key(host) if host else None,
+                           "heartbeat": beat.as_dict()}
+    result["powered_off_by"] = decision.powered_off_by
+    result["reregistration"]["watch_seconds"] = params["reregistration_watch"]
     shutdown = [] if powered_off else [vm for vm in plan.vms if vm["_fate"].shut_down_by_us]
     result["changed"] = True
     if module.check_mode:
@@ -99,9 +126,15 @@ def run(module):
     elif namespaces:
         perms.append(Permission("create", "pods", subresource="eviction", namespaces=namespaces))
     perms.extend(restart_elsewhere.permissions(shutdown, [] if powered_off else plan.vms))
+    if host is not None:
+        perms.append(Permission("patch", "baremetalhosts", group="metal3.io", namespaces=[host["metadata"]["namespace"]]))
+    if decision.waits_for_heartbeat:
+        perms.append(Permission("watch", "leases", group="coordination.k8s.io", namespaces=[power.NODE_LEASE_NAMESPACE]))
     require(client, perms, "decommission node %s" % name)
 
     nodes_mod.update_node(client, name, lambda current: nodes_mod.enter_changes(current, "decommission"), node=node)
+    if decision.before_drain:
+        _confirm_powered_off(client, name, decision, host, deadline, progress, result)
     if powered_off:
         drain_options = DrainOptions(ignore_daemonsets=True, delete_emptydir_data=True, force=True,
                                      grace_period=0, disable_eviction=True)
@@ -129,9 +162,27 @@ def run(module):
         error = WaitTimeoutError if outcome.timed_out else MaintenanceError
         raise error(message, pending_pods=outcome.pending_keys, **result)
 
+    if not decision.before_drain:
+        _confirm_powered_off(client, name, decision, host, deadline, progress, result)
+    deleted_uid = (client.get_or_none("Node", name) or node)["metadata"].get("uid")
     client.delete("Node", name)
     result["deleted"] = True
     progress.line("phase=Running deleted node")
+    watch = _ReregistrationWatch(client, name, deleted_uid, params["reregistration_watch"])
+    try:
+        _after_deletion(module, client, name, snapshot, plan, powered_off, deadline, progress, result)
+        watch.finish(result, deadline, progress)
+    finally:
+        watch.stop()
+    result["duration_seconds"] = round(deadline.elapsed(), 1)
+    progress.line("phase=Succeeded node deleted, %d VM%s running elsewhere" % (
+        len(result["vms"]["rescheduled"]), "" if len(result["vms"]["rescheduled"]) == 1 else "s"))
+    return result
+
+
+def _after_deletion(module, client, name, snapshot, plan, powered_off, deadline, progress, result):
+    """Remove our NodeMaintenance of the node and see its VMs run elsewhere."""
+    params = module.params
     for kind, cr in snapshot.maintenances_of(name):
         if is_our_maintenance(cr):  # its node is gone: nothing is left to maintain
             try:
@@ -154,10 +205,120 @@ def run(module):
         restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
     if moving:
         result["vms"]["rescheduled"] = _wait_for_vms(client, name, moving, deadline, params["wait_for_vms"], result)
-    result["duration_seconds"] = round(deadline.elapsed(), 1)
-    progress.line("phase=Succeeded node deleted, %d VM%s running elsewhere" % (
-        len(result["vms"]["rescheduled"]), "" if len(result["vms"]["rescheduled"]) == 1 else "s"))
-    return result
+
+
+def _confirm_powered_off(client, name, decision, host, deadline, progress, result):
+    """Return once the node's machine is off as ``decision`` says it must be established; else raise."""
+    if decision.method == "bmh":
+        _power_off_bmh(client, name, host, deadline, progress, result)
+    if decision.waits_for_heartbeat:
+        beat = _wait_heartbeat_stopped(client, name, decision.method == "manual", deadline, progress, result)
+        if beat is not None:
+            result["power_off"]["heartbeat"] = beat.as_dict()
+    result["powered_off_by"] = decision.powered_off_by
+
+
+def _power_off_bmh(client, name, host, deadline, progress, result):
+    key = power.bmh_key(host)
+    namespace, host_name = host["metadata"]["namespace"], host["metadata"]["name"]
+    patch = power.power_off_patch(host)
+    if patch is not None:
+        client.patch("BareMetalHost", host_name, patch, namespace=namespace)
+    progress.line("phase=Running powering off node %s through BareMetalHost %s (spec.online=false)" % (name, key))
+    try:
+        wait_for_object(client, "BareMetalHost", host_name, lambda h: h is not None and power.powered_on(h) is False,
+                        deadline.remaining(), "BareMetalHost %s to report poweredOn=false" % key, namespace=namespace,
+                        describe_pending=lambda: "it still reports poweredOn=%s" % power.powered_on(
+                            client.get_or_none("BareMetalHost", host_name, namespace)))
+    except WaitTimeoutError as exc:
+        result["duration_seconds"] = round(deadline.elapsed(), 1)
+        raise WaitTimeoutError("Node %s was not deleted: its BareMetalHost %s did not report poweredOn=false within "
+                               "%ds of setting spec.online=false; the node stays drained and cordoned." % (
+                                   name, key, round(deadline.seconds)), **result) from exc
+
+
+def _wait_heartbeat_stopped(client, name, manual, deadline, progress, result):
+    """The node's last Heartbeat once it stopped (None when the node went away meanwhile)."""
+    nodes = Informer(client, "Node", field_selector="metadata.name=%s" % name)
+    leases = Informer(client, "Lease", namespace=power.NODE_LEASE_NAMESPACE, field_selector="metadata.name=%s" % name)
+    shown = []
+    hint = "; power the machine off now" if manual else ""
+
+    def current():
+        node = nodes.get(name)
+        return None if node is None else power.heartbeat(node, leases.get(name, power.NODE_LEASE_NAMESPACE))
+
+    def check():
+        beat = current()
+        if beat is None:
+            return "gone"
+        if not shown or shown[-1] != beat.last:
+            shown.append(beat.last)
+            progress.line("phase=Running waiting for node %s to stop heartbeating: %s%s" % (
+                name, beat.describe(), hint if beat.alive else ""))
+        return beat if not beat.alive else None
+
+    try:
+        # Time alone ends a heartbeat (no event says "not renewed"): re-check every second.
+        found = wait_until(check, [nodes, leases], deadline.remaining(), "node %s to stop heartbeating" % name,
+                           describe_pending=lambda: (current() or power.Heartbeat(False)).describe(),
+                           recheck_every=1.0, deadline=deadline)
+    except WaitTimeoutError as exc:
+        result["duration_seconds"] = round(deadline.elapsed(), 1)
+        beat = current()
+        if beat is not None:
+            result["power_off"]["heartbeat"] = beat.as_dict()
+        raise WaitTimeoutError("Node %s still heartbeats after %ds (%s), so it was not deleted; it stays drained and "
+                               "cordoned: power the machine off and run the decommission again." % (
+                                   name, round(deadline.seconds), beat.describe() if beat else "gone"),
+                               **result) from exc
+    finally:
+        nodes.stop()
+        leases.stop()
+    progress.line("phase=Running node %s stopped heartbeating" % name)
+    return None if found == "gone" else found
+
+
+class _ReregistrationWatch:
+    """Watches a deleted node's name: a Node of that name created again (another uid) means its
+    kubelet still runs and registered it again."""
+
+    def __init__(self, client, name, deleted_uid, seconds):
+        self.name = name
+        self.deleted_uid = deleted_uid
+        self.seconds = seconds
+        self.until = time.monotonic() + seconds
+        self.informer = None
+        if seconds > 0:
+            self.informer = Informer(client, "Node", field_selector="metadata.name=%s" % name).start()
+
+    def _returned(self):
+        node = self.informer.get(self.name)
+        if node is not None and node["metadata"].get("uid") != self.deleted_uid:
+            return node
+        return None
+
+    def finish(self, result, deadline, progress):
+        if self.informer is None:
+            return
+        progress.line("phase=Running watching for node %s to register again (%ds)" % (self.name, self.seconds))
+        try:
+            # At least a moment, so that the watch has listed once even when the VMs took longer.
+            back = wait_until(self._returned, [self.informer], max(1.0, self.until - time.monotonic()),
+                              "node %s to register again" % self.name)
+        except WaitTimeoutError:
+            return
+        result["reregistration"]["reregistered"] = True
+        result["duration_seconds"] = round(deadline.elapsed(), 1)
+        raise MaintenanceError(
+            "Node %s registered again after this run deleted it (new uid %s, created %s): its machine still runs a "
+            "kubelet, and the node is back in the cluster; power the machine off for good (power_off=bmh, or by hand "
+            "with power_off=manual) and decommission it again." % (
+                self.name, back["metadata"].get("uid"), back["metadata"].get("creationTimestamp")), **result)
+
+    def stop(self):
+        if self.informer is not None:
+            self.informer.stop()
 
 
 def _running_elsewhere(vmi, name):

@@ -24,6 +24,9 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 MAX_TIMEOUT = 7 * 24 * 3600
 TIMEOUT_OPTIONS = ("wait_timeout", "timeout")
 SELECTOR_OPTIONS = ("label_selector", "pod_selector")
+# Options naming one namespaced object as {name, namespace}.
+REFERENCE_OPTIONS = ("bmh",)
+MAX_WATCH = 3600
 
 
 def _bad(option, value, why):
@@ -65,6 +68,14 @@ def check(params):
         value = params.get(option)
         if value is not None and not 1 <= value <= MAX_TIMEOUT:
             raise _bad(option, value, "is not a usable timeout: give seconds from 1 to %d (7 days)" % MAX_TIMEOUT)
+    for option in REFERENCE_OPTIONS:
+        reference = params.get(option)
+        if reference:
+            name("%s.name" % option, reference.get("name"))
+            name("%s.namespace" % option, reference.get("namespace"), NAMESPACE_NAME)
+    watch = params.get("reregistration_watch")
+    if watch is not None and not 0 <= watch <= MAX_WATCH:
+        raise _bad("reregistration_watch", watch, "is not a usable watch: give seconds from 0 (no watch) to %d" % MAX_WATCH)
     grace = params.get("grace_period")
     if grace is not None and grace < -1:
         raise _bad("grace_period", grace, "is not a grace period: give -1 (each pod's own) or seconds from 0")

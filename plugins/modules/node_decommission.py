@@ -20,6 +20,19 @@ description:
   - A node that is not Ready cannot confirm that its pods stopped. It is refused unless O(assume_powered_off=true),
     by which the operator states the machine is off; its pods are then force-deleted (grace period 0), so that
     their VMs can start elsewhere without running twice on the same disks.
+  - A node is deleted only once its machine is off, since a kubelet that still runs registers its deleted node
+    again, schedulable, seconds later. The kubelet's heartbeat (its Lease in C(kube-node-lease) and its Ready
+    condition's C(lastHeartbeatTime)) counts as stopped when the newer of the two is older than the node lifecycle
+    controller's default grace period (40 s, judged by the clock of the host running the module) or when that
+    controller already set Ready to C(Unknown).
+  - A node that still heartbeats is refused, before anything changes, unless O(power_off) or O(assume_powered_off)
+    says how its machine is powered off. With O(power_off=bmh) the node is drained, its Metal3 BareMetalHost is set
+    C(spec.online=false), and the node is deleted once the host reports C(status.poweredOn=false) and the heartbeat
+    stopped. With O(power_off=manual) the node is drained, then the module waits (within O(wait_timeout), showing
+    progress) for the user to power the machine off and the heartbeat to stop. A node whose heartbeat does not
+    stop is not deleted; it stays drained and cordoned.
+  - After deleting the node the module watches its name for O(reregistration_watch) seconds and fails if a Node of
+    that name registers again.
   - A node that no longer exists is reported unchanged.
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
@@ -30,10 +43,44 @@ options:
     required: true
   assume_powered_off:
     description:
-      - The node is NotReady and the machine is powered off for certain. Its pods are force-deleted.
-      - Wrong use can run a VM twice on shared storage and corrupt it.
+      - The machine is powered off for certain (or will be before its kubelet could register the node again).
+      - A NotReady node's pods are then force-deleted; a Ready node is drained and deleted without waiting for its
+        heartbeat to stop.
+      - Wrong use can run a VM twice on shared storage and corrupt it, or let the node register again.
     type: bool
     default: false
+  power_off:
+    description:
+      - How the machine is powered off before its Node is deleted.
+      - V(bmh) sets C(spec.online=false) on the node's Metal3 BareMetalHost (metal3.io/v1alpha1), waits for
+        C(status.poweredOn=false), then for the heartbeat to stop. The host is the one O(bmh) names, else the one
+        the node's C(spec.providerID) names (C(metal3://<namespace>/<host>/<machine>) or C(metal3://<host uid>) of
+        Cluster API Provider Metal3, C(baremetalhost:///<namespace>/<host>/<uid>) of OpenShift's machine API).
+        A NotReady node is powered off this way before its pods are force-deleted.
+      - V(manual) waits, after the drain and within O(wait_timeout), for the heartbeat to stop while the user
+        powers the machine off.
+      - Unset, a node that still heartbeats is refused unless O(assume_powered_off=true).
+    type: str
+    choices: [bmh, manual]
+  bmh:
+    description:
+      - The BareMetalHost of the node, for O(power_off=bmh) when the node's providerID does not name it.
+    type: dict
+    suboptions:
+      name:
+        description: Name of the BareMetalHost.
+        type: str
+        required: true
+      namespace:
+        description: Namespace of the BareMetalHost.
+        type: str
+        required: true
+  reregistration_watch:
+    description:
+      - Seconds to watch, after deleting the node, for a Node of the same name registering again (its kubelet still
+        runs); one that does fails the task. V(0) does not watch.
+    type: int
+    default: 30
   wait_for_vms:
     description: Wait until the VMs that ran on the node run on other nodes before returning.
     type: bool
@@ -79,6 +126,20 @@ EXAMPLES = r"""
 - name: Retire worker-7
   kubevirt_ops.maintenance.node_decommission:
     name: worker-7
+
+- name: Retire worker-9, powering it off through its Metal3 BareMetalHost
+  kubevirt_ops.maintenance.node_decommission:
+    name: worker-9
+    power_off: bmh
+    bmh:
+      name: rack2-host9
+      namespace: openshift-machine-api
+
+- name: Retire worker-10; the operator powers it off while the task waits
+  kubevirt_ops.maintenance.node_decommission:
+    name: worker-10
+    power_off: manual
+    wait_timeout: 3600
 
 - name: Worker-8 died and its power is cut; restart its VMs elsewhere
   kubevirt_ops.maintenance.node_decommission:
@@ -142,6 +203,55 @@ duration_seconds:
   returned: always
   type: float
   sample: 61.2
+powered_off_by:
+  description:
+    - How the machine was found powered off before the Node was deleted (in check mode, how it would be).
+    - C(bmh) (its BareMetalHost reported C(poweredOn=false) and the heartbeat stopped), C(heartbeat_stopped) (the
+      heartbeat stopped while the module waited), C(assumed) (O(assume_powered_off=true)); null when nothing was
+      deleted.
+  returned: always
+  type: str
+  sample: bmh
+power_off:
+  description: How the power-off was established.
+  returned: always
+  type: dict
+  contains:
+    method:
+      description: C(bmh), C(manual) or C(assumed) (null when the node was already gone).
+      type: str
+      sample: bmh
+    bmh:
+      description: C(namespace/name) of the BareMetalHost powered off (null without O(power_off=bmh)).
+      type: str
+      sample: openshift-machine-api/rack2-host9
+    heartbeat:
+      description: The kubelet's heartbeat when last looked at.
+      type: dict
+      contains:
+        alive:
+          description: Whether the kubelet still heartbeated.
+          type: bool
+        last:
+          description: Time of the newest heartbeat (Lease renewal or Ready heartbeat), null when none is known.
+          type: str
+          sample: "2026-11-25T01:38:19Z"
+        source:
+          description: C(node Lease) or C(Ready condition heartbeat), whichever was newer.
+          type: str
+reregistration:
+  description: The watch for the node registering again after its deletion.
+  returned: always
+  type: dict
+  contains:
+    watch_seconds:
+      description: How long the name was (or would be) watched.
+      type: int
+      sample: 30
+    reregistered:
+      description: Whether a Node of the same name registered again (the task then fails).
+      type: bool
+      sample: false
 plan:
   description: The plan of the drain, as M(kubevirt_ops.maintenance.node_maintenance_info) reports it.
   returned: in check mode, when the node exists
@@ -160,6 +270,10 @@ def main():
             dict(
                 name=dict(type="str", required=True),
                 assume_powered_off=dict(type="bool", default=False),
+                power_off=dict(type="str", choices=["bmh", "manual"]),
+                bmh=dict(type="dict", options=dict(name=dict(type="str", required=True),
+                                                   namespace=dict(type="str", required=True))),
+                reregistration_watch=dict(type="int", default=30),
                 wait_for_vms=dict(type="bool", default=True),
                 allow_last_schedulable_node=dict(type="bool", default=False),
                 allow_control_plane=dict(type="bool", default=False),

@@ -185,16 +185,26 @@ def test_someone_elses_node_maintenance_is_left_alone(api, capsys):
 def test_decommission(api, capsys):
     api.add("Pod", pod("web-a"))
     add_vm(api, "batch", eviction="None", run_strategy="Manual")
-    checked = run(node_decommission, {"name": "worker-1"}, capsys, check=True)
+    before = versions(api)
+    # worker-1 is Ready: nothing says its kubelet stopped, nor how its machine is powered off.
+    refused = run(node_decommission, {"name": "worker-1"}, capsys)
+    assert refused["msg"].startswith("Node worker-1 still heartbeats"), refused["msg"]
+    assert "power_off=bmh" in refused["msg"] and "assume_powered_off=true" in refused["msg"]
+    assert versions(api) == before
+    args = {"name": "worker-1", "assume_powered_off": True, "reregistration_watch": 1}
+    checked = run(node_decommission, args, capsys, check=True)
     assert checked["changed"] and checked["deleted"] and api.get("Node", "worker-1") is not None
+    assert checked["powered_off_by"] == "assumed" and checked["power_off"]["method"] == "assumed"
     assert_documented(checked, node_decommission)
-    result = run(node_decommission, {"name": "worker-1"}, capsys)
+    result = run(node_decommission, args, capsys)
     assert result["deleted"] is True and result["evicted_pods"] == 2, result
+    assert result["powered_off_by"] == "assumed"
+    assert result["reregistration"] == {"watch_seconds": 1, "reregistered": False}
     assert result["vms"]["not_restarted"] == [{"namespace": "ns1", "name": "batch", "run_strategy": "Manual"}]
     assert api.get("Node", "worker-1") is None
     assert_documented(result, node_decommission)
     again = run(node_decommission, {"name": "worker-1"}, capsys)
-    assert again["changed"] is False and again["deleted"] is False
+    assert again["changed"] is False and again["deleted"] is False and again["powered_off_by"] is None
 
 
 def test_decommission_of_an_unreachable_node(api, capsys):
@@ -203,7 +213,7 @@ def test_decommission_of_an_unreachable_node(api, capsys):
     failed = run(node_decommission, {"name": "worker-9"}, capsys)
     assert failed["msg"].startswith("Node worker-9 is not Ready (its Ready condition is Unknown (NodeStatusUnknown)")
     assert api.get("Pod", "web-z", "ns1") is not None
-    result = run(node_decommission, {"name": "worker-9", "assume_powered_off": True}, capsys)
+    result = run(node_decommission, {"name": "worker-9", "assume_powered_off": True, "reregistration_watch": 1}, capsys)
     assert result["deleted"] and result["evicted_pods"] == 1
     assert ("DELETE", "Pod", "web-z") in api.requests
 
