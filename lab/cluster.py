@@ -461,7 +461,10 @@ def _ensure_kubevirt_sim(paths, hco):
         if not hco:
             argv.append("--no-hco")
         argv.extend(nmo.SIMULATOR_FLAGS)
-        say("starting the virt-handler stand-in (and the HCO, storage and legacy NodeMaintenance stand-ins)")
+        say(
+            "starting the virt-handler stand-in (and the HCO, storage, legacy NodeMaintenance "
+            "and BareMetalHost stand-ins)"
+        )
         env = components.environment()
         env["PYTHONUNBUFFERED"] = "1"
         record = processes.start(paths, SIM, argv, env=env, cwd=str(REPO_ROOT))

@@ -35,6 +35,8 @@ MIGRATION_PHASES = [
 NMO_GROUP = "nodemaintenance.medik8s.io"
 # The old kubevirt node-maintenance-operator's group (<= 0.10): a stand-in only.
 LEGACY_NMO_GROUP = "nodemaintenance.kubevirt.io"
+# Metal3's BareMetalHost, served by a stand-in (baremetal.py).
+METAL3_GROUP = "metal3.io"
 
 
 def _open(properties=None, **extra):
@@ -183,7 +185,7 @@ AGE = _column("Age", ".metadata.creationTimestamp", "date")
 
 
 def definitions(hco_conversion=None):
-    """The CRDs of the stand-ins (HyperConverged, both NodeMaintenance groups), as dicts ready
+    """The CRDs of the stand-ins (HyperConverged, both NodeMaintenance groups, BareMetalHost), as dicts ready
     for server-side apply; KubeVirt's own come from virt-operator's generators (lab/kubevirt)."""
     live_migration = _open(
         {
@@ -283,7 +285,7 @@ def definitions(hco_conversion=None):
         scope="Cluster",
         versions=[_version("v1beta1", nm_spec, nm_status, columns=nm_columns, required=["spec"])],
     )
-    return [hco, nodemaintenance, legacy_nodemaintenance] + remediation_definitions()
+    return [hco, nodemaintenance, legacy_nodemaintenance] + remediation_definitions() + [baremetalhost_definition()]
 
 
 REMEDIATION_GROUP = "remediation.medik8s.io"
@@ -405,6 +407,41 @@ def remediation_definitions():
         ],
     )
     return [nhc, openshift_mhc, openshift_machine, capi_mhc, capi_machine]
+
+
+def baremetalhost_definition():
+    """Metal3's BareMetalHost (metal3-io/baremetal-operator apis/metal3.io/v1alpha1/baremetalhost_types.go),
+    with the fields the collection and the lab's stand-in (baremetal.py) read or write."""
+    return _crd(
+        METAL3_GROUP,
+        "BareMetalHost",
+        "baremetalhosts",
+        "baremetalhost",
+        short_names=["bmh", "bmhost"],
+        categories=["metal3"],
+        versions=[
+            _version(
+                "v1alpha1",
+                _open(
+                    {
+                        "online": _bool(),
+                        "externallyProvisioned": _bool(),
+                        "bootMACAddress": _string(),
+                        "consumerRef": _open(),
+                        "bmc": _open(),
+                    }
+                ),
+                _open({"poweredOn": _bool(), "operationalStatus": _string(), "provisioning": _open()}),
+                columns=[
+                    _column("State", ".status.provisioning.state"),
+                    _column("Consumer", ".spec.consumerRef.name"),
+                    _column("Online", ".spec.online", "boolean"),
+                    _column("Powered", ".status.poweredOn", "boolean"),
+                    AGE,
+                ],
+            )
+        ],
+    )
 
 
 def apply_all(kube, timeout=120, medik8s_node_maintenance=True, hco_conversion=None, exclude_groups=()):

@@ -129,6 +129,8 @@ NODEMAINTENANCES = Resource(
 LEGACY_NODEMAINTENANCES = Resource(
     "nodemaintenance.kubevirt.io", "v1beta1", "nodemaintenances", "NodeMaintenance", namespaced=False
 )
+# Metal3's BareMetalHost (a stand-in, baremetal.py).
+BAREMETALHOSTS = Resource("metal3.io", "v1alpha1", "baremetalhosts", "BareMetalHost")
 
 
 class Kube:

@@ -4,9 +4,9 @@
 
 KubeVirt's CRDs, KubeVirt CR and webhooks are installed by ``lab up`` (lab/kubevirt). This
 process plays only what cannot run here: virt-handler on every node (handler_*.py), the
-storage provisioner, HCO and the legacy NodeMaintenance group. It applies their CRDs,
-starts the caches and controllers, then writes ``DIR/ready`` (JSON) and runs until
-SIGTERM/SIGINT.
+storage provisioner, HCO, the legacy NodeMaintenance group and Metal3's BareMetalHost
+(baremetal.py). It applies their CRDs, starts the caches and controllers, then writes
+``DIR/ready`` (JSON) and runs until SIGTERM/SIGINT.
 """
 
 import argparse
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from lab.kubevirt_sim import certs, crds, hco, hco_api, https_server, nodes, storage, webhook
+from lab.kubevirt_sim.baremetal import BareMetalHostController
 from lab.kubevirt_sim import kube as k
 from lab.kubevirt_sim import objects as o
 from lab.kubevirt_sim.cluster_config import ClusterConfig
@@ -57,6 +58,7 @@ class Simulator:
         self.nodes = Informer(kube, k.NODES)
         self.pvcs = Informer(kube, k.PVCS)
         self.pvs = Informer(kube, k.PVS)
+        self.bmhs = Informer(kube, k.BAREMETALHOSTS)
         self.config = ClusterConfig(self.kubevirts, migration_bandwidth)
 
         self.pods.add_index(
@@ -189,6 +191,7 @@ def run(args):
         HyperConvergedController(sim),
     ]
     controllers.append(NodeMaintenanceController(sim))
+    controllers.append(BareMetalHostController(sim))
     # virt-handler's own writes act as its ServiceAccount, so the RBAC virt-operator gives it and
     # virt-api's webhooks (which keep VMI status changes from anyone but KubeVirt's own
     # ServiceAccounts) judge them as they judge the real virt-handler.

@@ -71,6 +71,7 @@ def test_crds_are_structural_and_have_status():
         "hyperconvergeds.hco.kubevirt.io",
         "nodemaintenances.nodemaintenance.medik8s.io",
         "nodemaintenances.nodemaintenance.kubevirt.io",
+        "baremetalhosts.metal3.io",
     } == names
 
     def structural(schema, path):

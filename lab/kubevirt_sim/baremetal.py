@@ -1,0 +1,97 @@
+"""Metal3 BareMetalHost stand-in: a host's power switch is its KWOK node's heartbeat.
+
+metal3-io/baremetal-operator serves ``baremetalhosts.metal3.io`` (v1alpha1) and drives each
+host's BMC: ``spec.online`` is the power state asked for, ``status.poweredOn`` the one the BMC
+last reported (``apis/metal3.io/v1alpha1/baremetalhost_types.go``). Here the "machine" of a host
+is a KWOK node, found the way the collection finds a node's host, from the other side:
+
+- the node whose ``spec.providerID`` names the host (``metal3://<namespace>/<host>/<machine>``,
+  ``metal3://<host uid>`` or ``baremetalhost:///<namespace>/<host>[/<uid>]``), else
+- the node named by the host's annotation ``kubevirt-ops.lab/node`` (lab only: a lab node's
+  providerID is ``kwok://<name>`` and cannot change once set).
+
+``online: false`` powers the machine off as ``lab/nodes.py fail`` stops a kubelet: the node's Lease
+goes to a holder that never renews it, so KWOK stops renewing it and updating the node, and the
+node lifecycle controller turns the node NotReady after its grace period; then
+``status.poweredOn: false``. ``online: true`` powers on again what this stand-in powered off
+(the Lease is deleted, KWOK takes the node back) and reports ``poweredOn: true``. A host whose
+node does not exist (a decommissioned one) just reports what it was asked. Not modelled:
+provisioning, inspection, BMC credentials, errors, reboot annotations.
+"""
+
+from lab.kubevirt_sim import kube as k
+from lab.kubevirt_sim import objects as o
+from lab.kubevirt_sim.handler_nodes import FAILED_LEASE_HOLDER, LEASES, NODE_LEASE_NAMESPACE
+from lab.kubevirt_sim.workqueue import Controller
+
+NODE_ANNOTATION = "kubevirt-ops.lab/node"
+# As lab/nodes.py FAILED_LEASE_SECONDS: long enough that KWOK never takes the Lease back.
+OFF_LEASE_SECONDS = 10 * 365 * 24 * 3600
+
+
+def names_host(provider_id, host):
+    """Whether a node's providerID names this BareMetalHost."""
+    namespace, name, uid = o.meta(host, "namespace"), o.meta(host, "name"), o.meta(host, "uid")
+    if provider_id.startswith("metal3://"):
+        parts = [p for p in provider_id[len("metal3://"):].split("/") if p]
+        return parts[:2] == [namespace, name] if len(parts) == 3 else parts == [uid]
+    if provider_id.startswith("baremetalhost:///"):
+        parts = [p for p in provider_id[len("baremetalhost:///"):].split("/") if p]
+        return parts[:2] == [namespace, name]
+    return False
+
+
+class BareMetalHostController(Controller):
+    name = "baremetalhost"
+
+    def __init__(self, sim):
+        super().__init__(sim)
+        sim.bmhs.add_handler(lambda event, host, old: self.enqueue(k.key_of(host)))
+        # A host may be created before the node that names it.
+        sim.nodes.add_handler(lambda event, node, old: [self.enqueue(key) for key in sim.bmhs.keys()])
+
+    def all_keys(self):
+        return self.sim.bmhs.keys()
+
+    def node_of(self, host):
+        for node in self.sim.nodes.list():
+            if names_host(o.spec(node).get("providerID") or "", host):
+                return o.meta(node, "name")
+        named = o.annotations(host).get(NODE_ANNOTATION)
+        return named if named and self.sim.nodes.get(named) is not None else None
+
+    def reconcile(self, key):
+        host = self.sim.bmhs.get(key)
+        if host is None or o.deleting(host):
+            return None
+        online = bool(o.spec(host).get("online"))
+        reported = o.status(host).get("poweredOn")
+        if reported == online:
+            return None
+        node = self.node_of(host)
+        if node is not None:
+            if not online:
+                if not self._switch_off(node):
+                    return 1.0  # KWOK has not created the node's Lease yet
+            elif reported is False:
+                self._switch_on(node)
+        namespace, name = k.split_key(key)
+        self.kube.patch(k.BAREMETALHOSTS, name, {"status": {"poweredOn": online}}, namespace=namespace,
+                        subresource="status")
+        self.log.info("BareMetalHost %s: powered %s (node %s)", key, "on" if online else "off", node or "none")
+        return None
+
+    def _switch_off(self, node):
+        patch = {"spec": {"holderIdentity": FAILED_LEASE_HOLDER, "leaseDurationSeconds": OFF_LEASE_SECONDS}}
+        try:
+            self.kube.patch(LEASES, node, patch, namespace=NODE_LEASE_NAMESPACE)
+            return True
+        except k.ApiError as e:
+            if e.not_found:
+                return False
+            raise
+
+    def _switch_on(self, node):
+        lease = self.kube.get_or_none(LEASES, node, namespace=NODE_LEASE_NAMESPACE)
+        if lease and o.spec(lease).get("holderIdentity") == FAILED_LEASE_HOLDER:
+            self.kube.delete(LEASES, node, namespace=NODE_LEASE_NAMESPACE)
