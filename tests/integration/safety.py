@@ -517,6 +517,7 @@ class ResourceVersions:
         ("NodeHealthCheck", "remediation.medik8s.io", "v1alpha1", "nodehealthchecks"),
         ("MachineHealthCheck", "machine.openshift.io", "v1beta1", "machinehealthchecks"),
         ("CapiMachineHealthCheck", "cluster.x-k8s.io", "v1beta1", "machinehealthchecks"),
+        ("BareMetalHost", "metal3.io", "v1alpha1", "baremetalhosts"),
     )
     # Objects that change by themselves all the time: node heartbeats, API server identity leases,
     # and the leader-election Leases the cluster's controllers renew every few seconds in their own

@@ -1,0 +1,186 @@
+"""node_decommission deletes a node only once its machine is off, and sees it not come back.
+
+Each test decommissions a KWOK node that exists only for it. A KWOK node heartbeats like a kubelet
+(its Lease in kube-node-lease is renewed); the lab's BareMetalHost stand-in (lab/kubevirt_sim/
+baremetal.py) powers a node off by stopping that heartbeat, as ``lab node-fail`` does.
+"""
+
+import itertools
+import threading
+import uuid
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+import runs
+from safety import ResourceVersions, wait_stable
+
+from lab import nodes as lab_nodes
+from lab.wait import wait_for
+
+METAL3 = ("metal3.io", "v1alpha1", "baremetalhosts")
+_ORDINALS = itertools.count(1)
+
+
+def core(k8s):
+    return client.CoreV1Api(k8s)
+
+
+def read_node(k8s, name):
+    try:
+        return core(k8s).read_node(name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def create_node(k8s, name, provider_id=None):
+    """A KWOK worker named ``name`` (providerID ``provider_id`` instead of kwok://<name>); returns its uid."""
+    ordinal = next(_ORDINALS)
+    plan = lab_nodes.NodePlan(name, False, "10.97.0.%d" % ordinal, "10.247.%d.0/24" % ordinal)
+    body = lab_nodes.manifest(plan, core(k8s).list_node().items[0].status.node_info.kubelet_version)
+    if provider_id:
+        body["spec"]["providerID"] = provider_id
+    created = core(k8s).create_node(body)
+    wait_for(lambda: lab_nodes.is_ready(core(k8s).read_node(name)), 180, "node %s to be Ready" % name)
+    return created.metadata.uid
+
+
+def remove_node(k8s, name):
+    try:
+        lab_nodes.recover(k8s, name, wait=False)
+    except Exception:  # noqa: BLE001 - the node may be gone already
+        pass
+    try:
+        core(k8s).delete_node(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+@pytest.fixture
+def spare(k8s):
+    """The name of a heartbeating KWOK worker made for this test; whatever is left of it is deleted afterwards."""
+    made = []
+
+    def make(provider_id=None):
+        name = "lab-decom-%s" % uuid.uuid4().hex[:6]
+        made.append(name)
+        create_node(k8s, name, provider_id)
+        return name
+
+    yield make
+    for name in made:
+        remove_node(k8s, name)
+
+
+def get_bmh(k8s, namespace, name):
+    return client.CustomObjectsApi(k8s).get_namespaced_custom_object(*METAL3[:2], namespace, METAL3[2], name)
+
+
+def in_background(run_module, args):
+    """Run node_decommission in a thread; returns (thread, outcome list)."""
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(run_module("node_decommission", args)), daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_heartbeating_node_is_refused_and_nothing_changes(k8s, run_module, spare):
+    node = spare()
+    wait_stable()
+    versions = ResourceVersions(k8s)
+    for check in (True, False):
+        refused = run_module("node_decommission", {"name": node}, check=check)
+        assert refused.get("failed"), refused
+        assert refused["msg"].startswith("Node %s still heartbeats (its node Lease was renewed" % node), refused["msg"]
+        assert "power_off=bmh" in refused["msg"] and "assume_powered_off=true" in refused["msg"]
+    assert versions.changes() == []
+    assert read_node(k8s, node) is not None and not read_node(k8s, node).spec.unschedulable
+
+
+def test_power_off_through_the_bare_metal_host_the_provider_id_names(k8s, namespace, run_module, spare):
+    host = "host-%s" % uuid.uuid4().hex[:5]
+    node = spare("metal3://%s/%s/m3m-%s" % (namespace, host, host))
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(*METAL3[:2], namespace, METAL3[2], {
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+        "metadata": {"name": host, "namespace": namespace}, "spec": {"online": True}})
+    wait_for(lambda: (get_bmh(k8s, namespace, host).get("status") or {}).get("poweredOn") is True, 60,
+             "BareMetalHost %s to report poweredOn" % host)
+    wait_stable()
+    versions = ResourceVersions(k8s)
+    bmh_version = get_bmh(k8s, namespace, host)["metadata"]["resourceVersion"]
+
+    checked = run_module("node_decommission", {"name": node, "power_off": "bmh"}, check=True)
+    assert checked["changed"] and checked["deleted"] and checked["powered_off_by"] == "bmh", checked
+    assert checked["power_off"]["bmh"] == "%s/%s" % (namespace, host)
+    assert versions.changes() == [] and get_bmh(k8s, namespace, host)["metadata"]["resourceVersion"] == bmh_version
+
+    result = run_module("node_decommission", {"name": node, "power_off": "bmh", "reregistration_watch": 5})
+    assert not result.get("failed"), result
+    assert result["deleted"] and result["powered_off_by"] == "bmh", result
+    assert result["power_off"]["method"] == "bmh" and result["power_off"]["bmh"] == "%s/%s" % (namespace, host)
+    assert result["power_off"]["heartbeat"]["alive"] is False
+    assert result["reregistration"] == {"watch_seconds": 5, "reregistered": False}
+    bmh = get_bmh(k8s, namespace, host)
+    assert bmh["spec"]["online"] is False and bmh["status"]["poweredOn"] is False
+    assert read_node(k8s, node) is None
+    again = run_module("node_decommission", {"name": node, "power_off": "bmh"})
+    assert again["changed"] is False and again["deleted"] is False
+
+
+def test_power_off_bmh_without_a_host_is_refused(k8s, run_module, spare):
+    node = spare()  # providerID kwok://<name>: it names no BareMetalHost
+    refused = run_module("node_decommission", {"name": node, "power_off": "bmh"})
+    assert refused.get("failed") and refused["msg"].startswith("Node %s names no BareMetalHost" % node), refused
+    assert not read_node(k8s, node).spec.unschedulable
+
+
+def test_assume_powered_off_deletes_a_heartbeating_node(k8s, run_module, spare):
+    node = spare()
+    result = run_module("node_decommission", {"name": node, "assume_powered_off": True, "reregistration_watch": 3})
+    assert not result.get("failed"), result
+    assert result["deleted"] and result["powered_off_by"] == "assumed", result
+    assert result["power_off"]["heartbeat"]["alive"] is True  # the user's word, not the heartbeat's
+    assert result["reregistration"] == {"watch_seconds": 3, "reregistered": False}
+    assert read_node(k8s, node) is None
+
+
+def test_user_powers_the_node_off_while_the_module_waits(lab, k8s, run_module, spare, tmp_path):
+    node = spare()
+    progress = tmp_path / "progress.log"
+    thread, outcome = in_background(run_module, {"name": node, "power_off": "manual", "wait_timeout": 600,
+                                                 "reregistration_watch": 3, "progress_file": str(progress)})
+    # The drain is over and the module waits for the heartbeat to stop: the user powers the machine off.
+    wait_for(lambda: "to stop heartbeating" in (progress.read_text() if progress.exists() else ""), 300,
+             "node_decommission to wait for node %s's heartbeat to stop" % node)
+    assert read_node(k8s, node).spec.unschedulable  # drained and cordoned, not deleted
+    lab.node_fail(node, wait=False)
+    thread.join(900)
+    assert outcome, "node_decommission did not return"
+    result = outcome[0]
+    assert not result.get("failed"), result
+    assert result["deleted"] and result["powered_off_by"] == "heartbeat_stopped", result
+    assert result["power_off"]["heartbeat"]["alive"] is False
+    assert read_node(k8s, node) is None
+    assert "power the machine off now" in progress.read_text()
+
+
+def test_node_that_registers_again_fails_the_task(k8s, run_module, spare):
+    node = spare()
+    first_uid = read_node(k8s, node).metadata.uid
+    thread, outcome = in_background(run_module, {"name": node, "assume_powered_off": True,
+                                                 "reregistration_watch": 600})
+    wait_for(lambda: read_node(k8s, node) is None or bool(outcome), 300, "node %s to be deleted" % node)
+    assert not outcome, outcome  # still watching
+    # Its kubelet still runs: the node registers again under the same name.
+    create_node(k8s, node)
+    thread.join(300)
+    assert outcome, "node_decommission did not return"
+    result = outcome[0]
+    assert result.get("failed"), result
+    assert result["msg"].startswith("Node %s registered again after this run deleted it" % node), result["msg"]
+    assert result["deleted"] is True and result["reregistration"]["reregistered"] is True
+    assert read_node(k8s, node).metadata.uid != first_uid
