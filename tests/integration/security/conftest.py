@@ -1,7 +1,8 @@
 """Identities for the least-privilege and secrets tests.
 
 * ``operator_identity``: a ServiceAccount bound only to ``kubevirt-ops-maintenance-operator``
-  (docs/rbac/maintenance-operator.yaml) and the lock Role in kube-system.
+  (docs/rbac/maintenance-operator.yaml), the lock Role in kube-system and the node heartbeat
+  Role in kube-node-lease.
 * ``planner_identity``: bound only to ``kubevirt-ops-maintenance-planner``
   (docs/rbac/read-only-planner.yaml) and the lock reader Role.
 * ``namespace_user``: a ServiceAccount with a Role in one namespace only (full rights on
@@ -23,6 +24,8 @@ import identities  # noqa: E402  (tests/integration helpers)
 OPERATOR_ROLE = "kubevirt-ops-maintenance-operator"
 PLANNER_ROLE = "kubevirt-ops-maintenance-planner"
 LOCK_NAMESPACE = "kube-system"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+HEARTBEAT_ROLE = "kubevirt-ops-maintenance-node-heartbeat"
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +42,8 @@ def _identity(k8s, lab, directory, **kwargs):
 @pytest.fixture(scope="session")
 def operator_identity(k8s, lab, rbac_roles, tmp_path_factory):
     identity = _identity(k8s, lab, tmp_path_factory.mktemp("operator"), prefix="kvops-operator",
-                         cluster_roles=[OPERATOR_ROLE], roles=[(LOCK_NAMESPACE, "kubevirt-ops-maintenance-lock")])
+                         cluster_roles=[OPERATOR_ROLE], roles=[(LOCK_NAMESPACE, "kubevirt-ops-maintenance-lock"),
+                                                               (NODE_LEASE_NAMESPACE, HEARTBEAT_ROLE)])
     yield identity
     identities.delete_identity(k8s, identity)
 

@@ -157,9 +157,11 @@ def spare_node(k8s, lab):
 
 def test_operator_node_decommission(k8s, operator_identity, spare_node):
     kc = operator_identity.kubeconfig
-    result = ok(runs.module(kc, "node_decommission", {"name": spare_node}))
+    # The spare node's kubelet (KWOK) heartbeats: the operator vouches for its power-off.
+    result = ok(runs.module(kc, "node_decommission", {"name": spare_node, "assume_powered_off": True,
+                                                      "reregistration_watch": 3}))
     assert result["deleted"]
-    assert not ok(runs.module(kc, "node_decommission", {"name": spare_node}))["changed"]
+    assert not ok(runs.module(kc, "node_decommission", {"name": spare_node, "assume_powered_off": True}))["changed"]
 
 
 def test_operator_rolling_maintenance_role(k8s, vms, operator_identity, tmp_path, restore_nodes):
@@ -179,6 +181,7 @@ def test_operator_node_decommission_role(k8s, operator_identity, spare_node, tmp
     playbook = os.path.join(identities.REPO, "playbooks", "decommission_node.yml")
     run = runs.playbook(operator_identity.kubeconfig, playbook,
                         extra_vars={"node_decommission_node": spare_node,
+                                    "node_decommission_assume_powered_off": True,
                                     "node_decommission_report_dir": str(tmp_path / "reports")})
     assert run.returncode == 0, (run.failures()[:1], run.output[-3000:])
 
