@@ -146,3 +146,35 @@ def test_control_plane_node_is_refused_and_nothing_changes(lab, k8s, tmp_path, l
     assert not after.spec.unschedulable and after.spec.taints == before.spec.taints
     assert (after.metadata.annotations or {}) == (before.metadata.annotations or {})
     assert lease(k8s, lock_name) is None
+
+
+def test_heartbeating_node_is_refused_then_powered_off_through_its_bare_metal_host(lab, k8s, namespace, tmp_path,
+                                                                                  lock_name, doomed_node):
+    refused = decommission(lab, tmp_path, lock_name, doomed_node)
+    assert refused.returncode != 0
+    messages = [result.get("msg", "") for _task, result in refused.failures()]
+    assert any(m.startswith("Node %s still heartbeats" % doomed_node) for m in messages), messages
+    assert node_exists(k8s, doomed_node) and lease(k8s, lock_name) is None  # refused before the lock
+    assert not core(k8s).read_node(doomed_node).spec.unschedulable
+
+    # A lab node's providerID is kwok://<name>: the host is named explicitly (the lab's stand-in
+    # finds the node it powers by the annotation).
+    host = {"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+            "metadata": {"name": "host-%s" % doomed_node, "namespace": namespace,
+                         "annotations": {"kubevirt-ops.lab/node": doomed_node}},
+            "spec": {"online": True}}
+    custom = client.CustomObjectsApi(k8s)
+    custom.create_namespaced_custom_object("metal3.io", "v1alpha1", namespace, "baremetalhosts", host)
+    run = decommission(lab, tmp_path, lock_name, doomed_node, node_decommission_power_off="bmh",
+                       node_decommission_bmh={"name": host["metadata"]["name"], "namespace": namespace},
+                       node_decommission_reregistration_watch=5)
+    assert run.returncode == 0, (run.failures()[:1], run.output[-3000:])
+    assert not node_exists(k8s, doomed_node)
+    after = custom.get_namespaced_custom_object("metal3.io", "v1alpha1", namespace, "baremetalhosts",
+                                                host["metadata"]["name"])
+    assert after["spec"]["online"] is False and after["status"]["poweredOn"] is False
+    results = dict(run.results())
+    assert results["Drain and delete the node"]["powered_off_by"] == "bmh"
+    reports = sorted((tmp_path / "reports").glob("decommission-%s-*/report.json" % doomed_node))
+    report = json.loads(reports[-1].read_text())
+    assert report["status"] == "succeeded" and "machine off: bmh" in report["message"], report

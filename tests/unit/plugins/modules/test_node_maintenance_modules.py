@@ -2,6 +2,8 @@
 wrapper, plan, drain engine) against the in-memory API server; what they return must be
 what their RETURN documentation says."""
 
+import copy
+import threading
 
 import pytest
 
@@ -225,3 +227,69 @@ def test_legacy_node_maintenance_group_when_only_it_is_served(api, capsys):
     cr = api.get("LegacyNodeMaintenance", "kubevirt-ops-worker-2")
     assert cr["apiVersion"] == "nodemaintenance.kubevirt.io/v1beta1" and cr["spec"] == {"nodeName": "worker-2"}
     assert api.get("NodeMaintenance", "kubevirt-ops-worker-2") is None
+
+
+def _later(action, delay=0.2):
+    timer = threading.Timer(delay, action)
+    timer.daemon = True
+    timer.start()
+
+
+def _machine_off(server, name):
+    """What the node lifecycle controller does once the machine is off: Ready becomes Unknown."""
+    with server.lock:
+        current = copy.deepcopy(server.get("Node", name))
+        current["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]
+        server._store("Node", "", name, current, "MODIFIED")
+
+
+def test_decommission_powers_the_node_off_through_its_bare_metal_host(api, capsys):
+    api.objects.pop(("Node", "", "worker-1"))
+    api.add("Node", dict(node("worker-1"), spec={"providerID": "metal3://metal/host-1/m3m-1"}))
+    api.add("BareMetalHost", {"metadata": {"name": "host-1", "namespace": "metal"}, "spec": {"online": True},
+                              "status": {"poweredOn": True}})
+    before = versions(api)
+    checked = run(node_decommission, {"name": "worker-1", "power_off": "bmh"}, capsys, check=True)
+    assert checked["powered_off_by"] == "bmh" and checked["power_off"]["bmh"] == "metal/host-1", checked
+    assert versions(api) == before
+
+    def power_off(method, kind, name):
+        if (method, kind) == ("PATCH", "BareMetalHost"):
+            def report():
+                with api.lock:
+                    host = copy.deepcopy(api.get("BareMetalHost", "host-1", "metal"))
+                    host["status"]["poweredOn"] = False
+                    api._store("BareMetalHost", "metal", "host-1", host, "MODIFIED")
+                _machine_off(api, "worker-1")
+            _later(report)
+
+    api.before_write = power_off
+    result = run(node_decommission, {"name": "worker-1", "power_off": "bmh", "reregistration_watch": 1}, capsys)
+    assert result["deleted"] and result["powered_off_by"] == "bmh", result
+    assert api.get("BareMetalHost", "host-1", "metal")["spec"]["online"] is False
+    assert result["power_off"]["heartbeat"]["alive"] is False
+    assert api.get("Node", "worker-1") is None
+    assert_documented(result, node_decommission)
+
+
+def test_decommission_waits_for_the_user_to_power_the_node_off(api, capsys):
+    def cordoned(method, kind, name):
+        if (method, kind, name) == ("PATCH", "Node", "worker-1"):
+            _later(lambda: _machine_off(api, "worker-1"), 0.5)
+
+    api.before_write = cordoned
+    result = run(node_decommission, {"name": "worker-1", "power_off": "manual", "reregistration_watch": 1}, capsys)
+    assert result["deleted"] and result["powered_off_by"] == "heartbeat_stopped", result
+    assert api.get("Node", "worker-1") is None
+
+
+def test_decommission_fails_when_the_node_registers_again(api, capsys):
+    def registers_again(method, kind, name):
+        if (method, kind, name) == ("DELETE", "Node", "worker-1"):
+            _later(lambda: api.add("Node", node("worker-1")))
+
+    api.before_write = registers_again
+    failed = run(node_decommission, {"name": "worker-1", "assume_powered_off": True, "reregistration_watch": 30},
+                 capsys)
+    assert failed["msg"].startswith("Node worker-1 registered again after this run deleted it"), failed
+    assert failed["deleted"] is True and failed["reregistration"] == {"watch_seconds": 30, "reregistered": True}
