@@ -109,10 +109,6 @@ def heartbeat(node, lease, now=None, grace=NODE_MONITOR_GRACE_SECONDS):
     return Heartbeat(age < grace, last, source, age=age)
 
 
-def stopped(beat):
-    return not beat.alive
-
-
 # -- the decision -----------------------------------------------------------------------------
 
 class PowerDecision:
