@@ -83,7 +83,6 @@ def run(module):
     beat = power.heartbeat(node, client.get_or_none("Lease", name, power.NODE_LEASE_NAMESPACE))
     powered_off = not nodes_mod.is_ready(node)
 
-
     def decide():
         return power.decide(name, node, beat, params.get("power_off"), params["assume_powered_off"])
 
@@ -127,9 +126,11 @@ def run(module):
         perms.append(Permission("create", "pods", subresource="eviction", namespaces=namespaces))
     perms.extend(restart_elsewhere.permissions(shutdown, [] if powered_off else plan.vms))
     if host is not None:
-        perms.append(Permission("patch", "baremetalhosts", group="metal3.io", namespaces=[host["metadata"]["namespace"]]))
+        perms.append(Permission("patch", "baremetalhosts", group="metal3.io",
+                                namespaces=[host["metadata"]["namespace"]]))
     if decision.waits_for_heartbeat:
-        perms.append(Permission("watch", "leases", group="coordination.k8s.io", namespaces=[power.NODE_LEASE_NAMESPACE]))
+        perms.append(Permission("watch", "leases", group="coordination.k8s.io",
+                                namespaces=[power.NODE_LEASE_NAMESPACE]))
     require(client, perms, "decommission node %s" % name)
 
     nodes_mod.update_node(client, name, lambda current: nodes_mod.enter_changes(current, "decommission"), node=node)

@@ -75,7 +75,8 @@ def check(params):
             name("%s.namespace" % option, reference.get("namespace"), NAMESPACE_NAME)
     watch = params.get("reregistration_watch")
     if watch is not None and not 0 <= watch <= MAX_WATCH:
-        raise _bad("reregistration_watch", watch, "is not a usable watch: give seconds from 0 (no watch) to %d" % MAX_WATCH)
+        raise _bad("reregistration_watch", watch,
+                   "is not a usable watch: give seconds from 0 (no watch) to %d" % MAX_WATCH)
     grace = params.get("grace_period")
     if grace is not None and grace < -1:
         raise _bad("grace_period", grace, "is not a grace period: give -1 (each pod's own) or seconds from 0")
