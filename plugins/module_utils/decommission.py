@@ -72,9 +72,9 @@ def run(module):
     options = PlanOptions.from_params(params)
     result = _result(name)
     if params.get("bmh") and params.get("power_off") != "bmh":
-        raise InvalidInputError("Option bmh names BareMetalHost %s/%s, but power_off is not bmh: set power_off=bmh to "
-                                "power node %s off through it." % (params["bmh"]["namespace"], params["bmh"]["name"],
-                                                                     name), option="bmh")
+        given = "%s/%s" % (params["bmh"]["namespace"], params["bmh"]["name"])
+        raise InvalidInputError("Option bmh names BareMetalHost %s, but power_off is not bmh: set power_off=bmh to "
+                                "power node %s off through it." % (given, name), option="bmh")
     if client.get_or_none("Node", name) is None:
         return result  # already gone: nothing to do
     snapshot = Snapshot.load(client, [name])
@@ -259,11 +259,14 @@ def _wait_heartbeat_stopped(client, name, manual, deadline, progress, result):
                 name, beat.describe(), hint if beat.alive else ""))
         return beat if not beat.alive else None
 
+    def pending():
+        beat = current()
+        return beat.describe() if beat is not None else "the node is gone"
+
     try:
         # Time alone ends a heartbeat (no event says "not renewed"): re-check every second.
         found = wait_until(check, [nodes, leases], deadline.remaining(), "node %s to stop heartbeating" % name,
-                           describe_pending=lambda: (current() or power.Heartbeat(False)).describe(),
-                           recheck_every=1.0, deadline=deadline)
+                           describe_pending=pending, recheck_every=1.0, deadline=deadline)
     except WaitTimeoutError as exc:
         result["duration_seconds"] = round(deadline.elapsed(), 1)
         beat = current()
