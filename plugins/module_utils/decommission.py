@@ -99,11 +99,11 @@ def run(module):
     host = power.find_bmh(client, name, node, params.get("bmh")) if decision.method == "bmh" else None
     result["power_off"] = {"method": decision.method, "bmh": power.bmh_key(host) if host else None,
                            "heartbeat": beat.as_dict()}
-    result["powered_off_by"] = decision.powered_off_by
     result["reregistration"]["watch_seconds"] = params["reregistration_watch"]
     shutdown = [] if powered_off else [vm for vm in plan.vms if vm["_fate"].shut_down_by_us]
     result["changed"] = True
     if module.check_mode:
+        result["powered_off_by"] = decision.powered_off_by  # how it would be; a real run says so once it is
         result["plan"] = plan.as_dict()
         result["deleted"] = True
         result["evicted_pods"] = len(plan.evict)

@@ -293,3 +293,12 @@ def test_decommission_fails_when_the_node_registers_again(api, capsys):
                  capsys)
     assert failed["msg"].startswith("Node worker-1 registered again after this run deleted it"), failed
     assert failed["deleted"] is True and failed["reregistration"] == {"watch_seconds": 30, "reregistered": True}
+
+
+def test_decommission_keeps_a_node_that_never_stops_heartbeating(api, capsys):
+    failed = run(node_decommission, {"name": "worker-1", "power_off": "manual", "wait_timeout": 2}, capsys)
+    assert failed["msg"].startswith("Node worker-1 still heartbeats after 2s"), failed
+    assert "it stays drained and cordoned" in failed["msg"]
+    assert failed["deleted"] is False and failed["powered_off_by"] is None
+    assert api.get("Node", "worker-1")["spec"]["unschedulable"] is True
+    assert not [r for r in api.writes("Node") if r[0] == "DELETE"]
