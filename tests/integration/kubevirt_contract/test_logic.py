@@ -71,6 +71,11 @@ def test_crds_are_structural_and_have_status():
         "hyperconvergeds.hco.kubevirt.io",
         "nodemaintenances.nodemaintenance.medik8s.io",
         "nodemaintenances.nodemaintenance.kubevirt.io",
+        "nodehealthchecks.remediation.medik8s.io",
+        "machinehealthchecks.machine.openshift.io",
+        "machines.machine.openshift.io",
+        "machinehealthchecks.cluster.x-k8s.io",
+        "machines.cluster.x-k8s.io",
         "baremetalhosts.metal3.io",
     } == names
 
