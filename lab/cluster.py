@@ -253,9 +253,18 @@ def restart(paths, name):
         stop_component(paths, name)
         start_component(paths, name)
         return
+    if name == nmo.NAME:
+        # The operator process ends (TERM, as a pod deletion does) and a new one starts; returns
+        # once the new one leads, runs its controller and serves its webhook.
+        with _locked(paths):
+            settings = _require_settings(paths)
+            processes.stop(paths, name, control_plane.STOP_GRACE)
+            nmo.ensure_running(paths, settings, say=say)
+        say(f"restarted {name}")
+        return
     component = components.BY_NAME.get(name) or components.BY_NAME.get(f"kube-{name}")
     if component is None:
-        raise LabError(f"unknown component {name!r}; one of: {', '.join(components.BY_NAME)}")
+        raise LabError(f"unknown component {name!r}; one of: {', '.join([*components.BY_NAME, nmo.NAME])}")
     with _locked(paths):
         settings = _require_settings(paths)
         ctx = _context(paths, settings)
