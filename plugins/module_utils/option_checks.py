@@ -85,6 +85,11 @@ def check(params):
             parse_label_selector(params[option], option)
     if params.get("mark"):
         label_value("mark", params["mark"])
+    lock = params.get("lock")
+    if isinstance(lock, dict) and lock.get("name"):
+        name("lock.name", lock["name"])
+        if lock.get("namespace") is not None:
+            name("lock.namespace", lock["namespace"], NAMESPACE_NAME)
     for model in params.get("cpu_models") or []:
         if not (model or "").strip():
             raise _bad("cpu_models", params["cpu_models"], "holds an empty CPU model name")

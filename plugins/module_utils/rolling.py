@@ -23,6 +23,7 @@ import copy
 import datetime
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock as lock_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
@@ -30,7 +31,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     InvalidInputError,
     WaitTimeoutError,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import ClusterLock
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report import parse_time
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer, wait_until
 
@@ -125,13 +125,10 @@ def _migrations_in_flight(client, snapshot):
 
 
 def _lock_problem(client, lock):
-    if not lock or not lock.get("name"):
+    state = lock_mod.held_by_another(client, lock)
+    if state is None:
         return None
-    state = ClusterLock(client, lock["name"], lock.get("namespace") or "kube-system").read()
-    if state.holder and not state.free and state.holder != lock.get("holder"):
-        return ("Another maintenance run is in progress: the cluster lock %s/%s is held by %s." % (
-            lock.get("namespace") or "kube-system", lock["name"], state.describe_holder()))
-    return None
+    return "Another maintenance run is in progress: %s." % lock_mod.held_text(lock, state)
 
 
 def preflight(client, params):

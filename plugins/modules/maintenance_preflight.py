@@ -213,11 +213,7 @@ def main():
             allow_control_plane=dict(type="bool", default=False),
             allow_last_schedulable_node=dict(type="bool", default=False),
             run_mark=dict(type="str", default="rolling_maintenance"),
-            lock=dict(type="dict", options=dict(
-                name=dict(type="str", default="kubevirt-ops-maintenance"),
-                namespace=dict(type="str", default="kube-system"),
-                holder=dict(type="str"),
-            )),
+            lock=args.lock_option(apply_defaults=False),
             fail_on_problems=dict(type="bool", default=True),
         )),
         mutually_exclusive=[("nodes", "label_selector")],
