@@ -171,6 +171,7 @@ def chain_extra(a, b, tmp_path):
         "rolling_maintenance_nodes": [a, b],
         "rolling_maintenance_method": "drain",
         "rolling_maintenance_node_tasks": str(tasks),
+        "rolling_maintenance_node_tasks_timeout": 60,
         "rolling_maintenance_lock_name": LOCK,
         "rolling_maintenance_lock_ttl": 600,
         "rolling_maintenance_drain_timeout": 300,
