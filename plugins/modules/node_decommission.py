@@ -35,7 +35,7 @@ description:
     that name registers again.
   - A node that no longer exists is reported unchanged.
   - Respects the cluster lock O(lock) (by default the one the C(rolling_maintenance) and C(node_decommission) roles
-    take): while another run holds it, the module refuses and changes nothing (a node that no longer exists is still
+    take); while another run holds it, the module refuses and changes nothing (a node that no longer exists is still
     reported unchanged).
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
