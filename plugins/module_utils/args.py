@@ -57,7 +57,6 @@ VM_SELECTION = {
 }
 
 
-
 def lock_option(apply_defaults=True):
     """The ``lock`` option: the cluster lock (Lease) a module respects, and the caller's holder.
 

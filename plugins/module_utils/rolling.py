@@ -117,8 +117,8 @@ def select_nodes(client, snapshot, names=None, label_selector=None):
 
 def _migration_text(migration):
     meta = migration["metadata"]
-    return "Migration %s of VMI %s/%s" % (_key(meta["namespace"], meta["name"]), meta["namespace"],
-                                         (migration.get("spec") or {}).get("vmiName"))
+    vmi_name = (migration.get("spec") or {}).get("vmiName")
+    return "Migration %s of VMI %s/%s" % (_key(meta["namespace"], meta["name"]), meta["namespace"], vmi_name)
 
 
 def _phase(migration):
