@@ -114,7 +114,7 @@ def test_lock_held_by_another_run_stops_both_modules_and_its_holder_passes(k8s, 
     # Nothing left to undo: unchanged, lock or not.
     assert run_module("node_maintenance", {"name": node, "state": "absent"})["changed"] is False
 
-    deleted = run_module("node_decommission", {"name": node, "lock": mine})
+    deleted = run_module("node_decommission", {"name": node, "lock": mine, "assume_powered_off": True})
     assert deleted.get("failed") is not True and deleted["deleted"] is True, deleted
 
 
@@ -131,7 +131,7 @@ def test_expired_or_released_lock_does_not_stop_them(k8s, run_module, spare_node
     entered = run_module("node_maintenance", {"name": node})
     assert entered.get("failed") is not True and entered["changed"] is True, entered
     assert run_module("node_maintenance", {"name": node, "state": "absent"})["changed"] is True
-    deleted = run_module("node_decommission", {"name": node})
+    deleted = run_module("node_decommission", {"name": node, "assume_powered_off": True})
     assert deleted.get("failed") is not True and deleted["deleted"] is True, deleted
     # Respecting a lock never writes it.
     assert leases(k8s).read_namespaced_lease(LOCK, LOCK_NAMESPACE).metadata.resource_version == lease_before

@@ -60,7 +60,10 @@ def test_own_expired_or_other_lock_does_not_refuse(api, capsys, module, case):
     take(client, age=7200 if case == "expired" else 0)
     option = {"own holder": {"holder": OTHER}, "expired": {}, "opted out": {"name": ""},
               "other lease": {"name": "another-lock"}}[case]
-    result = run(module, {"name": "worker-1", "lock": option}, capsys, check=True)
+    args = {"name": "worker-1", "lock": option}
+    if module is node_decommission:
+        args["assume_powered_off"] = True  # a Ready node is deleted only once its machine is off
+    result = run(module, args, capsys, check=True)
     assert not result.get("failed"), result
     assert result["changed"] is True
 
