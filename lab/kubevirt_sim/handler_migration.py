@@ -32,7 +32,9 @@ KubeVirt CR's ``spec.configuration.migrations.bandwidthPerMigration`` when set, 
 stand-in's ``--migration-bandwidth`` ("0" = instant). Lab knob: a VMI or its VM
 annotated ``kubevirt-ops.lab/fail-migration: "true"`` fails every migration at the end
 of the transfer, reported by the source as a real failure; virt-controller then fails
-the migration object and (for evacuations) retries with its own backoff.
+the migration object and (for evacuations) retries with its own backoff. Another:
+``kubevirt-ops.lab/hold-migration: "true"`` on the VMI or its VM holds every migration at the
+end of the transfer (the migration object stays Running) until the annotation is removed.
 """
 
 import hashlib
@@ -170,7 +172,8 @@ class MigrationHandler(Controller):
             new["targetNodeDomainDetected"] = True
             _mirror_target_state(new, domainDetected=True)
         left = self._transfer_left(vmi, state)
-        if left > 0 or o.fails_migrations(vmi, self._vm(vmi)):
+        vm = self._vm(vmi)
+        if left > 0 or o.fails_migrations(vmi, vm) or o.holds_migrations(vmi, vm):
             if new != state:
                 update_vmi(self.kube, vmi, {"migrationState": new})
                 return True, None
@@ -241,6 +244,8 @@ class MigrationHandler(Controller):
         left = self._transfer_left(vmi, state)
         if left > 0:
             return False, left
+        if o.holds_migrations(vmi, self._vm(vmi)):
+            return False, None  # held by the lab knob; removing the annotation brings the VM or VMI back
         if o.fails_migrations(vmi, self._vm(vmi)):
             return self._report_failure(vmi, state, FAILED_BY_KNOB)
         return False, None  # success is the target's to acknowledge

@@ -24,6 +24,10 @@ MIGRATION_FINALIZER = "kubevirt.io/migrationJobFinalize"
 # The lab's own knob: a VM (or VMI) with this annotation set to "true" fails every
 # live migration, for reliability tests.
 FAIL_MIGRATION_ANNOTATION = "kubevirt-ops.lab/fail-migration"
+# Another: a VM (or VMI) with this annotation set to "true" holds every live migration at
+# the end of its transfer (phase Running) until the annotation goes, so that a test knows a
+# migration is in flight for as long as it wants.
+HOLD_MIGRATION_ANNOTATION = "kubevirt-ops.lab/hold-migration"
 # Another: a VMI annotated with this set to "true" behaves as if its guest powered
 # itself off (the VMI ends Succeeded), to exercise run strategies that tell a clean
 # shutdown from a failure.
@@ -156,6 +160,10 @@ def claim_names(vmi_spec):
 
 def fails_migrations(*objs):
     return any(annotations(o).get(FAIL_MIGRATION_ANNOTATION) == "true" for o in objs if o)
+
+
+def holds_migrations(*objs):
+    return any(annotations(o).get(HOLD_MIGRATION_ANNOTATION) == "true" for o in objs if o)
 
 
 # -- pod helpers ----------------------------------------------------------------------

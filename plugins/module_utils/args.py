@@ -4,7 +4,8 @@
 """Argument-spec fragments, each paired with the doc fragment of the same name.
 
 auth <-> doc_fragments/auth.py, wait <-> doc_fragments/wait.py,
-drain <-> doc_fragments/drain.py, vm_selection <-> doc_fragments/vm_selection.py.
+drain <-> doc_fragments/drain.py, vm_selection <-> doc_fragments/vm_selection.py,
+lock <-> doc_fragments/lock.py.
 Option names and K8S_AUTH_* fallbacks are kubernetes.core's, so users reuse their
 variables, environment and module_defaults.
 """
@@ -16,6 +17,8 @@ __metaclass__ = type
 import copy
 
 from ansible.module_utils.basic import env_fallback
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import DEFAULT_NAME, DEFAULT_NAMESPACE
 
 AUTH = {
     "kubeconfig": {"type": "raw", "fallback": (env_fallback, ["K8S_AUTH_KUBECONFIG"])},
@@ -52,6 +55,22 @@ VM_SELECTION = {
     "label_selector": {"type": "str"},
     "all_namespaces": {"type": "bool", "default": False},
 }
+
+
+def lock_option(apply_defaults=True):
+    """The ``lock`` option: the cluster lock (Lease) a module respects, and the caller's holder.
+
+    With ``apply_defaults`` the option names the roles' lock when it is left out (and when it is
+    null); without it, a module looks at a lock only when one is given. An empty name opts out.
+    """
+    return {"type": "dict", "apply_defaults": apply_defaults, "options": {
+        "name": {"type": "str", "default": DEFAULT_NAME},
+        "namespace": {"type": "str", "default": DEFAULT_NAMESPACE},
+        "holder": {"type": "str"},
+    }}
+
+
+LOCK = {"lock": lock_option()}
 
 AUTH_NAMES = tuple(AUTH)
 

@@ -35,6 +35,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     MaintenanceError,
     WaitTimeoutError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import refuse_while_held
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import (
     blocked_message,
 )
@@ -77,6 +78,7 @@ def run(module):
                                 "power node %s off through it." % (given, name), option="bmh")
     if client.get_or_none("Node", name) is None:
         return result  # already gone: nothing to do
+    refuse_while_held(client, params.get("lock"), "Node %s was not decommissioned" % name, node=name)
     snapshot = Snapshot.load(client, [name])
     node = snapshot.node(name)
     plan = compute_plan(snapshot, name, options)

@@ -776,7 +776,7 @@ def _explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_defaul
         return ("VM %s is not live-migratable (%s) and its eviction strategy LiveMigrate keeps it on node %s"
                 % (name, kubevirt.describe_not_migratable(reason, message), node))
     own = migrations.get((meta.get("namespace"), meta.get("name")), [])
-    active = [m for m in own if (m.get("status") or {}).get("phase") not in kubevirt.FINAL_MIGRATION_PHASES]
+    active = [m for m in own if kubevirt.migration_in_flight(m)]
     failures = describe_failures(kubevirt.failed_migrations(own), vmi)
     if active:
         migration = sorted(active, key=lambda m: m["metadata"].get("creationTimestamp") or "")[-1]

@@ -230,6 +230,17 @@ def migration_target(vmi):
     return vmi_node(vmi)
 
 
+def migration_in_flight(migration):
+    """True while a migration has not reached a final phase (and is not being deleted).
+
+    virt-controller moves a VirtualMachineInstanceMigration through Pending, Scheduling, Scheduled,
+    PreparingTarget, TargetReady and Running to Succeeded or Failed (kubevirt.io/api core/v1
+    types.go ``VirtualMachineInstanceMigrationPhase``); a migration without a phase is Pending.
+    """
+    phase = (migration.get("status") or {}).get("phase") or "Pending"
+    return phase not in FINAL_MIGRATION_PHASES and not _meta(migration).get("deletionTimestamp")
+
+
 def describe_migration(migration, source=None, target=None):
     """'migration ns/name is in phase Scheduling (from node-a to no node yet)'."""
     meta = _meta(migration)

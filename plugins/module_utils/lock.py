@@ -357,6 +357,41 @@ class ClusterLock:
         return result
 
 
+def held_by_another(client, lock):
+    """The LeaseState of the lock a module's ``lock`` option names, when a holder other than
+    ``lock['holder']`` holds it and has not let it expire; None when the lock is free, absent
+    or the caller's own, and when the option opts out (no option, or an empty name)."""
+    if not lock or not lock.get("name"):
+        return None
+    state = ClusterLock(client, lock["name"], lock.get("namespace") or DEFAULT_NAMESPACE).read()
+    if state.free or state.holder == lock.get("holder"):
+        return None
+    return state
+
+
+def held_text(lock, state):
+    """'the cluster lock kube-system/kubevirt-ops-maintenance is held by 'alice@bastion ...' since ...'."""
+    return "the cluster lock %s/%s is held by %s" % (
+        lock.get("namespace") or DEFAULT_NAMESPACE, lock["name"], state.describe_holder())
+
+
+def refuse_while_held(client, lock, refused, **details):
+    """Raise BlockedError (before anything is written) when another run holds the lock.
+
+    ``refused`` says what is not done, for example 'Node worker-1 was not put into maintenance'.
+    A task that belongs to the run holding the lock passes that run's holder in ``lock``.
+    """
+    state = held_by_another(client, lock)
+    if state is None:
+        return
+    raise BlockedError(
+        "%s: %s, so another maintenance run is in progress; wait for it to end, give its holder in lock.holder "
+        "if this task belongs to that run, or set lock.name to an empty string to act regardless of the lock." % (
+            refused, held_text(lock, state)),
+        lock=state.as_result(lock.get("namespace") or DEFAULT_NAMESPACE, lock["name"]),
+        blockers=["lock held by %s" % state.holder], **details)
+
+
 def run(module):
     """The cluster_lock module: state present acquires or renews, absent releases."""
     params = module.params

@@ -31,6 +31,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     MaintenanceError,
     WaitTimeoutError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import refuse_while_held
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan import (
     NODE_MAINTENANCE_KINDS,
     PlanOptions,
@@ -210,6 +211,7 @@ def enter(module):
     policy = params["non_migratable"]
     options = PlanOptions.from_params(params)
     client = module.client
+    refuse_while_held(client, params.get("lock"), "Node %s was not put into maintenance" % name, node=name)
     snapshot = Snapshot.load(client, [name])
     node = snapshot.node(name)
     cr_kind = nm_cr.served_kind(snapshot)
@@ -569,6 +571,9 @@ def leave(module):
     marked, migrations = evacuation.pending(client, name) if in_maintenance else ([], [])
     pauses = remediation.to_restore(client, node)
     result["changed"] = bool(ours_cr or patch or marked or migrations or pauses)
+    if result["changed"]:
+        # Uncordoning a node that another run drained and may still work on would hand it back too early.
+        refuse_while_held(client, params.get("lock"), "Node %s was left in maintenance" % name, node=name)
     if module.diff_mode:
         result["diff"] = {"before": before, "after": after}
     if kept_cordon:

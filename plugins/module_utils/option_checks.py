@@ -77,6 +77,10 @@ def check(params):
     if watch is not None and not 0 <= watch <= MAX_WATCH:
         raise _bad("reregistration_watch", watch,
                    "is not a usable watch: give seconds from 0 (no watch) to %d" % MAX_WATCH)
+    settle = params.get("settle_timeout")
+    if settle is not None and not 0 <= settle <= MAX_TIMEOUT:
+        raise _bad("settle_timeout", settle, "is not a usable timeout: give seconds from 0 (do not wait) to %d (7 days)"
+                   % MAX_TIMEOUT)
     grace = params.get("grace_period")
     if grace is not None and grace < -1:
         raise _bad("grace_period", grace, "is not a grace period: give -1 (each pod's own) or seconds from 0")
@@ -85,6 +89,11 @@ def check(params):
             parse_label_selector(params[option], option)
     if params.get("mark"):
         label_value("mark", params["mark"])
+    lock = params.get("lock")
+    if isinstance(lock, dict) and lock.get("name"):
+        name("lock.name", lock["name"])
+        if lock.get("namespace") is not None:
+            name("lock.namespace", lock["namespace"], NAMESPACE_NAME)
     for model in params.get("cpu_models") or []:
         if not (model or "").strip():
             raise _bad("cpu_models", params["cpu_models"], "holds an empty CPU model name")

@@ -3,11 +3,13 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Rolling maintenance: the preflight over every selected node, and the check after each node.
 
-The preflight reads the cluster once (``plan.Snapshot``) and asks the same ``compute_plan``
-that check mode and node_maintenance_info use, for every selected node, before anything
-changes. Everything that would stop the run is collected and reported at once: nodes that
-do not exist or are not Ready, nodes already in someone else's maintenance, migrations in
-flight, VMs that would block, no room elsewhere, budgets that never allow a disruption, and
+The preflight first waits (bounded by ``settle_timeout``) until no live migration is in
+flight, since a migration moves a VM and holds room on two nodes; then it reads the cluster
+once (``plan.Snapshot``) and asks the same ``compute_plan`` that check mode and
+node_maintenance_info use, for every selected node, before anything changes. Everything that
+would stop the run is collected and reported at once: nodes that do not exist or are not
+Ready, nodes already in someone else's maintenance, migrations still in flight at the
+timeout, VMs that would block, no room elsewhere, budgets that never allow a disruption, and
 the cluster lock when another run holds it.
 
 The check after a node waits (watching, never polling) until the node is Ready (and
@@ -23,6 +25,7 @@ import copy
 import datetime
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock as lock_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
@@ -30,13 +33,18 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     InvalidInputError,
     WaitTimeoutError,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import ClusterLock
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report import parse_time
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer, wait_until
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import (
+    Deadline,
+    Informer,
+    object_key,
+    wait_until,
+)
 
 ORDERS = ("given", "fewest_vms_first")
 RUNNING = "Running"
-FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
+# How long the preflight waits, by default, for live migrations in flight to end.
+DEFAULT_SETTLE_TIMEOUT = 300
 # Where a run of the rolling_maintenance role leaves its mark: the reason of the maintenance.
 DEFAULT_RUN_MARK = "rolling_maintenance"
 
@@ -107,31 +115,77 @@ def select_nodes(client, snapshot, names=None, label_selector=None):
     return selected, problems
 
 
-def _migrations_in_flight(client, snapshot):
-    if not snapshot.kubevirt:
-        return []
+def _migration_text(migration):
+    meta = migration["metadata"]
+    vmi_name = (migration.get("spec") or {}).get("vmiName")
+    return "Migration %s of VMI %s/%s" % (_key(meta["namespace"], meta["name"]), meta["namespace"], vmi_name)
+
+
+def _phase(migration):
+    return (migration.get("status") or {}).get("phase") or "Pending"
+
+
+def _in_flight_problem(migration, waited=None):
+    return "%s is in flight (phase %s)%s; wait until it ends, so that capacity and VM placement are settled before " \
+           "maintenance starts." % (_migration_text(migration), _phase(migration),
+                                    " after waiting %ds (settle_timeout)" % waited if waited else "")
+
+
+def settle_migrations(client, timeout):
+    """Wait (at most ``timeout`` seconds) until no live migration is in flight anywhere.
+
+    A migration in flight moves a VM and holds room on two nodes, so the plan waits for it:
+    above all the evacuations a killed run started, which KubeVirt goes on with after the run
+    died (one migration per VMI marked for evacuation, one after another). Every migration in
+    flight counts, also one that starts while waiting. Returns ``(settled, waited_seconds,
+    problems)``: the migrations waited for that ended, and one sentence for each migration still
+    in flight at the timeout (with ``timeout`` 0, at once, without waiting).
+    """
+    if not client.kind_served("VirtualMachineInstanceMigration"):
+        return [], 0.0, []
     items, _rv = client.list("VirtualMachineInstanceMigration")
-    problems = []
-    for migration in items:
-        phase = (migration.get("status") or {}).get("phase") or "Pending"
-        if phase in FINAL_MIGRATION_PHASES or (migration.get("metadata") or {}).get("deletionTimestamp"):
+    waited_for = dict((object_key(m), m) for m in items if kubevirt.migration_in_flight(m))
+    if not waited_for:
+        return [], 0.0, []
+    if timeout <= 0:
+        return [], 0.0, [_in_flight_problem(m) for _k, m in sorted(waited_for.items())]
+    deadline = Deadline(timeout)
+    informer = Informer(client, "VirtualMachineInstanceMigration")
+
+    def in_flight():
+        found = sorted((m for m in informer.items() if kubevirt.migration_in_flight(m)), key=object_key)
+        for migration in found:
+            waited_for.setdefault(object_key(migration), migration)
+        return found
+
+    def describe():
+        return "; ".join("%s in phase %s" % (_migration_text(m), _phase(m)) for m in in_flight()[:10])
+
+    still = []
+    try:
+        wait_until(lambda: not in_flight(), [informer], timeout,
+                   "the live migrations in flight to end before planning", describe_pending=describe, deadline=deadline)
+    except WaitTimeoutError:
+        still = in_flight()
+    finally:
+        informer.stop()
+    waited = round(deadline.elapsed(), 1)
+    still_keys = set(object_key(m) for m in still)
+    settled = []
+    for key, migration in sorted(waited_for.items()):
+        if key in still_keys:
             continue
-        meta = migration["metadata"]
-        problems.append("Migration %s of VMI %s/%s is in flight (phase %s); wait until it ends, so that capacity "
-                        "and VM placement are settled before maintenance starts." % (
-                            _key(meta["namespace"], meta["name"]), meta["namespace"],
-                            (migration.get("spec") or {}).get("vmiName"), phase))
-    return problems
+        final = informer.get(migration["metadata"]["name"], migration["metadata"]["namespace"])
+        settled.append({"namespace": key[0], "name": key[1], "vmi": (migration.get("spec") or {}).get("vmiName"),
+                        "phase": _phase(final) if final is not None else "Deleted"})
+    return settled, waited, [_in_flight_problem(m, timeout) for m in still]
 
 
 def _lock_problem(client, lock):
-    if not lock or not lock.get("name"):
+    state = lock_mod.held_by_another(client, lock)
+    if state is None:
         return None
-    state = ClusterLock(client, lock["name"], lock.get("namespace") or "kube-system").read()
-    if state.holder and not state.free and state.holder != lock.get("holder"):
-        return ("Another maintenance run is in progress: the cluster lock %s/%s is held by %s." % (
-            lock.get("namespace") or "kube-system", lock["name"], state.describe_holder()))
-    return None
+    return "Another maintenance run is in progress: %s." % lock_mod.held_text(lock, state)
 
 
 def preflight(client, params):
@@ -148,9 +202,17 @@ def preflight(client, params):
     options = plan_mod.PlanOptions.from_params(params)
     run_mark = params.get("run_mark") or DEFAULT_RUN_MARK
 
+    # Settled first, then read: the plan must see where the migrating VMs end up.
+    settle_timeout = params.get("settle_timeout")
+    settled, settle_seconds, migration_problems = settle_migrations(
+        client, DEFAULT_SETTLE_TIMEOUT if settle_timeout is None else settle_timeout)
     snapshot = plan_mod.Snapshot.load(client)
     selected, problems = select_nodes(client, snapshot, names, label_selector)
     warnings = []
+    if settled:
+        warnings.append("Waited %ds for %d live migration%s in flight to end before planning: %s." % (
+            round(settle_seconds), len(settled), "" if len(settled) == 1 else "s",
+            ", ".join("%s (VMI %s, %s)" % (_key(m["namespace"], m["name"]), m["vmi"], m["phase"]) for m in settled)))
     entries = []
     # First which nodes an earlier run left in maintenance: this run finishes them before any
     # other node, so the plans of the other nodes count them as back in service.
@@ -210,7 +272,7 @@ def preflight(client, params):
             "expected_stopped": expected_stopped,
             "plan": summary["plan"],
         })
-    problems.extend(_migrations_in_flight(client, snapshot))
+    problems.extend(migration_problems)
     lock_problem = _lock_problem(client, params.get("lock"))
     if lock_problem:
         problems.append(lock_problem)
@@ -235,6 +297,8 @@ def preflight(client, params):
         "notices": warnings,
         "running_vms": vms_running,
         "expected_stopped": [vm for e in entries for vm in e["expected_stopped"]],
+        "migrations_settled": settled,
+        "settle_seconds": settle_seconds,
         "kubevirt": snapshot.kubevirt,
         "selection": ("nodes %s" % ", ".join(names)) if names else ("label selector %s" % label_selector),
     }

@@ -19,8 +19,14 @@ description:
     as M(kubevirt_ops.maintenance.node_maintenance_info) and check mode of
     M(kubevirt_ops.maintenance.node_maintenance)), under the O(non_migratable) policy: VMs that cannot leave,
     no room on the other nodes, PodDisruptionBudgets that never allow a disruption, pods the drain options
-    forbid to evict, the last schedulable node, etcd quorum; a live migration in flight anywhere in the cluster;
-    and, with O(lock), another run holding the cluster lock."
+    forbid to evict, the last schedulable node, etcd quorum; a live migration still in flight anywhere in the
+    cluster after O(settle_timeout); and, with O(lock), another run holding the cluster lock."
+  - Before planning, the preflight waits (watching, up to O(settle_timeout)) until no live migration is in flight
+    anywhere in the cluster, also those that start meanwhile, so that the plan sees where the migrating VMs end up.
+    This matters above all when a run is started again after a run was killed during a drain, since KubeVirt goes
+    on with that run's evacuations. The migrations it waited for are returned in RV(migrations_settled) and named
+    in RV(notices); only those still in flight at the timeout are problems. It waits in check mode too, since
+    waiting writes nothing.
   - A node left in maintenance by an earlier run (its maintenance reason starts with O(run_mark)) is not a
     problem; it comes first in the order, so that a re-run finishes it.
   - Returns the VMs running now, which M(kubevirt_ops.maintenance.maintenance_verify) later checks are all running
@@ -73,6 +79,12 @@ options:
       holder:
         description: The caller's own holder identity, which is not a problem.
         type: str
+  settle_timeout:
+    description:
+      - Seconds to wait at most for the live migrations in flight to end before planning.
+      - V(0) does not wait; every migration in flight is then a problem at once.
+    type: int
+    default: 300
   fail_on_problems:
     description: Fail when there is any problem. With V(false), the problems are returned and the task succeeds.
     type: bool
@@ -184,6 +196,31 @@ expected_stopped:
   returned: always
   type: list
   elements: dict
+migrations_settled:
+  description: The live migrations that were in flight when the preflight started (or started while it waited) and
+    ended before planning.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    namespace:
+      description: Namespace of the VirtualMachineInstanceMigration.
+      type: str
+    name:
+      description: Name of the VirtualMachineInstanceMigration.
+      type: str
+    vmi:
+      description: Name of the VMI it migrated.
+      type: str
+    phase:
+      description: Its final phase (C(Succeeded) or C(Failed)), or C(Deleted) when it was deleted meanwhile.
+      type: str
+  sample: [{namespace: prod, name: kubevirt-evacuation-x7k2p, vmi: db-1, phase: Succeeded}]
+settle_seconds:
+  description: Seconds the preflight waited for live migrations in flight to end (0 when none was in flight).
+  returned: always
+  type: float
+  sample: 12.4
 kubevirt:
   description: Whether KubeVirt is installed.
   returned: always
@@ -197,7 +234,7 @@ selection:
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import preflight
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import DEFAULT_SETTLE_TIMEOUT, preflight
 
 
 def run(module):
@@ -213,11 +250,8 @@ def main():
             allow_control_plane=dict(type="bool", default=False),
             allow_last_schedulable_node=dict(type="bool", default=False),
             run_mark=dict(type="str", default="rolling_maintenance"),
-            lock=dict(type="dict", options=dict(
-                name=dict(type="str", default="kubevirt-ops-maintenance"),
-                namespace=dict(type="str", default="kube-system"),
-                holder=dict(type="str"),
-            )),
+            lock=args.lock_option(apply_defaults=False),
+            settle_timeout=dict(type="int", default=DEFAULT_SETTLE_TIMEOUT),
             fail_on_problems=dict(type="bool", default=True),
         )),
         mutually_exclusive=[("nodes", "label_selector")],

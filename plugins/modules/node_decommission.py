@@ -34,6 +34,9 @@ description:
   - After deleting the node the module watches its name for O(reregistration_watch) seconds and fails if a Node of
     that name registers again.
   - A node that no longer exists is reported unchanged.
+  - Respects the cluster lock O(lock) (by default the one the C(rolling_maintenance) and C(node_decommission) roles
+    take); while another run holds it, the module refuses and changes nothing (a node that no longer exists is still
+    reported unchanged).
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
@@ -107,6 +110,7 @@ options:
 extends_documentation_fragment:
   - kubevirt_ops.maintenance.auth
   - kubevirt_ops.maintenance.drain
+  - kubevirt_ops.maintenance.lock
   - kubevirt_ops.maintenance.attributes
   - kubevirt_ops.maintenance.attributes.actiongroup
 attributes:
@@ -252,6 +256,12 @@ reregistration:
       description: Whether a Node of the same name registered again (the task then fails).
       type: bool
       sample: false
+lock:
+  description:
+    - The cluster lock that another run holds, as M(kubevirt_ops.maintenance.cluster_lock) returns it in RV(kubevirt_ops.maintenance.cluster_lock#module:lock).
+  returned: when the task fails because another run holds O(lock)
+  type: dict
+  sample: {namespace: kube-system, name: kubevirt-ops-maintenance, holder: "alice@bastion pid 4242 #1a2b", ttl: 3600}
 plan:
   description: The plan of the drain, as M(kubevirt_ops.maintenance.node_maintenance_info) reports it.
   returned: in check mode, when the node exists
@@ -267,6 +277,7 @@ def main():
     module = MaintenanceModule(
         argument_spec=args.spec(
             args.DRAIN,
+            args.LOCK,
             dict(
                 name=dict(type="str", required=True),
                 assume_powered_off=dict(type="bool", default=False),

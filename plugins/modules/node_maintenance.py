@@ -55,6 +55,14 @@ description:
     KubeVirt's C(evacuate/cancel) action from KubeVirt 1.7 on, else by removing that field) and deletes the node's
     evacuation migrations that have not started yet, then uncordons the node, removes this collection's marks and
     restores the remediation it paused. VMs that moved away do not move back by themselves.
+  - >-
+    Respects the cluster lock O(lock) (by default the one the C(rolling_maintenance) role takes) for both states. While
+    another run holds it, O(state=present) is refused, and so is O(state=absent) whenever it would change the node,
+    since ending maintenance uncordons a node that the run holding the lock may have drained on purpose and may still
+    be working on (a firmware update, a reboot), and its VMs and pods would start landing on it. A node with nothing
+    to undo is reported unchanged, as without a lock. To end a maintenance that a dead run left behind, let its lock
+    expire or release it (M(kubevirt_ops.maintenance.cluster_lock) with
+    O(kubevirt_ops.maintenance.cluster_lock#module:force=true)), or set O(lock.name) to an empty string.
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
@@ -124,6 +132,7 @@ extends_documentation_fragment:
   - kubevirt_ops.maintenance.auth
   - kubevirt_ops.maintenance.drain
   - kubevirt_ops.maintenance.wait
+  - kubevirt_ops.maintenance.lock
   - kubevirt_ops.maintenance.attributes
   - kubevirt_ops.maintenance.attributes.actiongroup
 attributes:
@@ -382,6 +391,12 @@ migrations_deleted:
   type: list
   elements: str
   sample: [vms/kubevirt-evacuation-x7k2p]
+lock:
+  description:
+    - The cluster lock that another run holds, as M(kubevirt_ops.maintenance.cluster_lock) returns it in RV(kubevirt_ops.maintenance.cluster_lock#module:lock).
+  returned: when the task fails because another run holds O(lock)
+  type: dict
+  sample: {namespace: kube-system, name: kubevirt-ops-maintenance, holder: "alice@bastion pid 4242 #1a2b", ttl: 3600}
 msg:
   description: With O(state=absent), what was done and that VMs do not move back by themselves.
   returned: when O(state=absent)
@@ -488,6 +503,7 @@ def main():
         argument_spec=args.spec(
             args.DRAIN,
             args.WAIT,
+            args.LOCK,
             dict(
                 name=dict(type="str", required=True),
                 state=dict(type="str", choices=["present", "absent"], default="present"),

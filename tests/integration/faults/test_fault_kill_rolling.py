@@ -17,6 +17,7 @@ doing so refuses cleanly, naming the dead holder. (Expiry of the lock after its 
 test_fault_lock_holder_dies.py.)
 """
 
+import json
 import os
 import time
 
@@ -37,6 +38,7 @@ LOCK = "kvops-fault-chain"
 ROLE = "TASK [kubevirt_ops.maintenance.rolling_maintenance : %s]"
 NODE_TASK = "Simulated firmware update"
 TRIGGER_TIMEOUT = 240
+HOLD_MIGRATION = "kubevirt-ops.lab/hold-migration"
 
 
 class Watch:
@@ -171,6 +173,7 @@ def chain_extra(a, b, tmp_path):
         "rolling_maintenance_nodes": [a, b],
         "rolling_maintenance_method": "drain",
         "rolling_maintenance_node_tasks": str(tasks),
+        "rolling_maintenance_node_tasks_timeout": 60,
         "rolling_maintenance_lock_name": LOCK,
         "rolling_maintenance_lock_ttl": 600,
         "rolling_maintenance_drain_timeout": 300,
@@ -316,39 +319,93 @@ def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes,
     assert problems == [], "\n\n".join(problems + ["outputs of the killed runs: %s" % ", ".join(logs)])
 
 
+def collection_watches(audit_log, offset, resource):
+    """Whether the collection opened a watch on ``resource`` since ``offset`` of the lab's audit log
+    (the API server logs a watch as it starts, at stage ResponseStarted)."""
+    with open(audit_log, errors="replace") as handle:
+        handle.seek(offset)
+        for line in handle:
+            if resource not in line or '"watch"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if (event.get("verb") == "watch" and event.get("stage") == "ResponseStarted"
+                    and (event.get("userAgent") or "").startswith("kubevirt_ops.maintenance/")
+                    and (event.get("objectRef") or {}).get("resource") == resource):
+                return True
+    return False
+
+
 def test_kill_then_resume_when_only_the_resumed_node_has_room(k8s, lab, pair, fault_namespace, tmp_path,
                                                               restore_nodes):
-    """VMs that may run on A and B only; the run is killed as soon as A is cordoned. The next
-    run must finish A first (uncordoning it) and so has room for B's VMs: its preflight must
-    not refuse B because A, which it is about to resume, is cordoned right now."""
+    """VMs that may run on A and B only; the run is killed while A's evacuation migrates them, and
+    the next run starts while that migration is provably still in flight: the lab holds every
+    migration of these VMs (``kubevirt-ops.lab/hold-migration``) until the next run's preflight
+    watches the migrations, that is, waits for them. That preflight must wait for the migration
+    to end and then plan, not refuse; and the run must finish A first (uncordoning it), so it has
+    room for B's VMs: its preflight must not refuse B because A, which it is about to resume, is
+    cordoned right now."""
     a, b = pair
     figure = reliability.fault("kill the playbook as the drain starts, VMs bound to the two nodes", group="kill")
-    for index in range(2):
-        workloads.create_vm(k8s, fault_namespace, "pair-%d" % index, memory="2Gi", nodes=[a, b])
-    workloads.wait_vms_running(k8s, fault_namespace, ["pair-0", "pair-1"])
+    core = client.CoreV1Api(k8s)
+    core.patch_node(b, {"spec": {"unschedulable": True}})  # so that both start on A, which is drained first
+    try:
+        for index in range(2):
+            workloads.create_vm(k8s, fault_namespace, "pair-%d" % index, memory="2Gi", nodes=[a, b],
+                                annotations={HOLD_MIGRATION: "true"})
+        workloads.wait_vms_running(k8s, fault_namespace, ["pair-0", "pair-1"])
+    finally:
+        core.patch_node(b, {"spec": {"unschedulable": None}})
     vm_check = safety.VmSafety(k8s, [fault_namespace])
     extra = chain_extra(a, b, tmp_path)
+    audit_log = str(lab.paths.audit_log)
     try:
         with safety.PdbWatcher(k8s) as watcher:
             run = runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
             try:
                 watch = Watch(k8s, run, fault_namespace, [a, b])
                 deadline = time.monotonic() + TRIGGER_TIMEOUT
-                while run.running() and time.monotonic() < deadline and not drain_started(watch):
+                while run.running() and time.monotonic() < deadline and not (
+                        drain_started(watch) and watch.migrations_running()):
                     time.sleep(0.1)
-                assert run.running(), "the run ended before the drain started:\n%s" % run.output()[-3000:]
+                assert run.running(), "the run ended before A's evacuation started:\n%s" % run.output()[-3000:]
                 run.kill()
             finally:
                 run.close()
+            held = [m["metadata"]["name"] for m in watch.migrations_running()]
+            assert held, "no migration of A's evacuation is in flight after the kill"
             runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
-            again = runs.playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
+            offset = os.path.getsize(audit_log)
+            again = runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
+            try:
+                # The migrations stay held until the preflight waits for them (or the run ended without).
+                wait_for(lambda: not again.running() or collection_watches(
+                    audit_log, offset, "virtualmachineinstancemigrations"), 300,
+                    "the resumed run's preflight to watch the migrations in flight")
+                for index in range(2):
+                    workloads.annotate_vm(k8s, fault_namespace, "pair-%d" % index, {HOLD_MIGRATION: None})
+                again.wait(1800)
+                output, results = again.output(), again.results()
+            finally:
+                again.close()
         report = vm_check.verify(timeout=120)
         figure.note(pdb_violations=len(watcher.violations), vms_lost=len(report.lost))
-        failures = again.failures()
-        assert again.returncode == 0, "the run after the kill failed: %s" % (
-            failures[0][1].get("msg") if failures else again.output[-3000:])
+        failures = [r for r in results if r["status"] == "failed"]
+        assert again.proc.returncode == 0, "the run after the kill failed: %s" % (
+            failures[0]["result"].get("msg") if failures else output[-3000:])
+        preflight = preflight_of(results) or {}
+        settled = [m["name"] for m in preflight.get("migrations_settled") or []]
+        assert set(held) <= set(settled), "the resumed preflight did not wait for %s (settled: %s)" % (held, settled)
+        assert a in (preflight.get("resumed") or [])
         assert in_maintenance(k8s, a) == [] and in_maintenance(k8s, b) == []
         assert report.problems == [] and watcher.violations == []
         figure.passed()
     finally:
+        for index in range(2):
+            try:
+                workloads.annotate_vm(k8s, fault_namespace, "pair-%d" % index, {HOLD_MIGRATION: None})
+            except ApiException:
+                pass
         runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})

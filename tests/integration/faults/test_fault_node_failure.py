@@ -28,11 +28,12 @@ def test_node_failure_during_the_run_stops_it_safely(k8s, lab, pair, fault_names
     go = tmp_path / "go"
     tasks = tmp_path / "node-tasks.yml"
     tasks.write_text(yaml.safe_dump([{"name": NODE_TASK,
-                                      "ansible.builtin.wait_for": {"path": str(go), "timeout": 300}}]))
+                                      "ansible.builtin.wait_for": {"path": str(go), "timeout": 240}}]))
     extra = {
         "rolling_maintenance_nodes": [a, b],
         "rolling_maintenance_method": "drain",
         "rolling_maintenance_node_tasks": str(tasks),
+        "rolling_maintenance_node_tasks_timeout": 240,
         "rolling_maintenance_lock_name": LOCK,
         "rolling_maintenance_drain_timeout": 60,
         "rolling_maintenance_ready_timeout": 30,

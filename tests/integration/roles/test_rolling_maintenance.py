@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client, watch
 
 import runs
+import safety
 import workloads
 from lab.wait import wait_for
 
@@ -443,3 +444,52 @@ def test_without_scoring_the_report_counts_what_the_scheduler_did(lab, k8s, name
     assert report["totals"]["vm_moves"] == sum(moves.moves.values()) >= 4
     assert report["moves"]["per_vm"] == dict(("%s/%s" % (namespace, name), count) for name, count in moves.moves.items())
     assert report["totals"]["vm_moves_minimum"] + report["totals"]["vm_moves_avoidable"] == report["totals"]["vm_moves"]
+
+
+def test_lock_ttl_shorter_than_the_node_tasks_is_refused(lab, k8s, tmp_path, lock_name, task_files):
+    """The lock is not renewed while the node tasks run: a TTL they could outlast is refused up front."""
+    before = node_marks(k8s)
+    run = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=["lab-worker-1"],
+        rolling_maintenance_node_tasks=task_files["ok"], rolling_maintenance_node_tasks_timeout=1200))
+    assert run.returncode != 0
+    text = " ".join(failure_messages(run))
+    assert "rolling_maintenance_lock_ttl (900s) must be longer than rolling_maintenance_node_tasks_timeout (1200s)" \
+        in text, text
+    assert node_marks(k8s) == before
+    assert lease(k8s, lock_name) is None
+
+
+def test_lock_of_a_run_stops_node_maintenance_by_hand_but_not_the_run(lab, k8s, tmp_path, lock_name, task_files,
+                                                                      workers_back):
+    """While a run works on lab-worker-1 (its node task waits for a gate), node_maintenance by hand with
+    the run's lock is refused, on another node and for ending lab-worker-1's maintenance; the run's own
+    node_maintenance calls pass its holder, so the run, once the gate opens, finishes."""
+    gate = tmp_path / "gate"
+    gate.write_text("hold")
+    extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=["lab-worker-1"],
+                      rolling_maintenance_node_tasks=task_files["gated"], node_task_gate=str(gate))
+    run = runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra)
+    try:
+        wait_for(lambda: not run.running() or "Work until the test opens the gate" in run.output(), 600,
+                 "the run to reach its node task")
+        assert run.running(), run.output()[-3000:]
+        holder = lease(k8s, lock_name).spec.holder_identity
+        assert holder
+        versions = safety.ResourceVersions(k8s)
+        by_hand = {"name": lock_name, "namespace": LOCK_NAMESPACE}
+        for args, refused in (({"name": "lab-worker-2"}, "Node lab-worker-2 was not put into maintenance"),
+                              ({"name": "lab-worker-1", "state": "absent"}, "Node lab-worker-1 was left in maintenance")):
+            result = runs.module(lab.kubeconfig, "node_maintenance", dict(args, lock=by_hand)).result()
+            assert result.get("failed") and result["msg"].startswith(
+                "%s: the cluster lock %s/%s is held by '%s'" % (refused, LOCK_NAMESPACE, lock_name, holder)), result
+        # Nodes compared by spec, labels and annotations, less what the cluster itself keeps changing.
+        assert [c for c in versions.changes() if c.startswith(("Node lab-worker-1 ", "Node lab-worker-2 "))] == []
+        gate.unlink()
+        assert run.wait(600) == 0, run.output()[-4000:]
+        output = run.output()
+    finally:
+        run.close()
+    assert "[1/1 lab-worker-1] done" in output
+    assert in_service(k8s, "lab-worker-1") and in_service(k8s, "lab-worker-2")
+    assert not lease(k8s, lock_name).spec.holder_identity

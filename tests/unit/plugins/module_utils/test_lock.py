@@ -206,3 +206,57 @@ def test_default_holder_is_unique_and_names_the_machine():
 
 def test_parse_time_keeps_the_offset_after_nanoseconds():
     assert lock.parse_time("2024-05-04T22:00:00.123456789+02:00").isoformat() == "2024-05-04T22:00:00.123456+02:00"
+
+
+# -- the check node_maintenance, node_decommission and maintenance_preflight share -------------
+
+OPTION = {"name": lock.DEFAULT_NAME, "namespace": lock.DEFAULT_NAMESPACE}
+
+
+@pytest.mark.parametrize("option, holder, age, held", [
+    (OPTION, "alice", 0, True),                            # another run holds it
+    (dict(OPTION, holder="alice"), "alice", 0, False),     # the caller's own run
+    (OPTION, "alice", 7200, False),                        # expired: renewed 2h ago with a TTL of 10 minutes
+    (dict(OPTION, name=""), "alice", 0, False),            # opted out
+    (None, "alice", 0, False),                             # no option at all
+], ids=["other holder", "own holder", "expired", "empty name", "no option"])
+def test_held_by_another(option, holder, age, held):
+    client, _server = fake_client()
+    then = lock.utc_now() - datetime.timedelta(seconds=age)
+    lock.ClusterLock(client, clock=lambda: then).acquire(holder, 600)
+    found = lock.held_by_another(client, option)
+    assert (found is not None) is held
+    if held:
+        assert found.holder == holder
+
+
+def test_released_lock_is_not_held():
+    client, _server = fake_client()
+    lock.ClusterLock(client).acquire("alice", 600)
+    lock.ClusterLock(client).release("alice")
+    assert lock.held_by_another(client, OPTION) is None
+
+
+def test_absent_lease_is_not_held():
+    client, _server = fake_client()
+    assert lock.held_by_another(client, OPTION) is None
+
+
+def test_refusal_names_the_lease_and_its_holder_and_writes_nothing():
+    client, server = fake_client()
+    lock.ClusterLock(client, "maint", "ops").acquire("alice@bastion pid 1 #0001", 600, purpose="firmware")
+    writes = len(server.writes())
+    with pytest.raises(BlockedError) as err:
+        lock.refuse_while_held(client, {"name": "maint", "namespace": "ops"}, "Node worker-1 was not put into "
+                               "maintenance", node="worker-1")
+    msg = err.value.msg
+    assert msg.startswith("Node worker-1 was not put into maintenance: the cluster lock ops/maint is held by "
+                          "'alice@bastion pid 1 #0001' since ")
+    assert "for: firmware" in msg and "lock.holder" in msg and "\n" not in msg
+    assert err.value.details["lock"]["holder"] == "alice@bastion pid 1 #0001"
+    assert err.value.details["node"] == "worker-1"
+    assert len(server.writes()) == writes
+    # The holder's own tasks pass; so does anyone once the lock is given back.
+    lock.refuse_while_held(client, {"name": "maint", "namespace": "ops", "holder": "alice@bastion pid 1 #0001"}, "x")
+    lock.ClusterLock(client, "maint", "ops").release("alice@bastion pid 1 #0001")
+    lock.refuse_while_held(client, {"name": "maint", "namespace": "ops"}, "x")

@@ -1,6 +1,7 @@
 """Preflight of a rolling maintenance and the check after a node, against an in-memory API server."""
 
 import json
+import threading
 
 import pytest
 
@@ -62,7 +63,7 @@ def test_every_problem_is_listed_at_once(lab):
     server.add("VirtualMachineInstanceMigration", {
         "metadata": {"name": "mig-1", "namespace": "ns1"}, "spec": {"vmiName": "a"}, "status": {"phase": "Running"}})
     with pytest.raises(BlockedError) as err:
-        rolling.preflight(client, params(nodes=WORKERS + ["worker-5", "worker-9"]))
+        rolling.preflight(client, params(nodes=WORKERS + ["worker-5", "worker-9"], settle_timeout=0))
     problems = err.value.details["blockers"]
     text = " ".join(problems)
     assert "Node worker-9 does not exist." in problems
@@ -205,3 +206,81 @@ def test_verify_waits_until_the_node_is_uncordoned(lab):
     with pytest.raises(BlockedError, match="node worker-4 is still cordoned"):
         rolling.verify(client, {"name": "worker-4", "timeout": 1})
     assert rolling.verify(client, {"name": "worker-4", "schedulable": False, "timeout": 1})["node"]["ready"]
+
+
+# -- live migrations in flight: waited for, then planned -------------------------------------------
+
+def migration(name, vmi_name, phase):
+    return {"metadata": {"name": name, "namespace": "ns1"}, "spec": {"vmiName": vmi_name}, "status": {"phase": phase}}
+
+
+def when_migrations_are_watched(server, then):
+    """Run ``then()`` once the preflight watches the migrations: it is then provably waiting."""
+    watched = threading.Event()
+    answer = server.request
+
+    def request(method, url, **kwargs):
+        if "watch=true" in url and "virtualmachineinstancemigrations" in url:
+            watched.set()
+        return answer(method, url, **kwargs)
+
+    server.request = request
+    worker = threading.Thread(target=lambda: watched.wait(30) and then())
+    worker.daemon = True
+    worker.start()
+    return worker
+
+
+def test_preflight_waits_for_migrations_in_flight_then_plans(lab):
+    client, server = lab
+    server.add("VirtualMachineInstanceMigration", migration("kubevirt-evacuation-1", "a", "Running"))
+    server.add("VirtualMachineInstanceMigration", migration("old", "b", "Succeeded"))
+    worker = when_migrations_are_watched(server, lambda: server.add(
+        "VirtualMachineInstanceMigration", migration("kubevirt-evacuation-1", "a", "Succeeded")))
+    result = rolling.preflight(client, params(settle_timeout=60))
+    worker.join(5)
+    assert result["problems"] == []
+    assert result["migrations_settled"] == [
+        {"namespace": "ns1", "name": "kubevirt-evacuation-1", "vmi": "a", "phase": "Succeeded"}]
+    notice = [n for n in result["notices"] if n.startswith("Waited ")]
+    assert len(notice) == 1, result["notices"]
+    assert "for 1 live migration in flight to end before planning: ns1/kubevirt-evacuation-1 (VMI a, Succeeded)." \
+        in notice[0]
+    assert not server.writes()
+
+
+def test_nothing_in_flight_means_no_wait_and_no_watch(lab):
+    client, server = lab
+    server.add("VirtualMachineInstanceMigration", migration("old", "a", "Succeeded"))
+    watches = []
+    answer = server.request
+
+    def request(method, url, **kwargs):
+        if "watch=true" in url:
+            watches.append(url)
+        return answer(method, url, **kwargs)
+
+    server.request = request
+    result = rolling.preflight(client, params())
+    assert result["migrations_settled"] == [] and result["settle_seconds"] == 0.0
+    assert watches == []
+
+
+def test_a_migration_still_in_flight_at_the_timeout_is_the_problem(lab):
+    """Also one that started while the preflight waited (the next evacuation of a killed run)."""
+    client, server = lab
+    server.add("VirtualMachineInstanceMigration", migration("quick", "c", "Running"))
+
+    def next_evacuation():
+        server.add("VirtualMachineInstanceMigration", migration("late", "a", "Scheduling"))
+        server.add("VirtualMachineInstanceMigration", migration("quick", "c", "Succeeded"))
+
+    worker = when_migrations_are_watched(server, next_evacuation)
+    with pytest.raises(BlockedError) as err:
+        rolling.preflight(client, params(settle_timeout=1))
+    worker.join(5)
+    problems = err.value.details["blockers"]
+    assert problems == ["Migration ns1/late of VMI ns1/a is in flight (phase Scheduling) after waiting 1s "
+                        "(settle_timeout); wait until it ends, so that capacity and VM placement are settled before "
+                        "maintenance starts."]
+    assert not server.writes()
