@@ -26,6 +26,7 @@ import random
 import socket
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+    ApiError,
     BlockedError,
     InvalidInputError,
     NotFoundError,
@@ -381,7 +382,17 @@ def refuse_while_held(client, lock, refused, **details):
     ``refused`` says what is not done, for example 'Node worker-1 was not put into maintenance'.
     A task that belongs to the run holding the lock passes that run's holder in ``lock``.
     """
-    state = held_by_another(client, lock)
+    try:
+        state = held_by_another(client, lock)
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        cause = str(exc).rstrip(".")
+        raise ApiError(
+            "%s: the cluster lock could not be checked: %s; grant get on leases in %s, or set lock.name to an "
+            "empty string to act regardless of the lock." % (
+                refused, cause[:1].lower() + cause[1:], lock.get("namespace") or DEFAULT_NAMESPACE),
+            status=exc.status, reason=exc.reason, **details)
     if state is None:
         return
     raise BlockedError(

@@ -211,9 +211,10 @@ def enter(module):
     policy = params["non_migratable"]
     options = PlanOptions.from_params(params)
     client = module.client
-    refuse_while_held(client, params.get("lock"), "Node %s was not put into maintenance" % name, node=name)
     snapshot = Snapshot.load(client, [name])
     node = snapshot.node(name)
+    # After the reads (an identity that may not read the node hears about the node first), before any write.
+    refuse_while_held(client, params.get("lock"), "Node %s was not put into maintenance" % name, node=name)
     cr_kind = nm_cr.served_kind(snapshot)
     ours_cr, _foreign = nm_cr.ours_and_foreign(snapshot, name)
     method, method_reason, warning = choose_method(params["method"], name, cr_kind, ours_cr, node,

@@ -87,3 +87,19 @@ def test_leaving_maintenance_under_another_runs_lock(api, capsys):
 def test_bad_lock_name_is_one_sentence(api, capsys):
     failed = run(node_maintenance, {"name": "worker-1", "lock": {"name": "Bad_Name"}}, capsys)
     assert failed["failed"] and failed["msg"].startswith("Option lock.name='Bad_Name' is not a valid")
+
+
+@pytest.mark.parametrize("module, args, refused", [
+    (node_maintenance, {"name": "worker-1"}, "Node worker-1 was not put into maintenance"),
+    (node_decommission, {"name": "worker-1", "assume_powered_off": True}, "Node worker-1 was not decommissioned"),
+], ids=["node_maintenance", "node_decommission"])
+def test_a_lock_that_may_not_be_read_is_one_sentence_naming_the_node(api, capsys, module, args, refused):
+    before = versions(api)
+    api.fail_next[("GET", "Lease")] = 403
+    failed = run(module, args, capsys)
+    assert failed.get("failed"), failed
+    assert failed["msg"].startswith("%s: the cluster lock could not be checked: cannot get Lease "
+                                    "kube-system/kubevirt-ops-maintenance: permission denied" % refused), failed["msg"]
+    assert failed["msg"].endswith("or set lock.name to an empty string to act regardless of the lock.")
+    assert "\n" not in failed["msg"]
+    assert versions(api) == before
