@@ -87,17 +87,28 @@ def base_vars(tmp_path, lock, **extra):
     return values
 
 
+def _ours_to_judge(key, system_keys, prefixes=()):
+    """Not a field the cluster's own controllers change on their own schedule (safety.SYSTEM_NODE_*)."""
+    domain = key.split("/", 1)[0] if "/" in key else ""
+    return key not in system_keys and not key.startswith(tuple(prefixes)) and not (
+        domain == safety.SYSTEM_NODE_LABEL_DOMAIN or domain.endswith("." + safety.SYSTEM_NODE_LABEL_DOMAIN))
+
+
 def node_marks(k8s):
-    """What maintenance changes on a node, per worker (resourceVersions move with heartbeats)."""
+    """What maintenance changes on a node, per worker, without what changes by itself (resourceVersions
+    move with heartbeats; virt-handler renews its heartbeat annotation every minute, the node-labeller
+    its labels, the node-lifecycle controller its node.kubernetes.io/* taints)."""
     marks = {}
     for node in client.CoreV1Api(k8s).list_node().items:
         if node.metadata.name not in WORKERS:
             continue
         marks[node.metadata.name] = (
             bool(node.spec.unschedulable),
-            sorted((t.key, t.effect) for t in node.spec.taints or []),
-            sorted((node.metadata.annotations or {}).items()),
-            sorted((node.metadata.labels or {}).items()),
+            sorted((t.key, t.effect) for t in node.spec.taints or [] if not t.key.startswith("node.kubernetes.io/")),
+            sorted((k, v) for k, v in (node.metadata.annotations or {}).items()
+                   if _ours_to_judge(k, safety.SYSTEM_NODE_ANNOTATIONS)),
+            sorted((k, v) for k, v in (node.metadata.labels or {}).items()
+                   if _ours_to_judge(k, safety.SYSTEM_NODE_LABELS, safety.SYSTEM_NODE_LABEL_PREFIXES)),
         )
     return marks
 
