@@ -289,9 +289,12 @@ def vmi_uids(kube, namespace):
 
 
 def remaining_pods(kube, node):
-    """Pods still on ``node`` that a drain must remove (DaemonSet pods do not count)."""
+    """Pods still on ``node`` that a drain must remove: DaemonSet pods do not count, nor finished
+    pods (Succeeded or Failed hold nothing on the node; a live migration leaves its source
+    virt-launcher pod Succeeded, and KubeVirt deletes it with its VMI)."""
     pods, _ = kube.list("Pod", field_selector=f"spec.nodeName={node}")
-    return sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods if not is_daemon_pod(p))
+    return sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
+                  if not is_daemon_pod(p) and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
 
 
 def settle(kube, timeout=120):
