@@ -6,6 +6,7 @@ import json
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from lab import nodes as lab_nodes
 from lab.wait import wait_for
 
 GROUP, VERSION = "kubevirt.io", "v1"
@@ -194,3 +195,37 @@ def wait_no_namespace_terminating(k8s, timeout=180):
     core = client.CoreV1Api(k8s)
     wait_for(lambda: not [n for n in core.list_namespace().items if n.metadata.deletion_timestamp], timeout,
              "namespaces being deleted to be gone")
+
+
+def remove_node(k8s, name):
+    """Delete a node a test made (recovered first if it was failed); gone already is fine."""
+    try:
+        lab_nodes.recover(k8s, name, wait=False)
+    except Exception:  # noqa: BLE001 - the node may be gone already
+        pass
+    try:
+        client.CoreV1Api(k8s).delete_node(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def vms_start_on(k8s, namespace, pair, names, memory, guarded=False):
+    """VMs that start on the first node of ``pair`` and may go to the second one only; with
+    ``guarded`` also a Deployment "guarded" (3 pods, PodDisruptionBudget minAvailable 2) there."""
+    first, second = pair
+    core = client.CoreV1Api(k8s)
+    core.patch_node(second, {"spec": {"unschedulable": True}})
+    try:
+        for name in names:
+            create_vm(k8s, namespace, name, memory=memory, nodes=[first, second])
+        if guarded:
+            create_guarded_deployment(k8s, namespace, "guarded", replicas=3, min_available=2, nodes=[first, second])
+        wait_vms_running(k8s, namespace, names, timeout=300)
+    finally:
+        core.patch_node(second, {"spec": {"unschedulable": None}})
+
+
+def migrations(k8s, namespace):
+    return client.CustomObjectsApi(k8s).list_namespaced_custom_object(
+        "kubevirt.io", "v1", namespace, "virtualmachineinstancemigrations")["items"]

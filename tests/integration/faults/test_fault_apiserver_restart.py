@@ -5,7 +5,6 @@ No PodDisruptionBudget is broken and every VM still runs with the same VMI."""
 import threading
 import time
 
-from kubernetes import client
 
 import reliability
 import runs
@@ -16,15 +15,7 @@ import workloads
 def test_apiserver_restart_mid_drain(k8s, lab, pair, fault_namespace, restore_nodes):
     a, b = pair
     figure = reliability.fault("API server restarted during a drain", group="control plane")
-    core = client.CoreV1Api(k8s)
-    core.patch_node(b, {"spec": {"unschedulable": True}})  # everything starts on A
-    try:
-        for index in range(2):
-            workloads.create_vm(k8s, fault_namespace, "restart-%d" % index, memory="5Gi", nodes=[a, b])
-        workloads.create_guarded_deployment(k8s, fault_namespace, "guarded", replicas=3, min_available=2, nodes=[a, b])
-        workloads.wait_vms_running(k8s, fault_namespace, ["restart-0", "restart-1"])
-    finally:
-        core.patch_node(b, {"spec": {"unschedulable": None}})
+    workloads.vms_start_on(k8s, fault_namespace, (a, b), ["restart-0", "restart-1"], "5Gi", guarded=True)
     vm_check = safety.VmSafety(k8s, [fault_namespace])
     outcome = {}
 
@@ -35,11 +26,9 @@ def test_apiserver_restart_mid_drain(k8s, lab, pair, fault_namespace, restore_no
     with safety.PdbWatcher(k8s) as watcher:
         worker = threading.Thread(target=drain)
         worker.start()
-        custom = client.CustomObjectsApi(k8s)
         deadline = time.monotonic() + 180
         while worker.is_alive() and time.monotonic() < deadline:
-            migrations = custom.list_namespaced_custom_object(
-                "kubevirt.io", "v1", fault_namespace, "virtualmachineinstancemigrations")["items"]
+            migrations = workloads.migrations(k8s, fault_namespace)
             if any((m.get("status") or {}).get("phase") == "Running" for m in migrations):
                 break
             time.sleep(0.1)

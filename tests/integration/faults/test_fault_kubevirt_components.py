@@ -15,7 +15,6 @@ PodDisruptionBudget is broken.
 import threading
 import time
 
-from kubernetes import client
 
 import reliability
 import runs
@@ -30,24 +29,6 @@ OUTAGE = 60
 # (parallelOutboundMigrationsPerNode): with 6 VMs, some are still on the node, without a
 # migration, when virt-api stops.
 VMS = 6
-
-
-def _vms_on(k8s, namespace, node, names, memory):
-    """VMs that start on ``node`` and may go to the other worker of the pair only."""
-    a, b = node
-    core = client.CoreV1Api(k8s)
-    core.patch_node(b, {"spec": {"unschedulable": True}})
-    try:
-        for name in names:
-            workloads.create_vm(k8s, namespace, name, memory=memory, nodes=[a, b])
-        workloads.wait_vms_running(k8s, namespace, names, timeout=300)
-    finally:
-        core.patch_node(b, {"spec": {"unschedulable": None}})
-
-
-def _migrations(k8s, namespace):
-    return client.CustomObjectsApi(k8s).list_namespaced_custom_object(
-        "kubevirt.io", "v1", namespace, "virtualmachineinstancemigrations")["items"]
 
 
 def _drain_in_background(lab, node, progress_file):
@@ -73,7 +54,7 @@ def test_virt_api_down_mid_drain(k8s, lab, pair, fault_namespace, tmp_path, rest
     a, b = pair
     figure = reliability.fault("virt-api stopped for 60 s during a drain", group="kubevirt")
     names = ["api-%d" % i for i in range(VMS)]
-    _vms_on(k8s, fault_namespace, (a, b), names, "2Gi")
+    workloads.vms_start_on(k8s, fault_namespace, (a, b), names, "2Gi")
     vm_check = safety.VmSafety(k8s, [fault_namespace])
     progress = tmp_path / "progress"
     stopped = False
@@ -81,7 +62,7 @@ def test_virt_api_down_mid_drain(k8s, lab, pair, fault_namespace, tmp_path, rest
         with safety.PdbWatcher(k8s) as watcher:
             worker, outcome = _drain_in_background(lab, a, progress)
             # The middle of the drain: KubeVirt has started evacuating (a first migration exists).
-            wait_for(lambda: not worker.is_alive() or _migrations(k8s, fault_namespace), 300,
+            wait_for(lambda: not worker.is_alive() or workloads.migrations(k8s, fault_namespace), 300,
                      "the first evacuation migration")
             assert worker.is_alive(), "the drain ended before a migration started: %s" % (
                 outcome["run"].output[-3000:])
@@ -123,14 +104,14 @@ def test_virt_controller_killed_mid_migration(k8s, lab, pair, fault_namespace, t
     figure = reliability.fault("virt-controller killed during a live migration, then started again",
                                group="kubevirt")
     names = ["ctl-0", "ctl-1"]
-    _vms_on(k8s, fault_namespace, (a, b), names, "5Gi")
+    workloads.vms_start_on(k8s, fault_namespace, (a, b), names, "5Gi")
     vm_check = safety.VmSafety(k8s, [fault_namespace])
     stopped = False
     try:
         with safety.PdbWatcher(k8s) as watcher:
             worker, outcome = _drain_in_background(lab, a, tmp_path / "progress")
             wait_for(lambda: not worker.is_alive() or any(
-                (m.get("status") or {}).get("phase") == "Running" for m in _migrations(k8s, fault_namespace)),
+                (m.get("status") or {}).get("phase") == "Running" for m in workloads.migrations(k8s, fault_namespace)),
                 300, "a live migration to run")
             assert worker.is_alive(), "the drain ended before a migration ran: %s" % outcome["run"].output[-3000:]
             lab.cli("stop", "virt-controller")

@@ -8,8 +8,6 @@ VM is restarted (each migration keeps its VMI) and no PodDisruptionBudget is bro
 
 import threading
 
-from kubernetes import client
-
 import reliability
 import runs
 import safety
@@ -19,25 +17,12 @@ from lab.wait import wait_for
 OPERATOR = "node-maintenance-operator"
 
 
-def _migrations(k8s, namespace):
-    return client.CustomObjectsApi(k8s).list_namespaced_custom_object(
-        "kubevirt.io", "v1", namespace, "virtualmachineinstancemigrations")["items"]
-
-
 def test_operator_restarted_mid_cr_drain(k8s, lab, pair, fault_namespace, restore_nodes):
     a, b = pair
     figure = reliability.fault("node-maintenance-operator restarted during a NodeMaintenance drain",
                                group="operator")
     names = ["nmo-0", "nmo-1"]
-    core = client.CoreV1Api(k8s)
-    core.patch_node(b, {"spec": {"unschedulable": True}})  # everything starts on A
-    try:
-        for name in names:
-            workloads.create_vm(k8s, fault_namespace, name, memory="5Gi", nodes=[a, b])
-        workloads.create_guarded_deployment(k8s, fault_namespace, "guarded", replicas=3, min_available=2, nodes=[a, b])
-        workloads.wait_vms_running(k8s, fault_namespace, names)
-    finally:
-        core.patch_node(b, {"spec": {"unschedulable": None}})
+    workloads.vms_start_on(k8s, fault_namespace, (a, b), names, "5Gi", guarded=True)
     vm_check = safety.VmSafety(k8s, [fault_namespace])
     outcome = {}
 
@@ -50,7 +35,7 @@ def test_operator_restarted_mid_cr_drain(k8s, lab, pair, fault_namespace, restor
             worker = threading.Thread(target=maintain)
             worker.start()
             wait_for(lambda: not worker.is_alive() or any(
-                (m.get("status") or {}).get("phase") == "Running" for m in _migrations(k8s, fault_namespace)),
+                (m.get("status") or {}).get("phase") == "Running" for m in workloads.migrations(k8s, fault_namespace)),
                 300, "the operator's drain to start a live migration")
             assert worker.is_alive(), "maintenance ended before a migration ran: %s" % outcome["run"].output[-3000:]
             lab.cli("restart", OPERATOR, timeout=300)

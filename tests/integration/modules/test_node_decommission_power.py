@@ -14,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 import runs
+import workloads
 from safety import ResourceVersions, wait_stable
 
 from lab import nodes as lab_nodes
@@ -48,18 +49,6 @@ def create_node(k8s, name, provider_id=None):
     return created.metadata.uid
 
 
-def remove_node(k8s, name):
-    try:
-        lab_nodes.recover(k8s, name, wait=False)
-    except Exception:  # noqa: BLE001 - the node may be gone already
-        pass
-    try:
-        core(k8s).delete_node(name)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-
-
 @pytest.fixture
 def spare(k8s):
     """The name of a heartbeating KWOK worker made for this test; whatever is left of it is deleted afterwards."""
@@ -73,7 +62,7 @@ def spare(k8s):
 
     yield make
     for name in made:
-        remove_node(k8s, name)
+        workloads.remove_node(k8s, name)
 
 
 def get_bmh(k8s, namespace, name):

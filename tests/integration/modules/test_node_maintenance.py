@@ -14,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 import runs
+import workloads
 from safety import PdbWatcher, ResourceVersions
 
 from lab import nodes as lab_nodes
@@ -567,15 +568,7 @@ def extra_nodes(k8s):
     wait_for(ready_for_vms, 180, "the extra nodes to be Ready for VMs")
     yield names
     for name in names:
-        try:
-            lab_nodes.recover(k8s, name, wait=False)
-        except Exception:  # noqa: BLE001 - the node may be gone already
-            pass
-        try:
-            core(k8s).delete_node(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        workloads.remove_node(k8s, name)
 
 
 def test_decommission_reschedules_vms(lab, k8s, namespace, run_module, extra_nodes):
