@@ -163,6 +163,15 @@ def running_on(k8s, namespace, name):
     return None
 
 
+def deleted_node_settled(k8s, namespace, node, name):
+    """No pod of ``namespace`` is bound to the deleted ``node`` and VMI ``name`` lists only live pods."""
+    pods = core(k8s).list_namespaced_pod(namespace).items
+    if any(p.spec.node_name == node for p in pods):
+        return False
+    active = ((vmi(k8s, namespace, name) or {}).get("status") or {}).get("activePods") or {}
+    return set(active) <= set(p.metadata.uid for p in pods)
+
+
 def start_vms(k8s, namespace, node, specs):
     """specs: {name: (eviction, run_strategy, migratable)}; all Running on ``node`` afterwards."""
     with OnlyNode(k8s, node):
@@ -587,6 +596,11 @@ def test_decommission_reschedules_vms(lab, k8s, namespace, run_module, extra_nod
     with pytest.raises(ApiException):
         core(k8s).read_node(healthy)
     assert run_module("node_decommission", {"name": healthy, "assume_powered_off": True})["changed"] is False
+    # The drain leaves "keep"'s finished source virt-launcher pod; Kubernetes' PodGC deletes the pods of a
+    # deleted node (after its 40 s quarantine) and virt-controller then drops the pod from the VMI's
+    # activePods. Both are the first decommission's doing, so they must be over before the snapshot below.
+    wait_for(lambda: deleted_node_settled(k8s, namespace, healthy, "keep"), 180,
+             "PodGC to delete the pods of node %s and virt-controller to drop them from the VMI" % healthy)
 
     # "keep" may have migrated onto the dying node in the first decommission.
     on_dying = [n for n in ("keep", "restart") if running_on(k8s, namespace, n) == dying]
