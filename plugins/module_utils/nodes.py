@@ -83,11 +83,9 @@ def has_taint(node, taint):
                for t in (node.get("spec") or {}).get("taints") or [])
 
 
-def open_for_workloads(node):
-    """Ready, not cordoned and without a NoSchedule/NoExecute taint: ordinary pods can land here."""
-    if not is_ready(node) or is_cordoned(node):
-        return False
-    return not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in (node.get("spec") or {}).get("taints") or [])
+def blocking_taints(node):
+    """The node's taints that keep pods away unless tolerated (NoSchedule, NoExecute)."""
+    return [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
 
 
 def maintenance_record(node):
@@ -257,14 +255,3 @@ def control_plane_refusal(node, nodes, etcd_guard=None):
                     "etcd would lose quorum; wait until every etcd member is healthy."
                     % ((name,) + ETCD_GUARD_PDB))
     return None
-
-
-def last_schedulable_refusal(node, nodes):
-    """A sentence when no other node could take workloads, else None."""
-    name = node_name(node)
-    if not open_for_workloads(node):
-        return None  # already out of service: maintenance takes nothing more away
-    if any(node_name(n) != name and open_for_workloads(n) for n in nodes):
-        return None
-    return ("Node %s is the last schedulable node: no other node is Ready, uncordoned and untainted, so its pods "
-            "would have nowhere to go; set allow_last_schedulable_node=true to proceed anyway." % name)

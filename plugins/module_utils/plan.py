@@ -32,10 +32,13 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
     RESOURCE_NAMES,
-    format_cpu,
-    format_memory,
-    parse_quantity,
+    PodNeighbours,
+    format_amount,
+    has_pod_rules,
+    node_room,
     pod_requests,
+    required_pod_terms,
+    format_taint,
     why_not_on_node,
 )
 
@@ -118,13 +121,15 @@ def _slim_pod(pod, share=_no_sharing):
         "containers": requests_only(spec.get("containers")),
         "volumes": [{"name": v.get("name"), "emptyDir": {}} for v in spec.get("volumes") or [] if "emptyDir" in v],
     }
-    for key in ("nodeSelector", "tolerations", "overhead"):
+    for key in ("nodeSelector", "tolerations", "overhead", "topologySpreadConstraints"):
         if spec.get(key):
             slim_spec[key] = spec[key]
     if spec.get("initContainers"):
         slim_spec["initContainers"] = requests_only(spec["initContainers"])
-    if (spec.get("affinity") or {}).get("nodeAffinity"):
-        slim_spec["affinity"] = {"nodeAffinity": spec["affinity"]["nodeAffinity"]}
+    affinity = dict((k, v) for k, v in (spec.get("affinity") or {}).items()
+                    if k in ("nodeAffinity", "podAffinity", "podAntiAffinity") and v)
+    if affinity:
+        slim_spec["affinity"] = affinity
     status = pod.get("status") or {}
     return {"metadata": slim_meta, "spec": share(slim_spec), "status": share({"phase": status.get("phase")})}
 
@@ -158,6 +163,7 @@ class Snapshot:
         self.etcd_guard = None
         self._free = None
         self._eligible = {}
+        self._anti_holders = None
 
     def served(self, kind):
         """Whether the API serves ``kind`` (the client's discovery, kept for the run)."""
@@ -236,20 +242,69 @@ class Snapshot:
     # -- room on the other nodes -----------------------------------------------------------------
 
     def free(self):
-        """Allocatable minus the requests of the pods that run there, per node."""
+        """Allocatable minus the requests of the pods that run there, per node and resource."""
         if self._free is None:
             self._free = {}
             for name, node in self.nodes.items():
-                allocatable = (node.get("status") or {}).get("allocatable") or {}
-                room = dict((r, parse_quantity(allocatable.get(r))) for r in RESOURCE_NAMES)
-                room["pods"] = parse_quantity(allocatable.get("pods")) or 110.0
+                room = node_room(node)
                 for pod in self.pods_on(name):
                     if is_finished(pod):
                         continue
                     for resource, amount in _requests(pod).items():
-                        room[resource] -= amount
+                        room[resource] = room.get(resource, 0.0) - amount
                 self._free[name] = room
         return self._free
+
+    def present(self):
+        """(node name, pod) of every pod that runs or is about to (finished ones left out)."""
+        for name, pods in self.pods_by_node.items():
+            if not name:
+                continue
+            for pod in pods:
+                if not is_finished(pod):
+                    yield name, pod
+
+    def anti_holders(self):
+        """{id(pod): (node name, pod)} of the running pods with required pod anti-affinity terms."""
+        if self._anti_holders is None:
+            self._anti_holders = dict((id(pod), (name, pod)) for name, pod in self.present()
+                                      if required_pod_terms(pod["spec"], "podAntiAffinity"))
+        return self._anti_holders
+
+    def apply_plan(self, plan):
+        """Plan later nodes as if ``plan`` had run: what left its node runs where the plan put it
+        (pods and VMIs), what stops is gone, and the room follows."""
+        free = self.free()
+        holders = self.anti_holders()
+        leaving = set(id(pod) for pod in plan.evict)
+        self.pods_by_node[plan.node] = [p for p in self.pods_on(plan.node) if id(p) not in leaving]
+        for pod in plan.evict:
+            holders.pop(id(pod), None)
+            if not is_finished(pod):
+                for resource, amount in _requests(pod).items():
+                    free[plan.node][resource] = free[plan.node].get(resource, 0.0) + amount
+        moved_vmis = {}
+        for pod, target, spec in plan.placed:
+            moved = dict(pod, spec=dict(spec, nodeName=target))
+            self.pods_by_node.setdefault(target, []).append(moved)
+            for resource, amount in _requests(pod).items():
+                free[target][resource] = free[target].get(resource, 0.0) - amount
+            if required_pod_terms(spec, "podAntiAffinity"):
+                holders[id(moved)] = (target, moved)
+            if kubevirt.is_launcher_pod(pod):
+                moved_vmis[kubevirt.launcher_vmi_uid(pod)] = target
+        staying = []
+        for vmi in self.vmis_by_node.get(plan.node, []):
+            target = moved_vmis.get(vmi["metadata"].get("uid"))
+            if target is None and vmi["metadata"].get("uid") not in plan.vmi_uids_leaving:
+                staying.append(vmi)
+            elif target is not None:
+                status = dict(vmi.get("status") or {}, nodeName=target)
+                self.vmis_by_node.setdefault(target, []).append(dict(vmi, status=status))
+        self.vmis_by_node[plan.node] = staying
+        # The nodes with the most free memory first, as eligible_nodes orders them (nearly sorted: cheap).
+        for names in self._eligible.values():
+            names.sort(key=lambda n: (-free[n]["memory"], n))
 
     def eligible_nodes(self, pod_spec):
         """Nodes that accept the pod by its placement rules (ignoring room), in a stable order."""
@@ -286,6 +341,11 @@ class Plan:
         self.capacity_ok = True
         self.pdbs = []
         self.targets = {}         # pod key -> predicted node
+        self.placed = []          # (pod, predicted node, spec of the pod that runs there)
+        self.pending = []         # (pod key, why): ordinary pods no other node would take
+        self.leaving_ids = frozenset()
+        self.checks_last_node = False  # False for a node this collection already holds
+        self.vmi_uids_leaving = set()
         self.non_migratable = "fail"  # the policy the VMs' fates were decided under
         self._budget_namespaces = set()
 
@@ -312,6 +372,7 @@ class Plan:
             "blockers": [b.text for b in self.blockers],
             "capacity_ok": self.capacity_ok,
             "pdbs": self.pdbs,
+            "pending": [{"pod": key, "reason": reason} for key, reason in self.pending],
         }
 
 
@@ -319,8 +380,10 @@ def is_our_maintenance(cr):
     return ((cr.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
 
 
-def compute_plan(snapshot, name, options):
-    """What maintenance of node ``name`` would do, from ``snapshot`` (no API request)."""
+def compute_plan(snapshot, name, options, prefer=None):
+    """What maintenance of node ``name`` would do, from ``snapshot`` (no API request).
+
+    ``prefer``: nodes to place what leaves on first (those a rolling run has already done)."""
     node = snapshot.node(name)
     plan = Plan(name)
     plan.non_migratable = getattr(options, "non_migratable", "fail")
@@ -346,9 +409,11 @@ def compute_plan(snapshot, name, options):
                                            "drain would not finish; for a dead node use node_decommission with "
                                            "assume_powered_off=true." % (name, nodes_mod.not_ready_reason(node))))
     _vms(plan, snapshot, name)
+    if not options.allow_last_schedulable_node:
+        _last_node(plan, snapshot, node)
     if not options.drain.disable_eviction:
         _pdbs(plan, snapshot)
-    _placement(plan, snapshot, name)
+    _placement(plan, snapshot, name, prefer)
     return plan
 
 
@@ -363,15 +428,38 @@ def _safety(plan, snapshot, node, options):
                                                      name, "NodeMaintenance", cr["metadata"]["name"])))
     if ours:
         return  # entered earlier by this collection: the checks passed then, a re-run finishes the job
+    plan.checks_last_node = True
     everything = list(snapshot.nodes.values())
-    if not options.allow_last_schedulable_node:
-        text = nodes_mod.last_schedulable_refusal(node, everything)
-        if text:
-            plan.blockers.append(Blocker(SAFETY, text))
     if not options.allow_control_plane:
         text = nodes_mod.control_plane_refusal(node, everything, snapshot.etcd_guard)
         if text:
             plan.blockers.append(Blocker(SAFETY, text))
+
+
+def _last_node(plan, snapshot, node):
+    """Refuse the last node the node's workloads could run on: no other Ready, uncordoned node
+    accepts any pod that would move (taints and tolerations, node selection); with nothing to
+    move, no other such node has only taints this node has too."""
+    if not plan.checks_last_node or not nodes_mod.is_ready(node) or nodes_mod.is_cordoned(node):
+        return
+    name = plan.node
+    movers = [p for p in plan.evict if _moves(p, plan)]
+    vm_by_pod = dict((id(vm["_pod"]), vm) for vm in plan.vms if vm["_pod"] is not None)
+    if movers:
+        if any(n != name for p in movers for n in snapshot.eligible_nodes(_next_pod_spec(p, vm_by_pod.get(id(p))))):
+            return
+        takes = "accepts any of its %d pod%s to move" % (len(movers), "" if len(movers) == 1 else "s")
+    else:
+        own = set(format_taint(t) for t in nodes_mod.blocking_taints(node))
+        if any(other != name and nodes_mod.is_ready(n) and not nodes_mod.is_cordoned(n) and
+               set(format_taint(t) for t in nodes_mod.blocking_taints(n)) <= own
+               for other, n in snapshot.nodes.items()):
+            return
+        takes = "without taints this node lacks"
+    plan.blockers.append(Blocker(SAFETY, (
+        "Node %s is the last schedulable node for its workloads: no other node that is Ready and uncordoned %s "
+        "(taints and placement rules counted), so they would have nowhere to go; set "
+        "allow_last_schedulable_node=true to proceed anyway." % (name, takes))))
 
 
 def _vms(plan, snapshot, name):
@@ -407,11 +495,14 @@ def _vms(plan, snapshot, name):
             "explanation": fate.sentence,
             "restart_by": fate.restart_by,
             "run_strategy": run_strategy,
+            "target": None,
             "_vmi": vmi,
             "_pod": launchers.get(uid),
             "_fate": fate,
         }
         plan.vms.append(entry)
+        if entry["_pod"] is not None:
+            plan.vmi_uids_leaving.add(uid)
         if fate.obstacle:
             plan.blockers.append(Blocker(VM, fate.obstacle, vmi_uid=uid))
 
@@ -466,29 +557,31 @@ def _moves(pod, plan):
 def _next_pod_spec(pod, vm):
     """The placement rules of the pod that will replace ``pod`` on another node.
 
-    A VM's launcher pod that is itself the target of an earlier migration carries that
-    migration's exclusion of its source node; the next migration's target pod is made from
-    the VMI's node affinity again (KubeVirt keeps it off the node it leaves, which the
-    placement excludes anyway).
+    A VM's next launcher pod (a migration's target or a restart's new pod) is made from the
+    VMI: its affinity (node and pod) and topology spread constraints; KubeVirt adds to a
+    migration target only an anti-affinity to the VM's own pod on the node it leaves
+    (``createMigrationPodAntiAffinityRule``, pkg/virt-controller/watch/migration/migration.go),
+    which the placement's exclusion of that node already covers. A pod that was itself a
+    migration target carries that term for its old source node; the next one does not.
     """
     spec = pod["spec"]
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    if vm is None or kubevirt.MIGRATION_JOB_LABEL not in labels:
+    if vm is None:
         return spec
     spec = dict(spec)
-    node_affinity = ((vm["_vmi"].get("spec") or {}).get("affinity") or {}).get("nodeAffinity")
-    if node_affinity:
-        spec["affinity"] = {"nodeAffinity": node_affinity}
-    else:
-        spec.pop("affinity", None)
+    vmi_spec = vm["_vmi"].get("spec") or {}
+    for key in ("affinity", "topologySpreadConstraints"):
+        if vmi_spec.get(key):
+            spec[key] = vmi_spec[key]
+        else:
+            spec.pop(key, None)
     return spec
 
 
 def _fits(room, need):
-    return all(room[r] + 1e-9 >= need[r] for r in need)
+    return all(room.get(r, 0.0) + 1e-9 >= need[r] for r in need)
 
 
-def _why_nowhere(snapshot, pod, need, name):
+def _why_nowhere(snapshot, spec, need, name, neighbours=None):
     """'lab-worker-2, lab-worker-3: cordoned; lab-worker-4: 1 CPU free, needs 2'."""
     groups = {}
     free = snapshot.free()
@@ -498,15 +591,19 @@ def _why_nowhere(snapshot, pod, need, name):
         if not nodes_mod.is_ready(node):
             why = "not Ready"
         else:
-            why = why_not_on_node(pod["spec"], node)
+            why = why_not_on_node(spec, node)
         if why is None:
             room = free[other]
-            short = [r for r in need if room[r] + 1e-9 < need[r]]
-            if not short:
-                continue
-            why = "not enough %s free (%s)" % (
-                " and ".join("pod slots" if r == "pods" else r for r in short),
-                ", ".join(_amount(r, room[r]) + " free, " + _amount(r, need[r]) + " needed" for r in short))
+            short = [r for r in need if room.get(r, 0.0) + 1e-9 < need[r]]
+            if short:
+                why = "not enough %s free (%s)" % (
+                    " and ".join("pod slots" if r == "pods" else r for r in short),
+                    ", ".join(format_amount(r, room.get(r, 0.0)) + " free, " + format_amount(r, need[r]) + " needed"
+                              for r in short))
+            elif neighbours is not None:
+                why = neighbours.why_not(other)
+        if why is None:
+            continue
         groups.setdefault(why, []).append(other)
     parts = []
     for why, names in sorted(groups.items(), key=lambda item: -len(item[1])):
@@ -515,18 +612,32 @@ def _why_nowhere(snapshot, pod, need, name):
     return "; ".join(parts) or "there is no other node"
 
 
-def _amount(resource, value):
-    if resource == "cpu":
-        return "cpu " + format_cpu(max(0.0, value))
-    if resource == "memory":
-        return "memory " + format_memory(max(0.0, value))
-    return "%d pods" % max(0, value)
+def _neighbours(snapshot, plan, pod, spec, stays):
+    """The pods around the pod that replaces ``pod``, when any rule of it or of them looks at pods:
+    what runs now, less what leaves node ``plan.node`` (except ``pod`` itself when ``stays``: a
+    migrating VM's source pod runs until its target runs), plus what this plan placed so far."""
+    holders = snapshot.anti_holders()
+    placed_holders = [(target, dict(p, spec=s)) for p, target, s in plan.placed
+                      if required_pod_terms(s, "podAntiAffinity")]
+    if not has_pod_rules(spec) and not holders and not placed_holders:
+        return None
+    leaving = plan.leaving_ids
+    if stays:
+        leaving = leaving - {id(pod)}
+    present = [(n, p) for n, p in snapshot.present() if id(p) not in leaving]
+    present += [(target, dict(p, spec=s)) for p, target, s in plan.placed]
+    anti = [(n, p) for key, (n, p) in holders.items() if key not in leaving] + placed_holders
+    replacement = dict(pod, spec=spec)
+    return PodNeighbours(replacement, snapshot.nodes, present, anti)
 
 
-def _placement(plan, snapshot, name):
-    """Can the other nodes take what leaves? Per VM, and all of it at once (first fit)."""
+def _placement(plan, snapshot, name, prefer=None):
+    """Can the other nodes take what leaves? Per VM, and all of it at once (first fit, the nodes in
+    ``prefer`` first), with what the scheduler checks: node selection, taints, every requested
+    resource, pod affinity and anti-affinity, topology spread."""
     free = snapshot.free()
     used = {}
+    plan.leaving_ids = frozenset(id(p) for p in plan.evict)
     movers = [p for p in plan.evict if _moves(p, plan)]
     movers.sort(key=lambda p: (-_requests(p)["memory"], pod_key(p)))
     vm_by_pod = dict((id(vm["_pod"]), vm) for vm in plan.vms if vm["_pod"] is not None)
@@ -534,42 +645,57 @@ def _placement(plan, snapshot, name):
     for pod in movers:
         need = _requests(pod)
         vm = vm_by_pod.get(id(pod))
-        eligible = snapshot.eligible_nodes(_next_pod_spec(pod, vm))
-        target, fits_alone = None, False
+        spec = _next_pod_spec(pod, vm)
+        eligible = snapshot.eligible_nodes(spec)
+        if prefer:
+            eligible = [n for n in eligible if n in prefer] + [n for n in eligible if n not in prefer]
+        neighbours = _neighbours(snapshot, plan, pod, spec, vm is not None and vm["outcome"] == fates.MIGRATE)
+        target, fits_alone, ruled_out = None, False, None
         for candidate in eligible:
             if candidate == name or not _fits(free[candidate], need):
                 continue
+            why = neighbours.why_not(candidate) if neighbours is not None else None
+            if why is not None:
+                ruled_out = ruled_out or "%s: %s" % (candidate, why)
+                continue
             fits_alone = True
             taken = used.get(candidate)
-            if taken is None or _fits(dict((r, free[candidate][r] - taken.get(r, 0.0)) for r in need), need):
+            if taken is None or _fits(dict((r, free[candidate].get(r, 0.0) - taken.get(r, 0.0)) for r in need), need):
                 target = candidate
                 break
         if target is not None:
-            bucket = used.setdefault(target, dict((r, 0.0) for r in need))
+            bucket = used.setdefault(target, {})
             for resource, amount in need.items():
                 bucket[resource] = bucket.get(resource, 0.0) + amount
             plan.targets[pod_key(pod)] = target
+            plan.placed.append((pod, target, spec))
+            if vm is not None:
+                vm["target"] = target
         elif fits_alone:
             room_short.append(pod)
         elif vm is not None:
             plan.capacity_ok = False
             plan.blockers.append(Blocker(PLACEMENT, "VM %s/%s cannot move off node %s: no other node can take it "
                                                     "(%s)." % (vm["namespace"], vm["name"], name,
-                                                               _why_nowhere(snapshot, pod, need, name)),
+                                                               _why_nowhere(snapshot, spec, need, name, neighbours)),
                                          vmi_uid=vm["_vmi"]["metadata"].get("uid")))
-        elif [n for n in eligible if n != name]:
+        elif ruled_out is None and [n for n in eligible if n != name]:
             room_short.append(pod)
-        # An ordinary pod whose own rules allow no other node stays Pending; the drain still completes.
+        else:
+            # An ordinary pod whose own rules allow no other node stays Pending; the drain still completes.
+            plan.pending.append((pod_key(pod), ruled_out or "no other node accepts it (%s)" % _why_nowhere(
+                snapshot, spec, need, name)))
     if room_short:
         plan.capacity_ok = False
-        total = dict((r, 0.0) for r in RESOURCE_NAMES)
+        total = {}
         for pod in room_short:
-            for resource in RESOURCE_NAMES:
-                total[resource] += _requests(pod)[resource]
+            for resource, amount in _requests(pod).items():
+                total[resource] = total.get(resource, 0.0) + amount
+        shown = [format_amount(r, total[r]) for r in RESOURCE_NAMES] + [
+            format_amount(r, total[r]) for r in sorted(total) if r not in RESOURCE_NAMES + ("pods",)]
         plan.blockers.append(Blocker(CAPACITY, (
-            "The other nodes lack room for everything node %s runs: %d pod%s (%s, %s) would find no node, "
-            "for example %s." % (name, len(room_short), "" if len(room_short) == 1 else "s",
-                                 _amount("cpu", total["cpu"]), _amount("memory", total["memory"]),
+            "The other nodes lack room for everything node %s runs: %d pod%s (%s) would find no node, "
+            "for example %s." % (name, len(room_short), "" if len(room_short) == 1 else "s", ", ".join(shown),
                                  ", ".join(pod_key(p) for p in room_short[:3])))))
 
 

@@ -225,10 +225,22 @@ def preflight(client, params):
     for name, (ours, _reason, _phase) in resumed.items():
         if ours:
             snapshot.replace_node(name, back_in_service(snapshot.node(name)))
-    for name in selected:
+    # The nodes in the order the run takes them, planned in that order and cumulatively: what
+    # leaves a node runs where its plan put it when the next node is planned, and the nodes done
+    # are preferred as targets (as the pending_nodes taint makes the scheduler do).
+    position = dict((name, i) for i, name in enumerate(selected))
+
+    def order_key(name):
+        ours_resumed = name in resumed and resumed[name][0]
+        vms = len([v for v in snapshot.vmis_by_node.get(name, []) if kubevirt.vmi_is_active(v)])
+        return (not ours_resumed, vms if order == "fewest_vms_first" else 0, position[name])
+
+    done = set()
+    prefer_done = params.get("prefer_done_nodes", True)
+    for name in sorted(selected, key=order_key):
         node = snapshot.node(name)
         # One plan per node (on 1,000 nodes each costs a few milliseconds).
-        plan = plan_mod.compute_plan(snapshot, name, options)
+        plan = plan_mod.compute_plan(snapshot, name, options, prefer=done if prefer_done else None)
         summary = plan_mod.node_summary(snapshot, name, options, plan=plan)
         resume = False
         if name in resumed:
@@ -272,6 +284,8 @@ def preflight(client, params):
             "expected_stopped": expected_stopped,
             "plan": summary["plan"],
         })
+        snapshot.apply_plan(plan)
+        done.add(name)
     problems.extend(migration_problems)
     lock_problem = _lock_problem(client, params.get("lock"))
     if lock_problem:
@@ -282,11 +296,6 @@ def preflight(client, params):
         warnings.append("Nodes outside this run are cordoned or in maintenance (%s); capacity was checked without "
                         "them." % ", ".join(others))
 
-    position = dict((name, i) for i, name in enumerate(selected))
-    if order == "fewest_vms_first":
-        entries.sort(key=lambda e: (not e["resume"], e["vms"], position[e["name"]]))
-    else:
-        entries.sort(key=lambda e: (not e["resume"], position[e["name"]]))
     vms_running = running_vms(snapshot.vmis) if snapshot.kubevirt else []
     result = {
         "changed": False,

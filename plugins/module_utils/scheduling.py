@@ -247,25 +247,53 @@ def parse_quantity(value):
     return float(match.group(1)) * _SUFFIXES[match.group(2)]
 
 
-RESOURCE_NAMES = ("cpu", "memory")
+RESOURCE_NAMES = ("cpu", "memory")  # always counted; any other requested resource is counted when requested
+
+
+def _add_requests(totals, requests, combine):
+    for name, value in (requests or {}).items():
+        amount = parse_quantity(value)
+        if amount:
+            totals[name] = combine(totals.get(name, 0.0), amount)
 
 
 def pod_requests(pod_spec):
-    """{'cpu': cores, 'memory': bytes, 'pods': 1} the scheduler reserves for the pod."""
+    """{'cpu': cores, 'memory': bytes, 'pods': 1, other resource: amount} the scheduler reserves for the pod.
+
+    Every requested resource counts, as in the scheduler's NodeResourcesFit: hugepages-<size>,
+    ephemeral-storage and extended resources (GPUs, KubeVirt's devices.kubevirt.io/kvm) besides
+    CPU and memory; containers add up, an init container needs its own at most, overhead adds.
+    """
     totals = dict((r, 0.0) for r in RESOURCE_NAMES)
     for container in pod_spec.get("containers") or []:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        for name in RESOURCE_NAMES:
-            totals[name] += parse_quantity(requests.get(name))
+        _add_requests(totals, (container.get("resources") or {}).get("requests"), lambda a, b: a + b)
     for container in pod_spec.get("initContainers") or []:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        for name in RESOURCE_NAMES:
-            totals[name] = max(totals[name], parse_quantity(requests.get(name)))
-    for name, value in (pod_spec.get("overhead") or {}).items():
-        if name in totals:
-            totals[name] += parse_quantity(value)
+        _add_requests(totals, (container.get("resources") or {}).get("requests"), max)
+    _add_requests(totals, pod_spec.get("overhead"), lambda a, b: a + b)
     totals["pods"] = 1.0
     return totals
+
+
+def node_room(node):
+    """The node's allocatable resources as numbers (pod slots 110 when not reported)."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    room = dict((name, parse_quantity(value)) for name, value in allocatable.items())
+    for name in RESOURCE_NAMES:
+        room.setdefault(name, 0.0)
+    room["pods"] = room.get("pods") or 110.0
+    return room
+
+
+def format_amount(resource, value):
+    """'cpu 500m', 'memory 2Gi', '3 pods', 'hugepages-2Mi 1Gi', 'nvidia.com/gpu 1'."""
+    value = max(0.0, value)
+    if resource == "cpu":
+        return "cpu " + format_cpu(value)
+    if resource == "pods":
+        return "%d pods" % value
+    if resource == "memory" or resource.startswith("hugepages-") or resource == "ephemeral-storage":
+        return "%s %s" % (resource, format_memory(value))
+    return "%s %s" % (resource, ("%d" % value) if abs(value - round(value)) < 1e-9 else ("%g" % value))
 
 
 def format_cpu(cores):
@@ -281,3 +309,154 @@ def format_memory(value):
             return ("%d%s" % (round(amount), suffix)) if abs(amount - round(amount)) < 0.05 else \
                 ("%.1f%s" % (amount, suffix))
     return "%d" % round(value)
+
+
+# -- pods beside pods: inter-pod affinity and topology spread ------------------------------
+
+def required_pod_terms(pod_spec, kind):
+    """The required terms of ``podAffinity`` or ``podAntiAffinity`` (preferred ones never block)."""
+    return (((pod_spec.get("affinity") or {}).get(kind) or {})
+            .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+
+
+def hard_spread_constraints(pod_spec):
+    """The topology spread constraints the scheduler enforces (whenUnsatisfiable DoNotSchedule)."""
+    return [c for c in pod_spec.get("topologySpreadConstraints") or []
+            if (c.get("whenUnsatisfiable") or "DoNotSchedule") == "DoNotSchedule" and c.get("topologyKey")]
+
+
+def has_pod_rules(pod_spec):
+    """Whether where other pods run matters for this pod."""
+    return bool(required_pod_terms(pod_spec, "podAffinity") or required_pod_terms(pod_spec, "podAntiAffinity")
+                or hard_spread_constraints(pod_spec))
+
+
+def term_selects(term, owner_namespace, pod, namespace_labels=None):
+    """Whether a pod affinity term of a pod in ``owner_namespace`` selects ``pod``.
+
+    The term looks at its own namespace unless it lists namespaces or has a namespaceSelector
+    (empty: every namespace). ``namespace_labels`` ({namespace: labels}) answers a non-empty
+    namespaceSelector; without it such a selector counts as matching.
+    """
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace")
+    listed = term.get("namespaces") or []
+    ns_selector = term.get("namespaceSelector")
+    if not listed and ns_selector is None:
+        in_scope = namespace == owner_namespace
+    else:
+        in_scope = namespace in listed
+        if not in_scope and ns_selector is not None:
+            if not ns_selector.get("matchLabels") and not ns_selector.get("matchExpressions"):
+                in_scope = True
+            elif namespace_labels is None:
+                in_scope = True
+            else:
+                in_scope = selector_matches(ns_selector, namespace_labels.get(namespace) or {})
+    return in_scope and selector_matches(term.get("labelSelector"), meta.get("labels"))
+
+
+def node_passes_selection(pod_spec, node):
+    """The pod's nodeSelector and required node affinity allow the node (taints aside)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    return node_affinity_matches(pod_spec.get("affinity"), node)
+
+
+def _node_label(nodes, name, key):
+    return ((nodes.get(name) or {}).get("metadata", {}).get("labels") or {}).get(key)
+
+
+class PodNeighbours:
+    """What the scheduler's InterPodAffinity and PodTopologySpread filters say about one pod, given
+    where the other pods run: :meth:`why_not` answers per candidate node without another pass
+    over the pods.
+
+    ``nodes``: {name: node}; ``present``: (node name, pod) of every pod that runs while this pod is
+    scheduled; ``anti_holders``: those of them with required pod anti-affinity terms.
+    """
+
+    def __init__(self, pod, nodes, present, anti_holders, namespace_labels=None):
+        self.nodes = nodes
+        spec = pod.get("spec") or {}
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace")
+        present = list(present)
+        self.affinity = []   # (key, domains with a matching pod, whether a matching pod exists anywhere, self-match)
+        for term in required_pod_terms(spec, "podAffinity"):
+            key = term.get("topologyKey")
+            names = [name for name, other in present if term_selects(term, namespace, other, namespace_labels)]
+            self.affinity.append((key, set(_node_label(nodes, n, key) for n in names) - {None}, bool(names),
+                                  term_selects(term, namespace, pod, namespace_labels)))
+        self.anti = []       # (key, {domain: the matching pod there}, whose term: "with" / "of")
+        for term in required_pod_terms(spec, "podAntiAffinity"):
+            key = term.get("topologyKey")
+            found = {}
+            for name, other in present:
+                domain = _node_label(nodes, name, key)
+                if domain is not None and domain not in found and \
+                        term_selects(term, namespace, other, namespace_labels):
+                    found[domain] = other
+            self.anti.append((key, found, "with"))
+        for name, holder in anti_holders:
+            for term in required_pod_terms(holder.get("spec") or {}, "podAntiAffinity"):
+                key = term.get("topologyKey")
+                domain = _node_label(nodes, name, key)
+                if domain is not None and term_selects(term, holder["metadata"].get("namespace"), pod, namespace_labels):
+                    self.anti.append((key, {domain: holder}, "of"))
+        self.spread = []     # (constraint, {node: domain}, {domain: count}, own)
+        for constraint in hard_spread_constraints(spec):
+            key = constraint.get("topologyKey")
+            # The domains: every node with the key that the pod's node selection allows (nodeAffinityPolicy
+            # Honor, the default) - cordoned nodes included; taints only with nodeTaintsPolicy Honor.
+            domain_of = {}
+            for name, node in nodes.items():
+                domain = _node_label(nodes, name, key)
+                if domain is None:
+                    continue
+                if (constraint.get("nodeAffinityPolicy") or "Honor") == "Honor" and \
+                        not node_passes_selection(spec, node):
+                    continue
+                if constraint.get("nodeTaintsPolicy") == "Honor" and untolerated_taints(node, spec.get("tolerations")):
+                    continue
+                domain_of[name] = domain
+            counts = dict((domain, 0) for domain in domain_of.values())
+            selector = constraint.get("labelSelector")
+            for name, other in present:
+                if name in domain_of and other["metadata"].get("namespace") == namespace and \
+                        not other["metadata"].get("deletionTimestamp") and \
+                        selector_matches(selector, other["metadata"].get("labels")):
+                    counts[domain_of[name]] += 1
+            own = 1 if selector_matches(selector, meta.get("labels")) else 0
+            self.spread.append((constraint, counts, own))
+
+    def why_not(self, candidate):
+        """None when the pod may run on node ``candidate`` as far as other pods go, else a short reason."""
+        def describe(pod):
+            return "%s/%s" % (pod["metadata"].get("namespace"), pod["metadata"].get("name"))
+
+        for key, domains, anywhere, self_match in self.affinity:
+            if _node_label(self.nodes, candidate, key) in domains:
+                continue
+            if not anywhere and self_match:
+                continue  # the first pod of its group may go anywhere (as the scheduler allows)
+            return "pod affinity (%s) not satisfied" % key
+        for key, found, whose in self.anti:
+            value = _node_label(self.nodes, candidate, key)
+            if value is not None and value in found:
+                return "pod anti-affinity (%s) %s pod %s" % (key, whose, describe(found[value]))
+        for constraint, counts, own in self.spread:
+            key = constraint["topologyKey"]
+            value = _node_label(self.nodes, candidate, key)
+            if value is None:
+                return "topology spread: no %s label" % key
+            here = counts.get(value, 0)
+            minimum = min(list(counts.values()) + [here])
+            if constraint.get("minDomains") and len(set(counts) | {value}) < constraint["minDomains"]:
+                minimum = 0
+            max_skew = int(constraint.get("maxSkew") or 1)
+            if here + own - minimum > max_skew:
+                return "topology spread (%s, maxSkew %d): %d matching pods in %s against %d in the emptiest " \
+                       "domain" % (key, max_skew, here + own, value, minimum)
+        return None

@@ -29,6 +29,10 @@ description:
     waiting writes nothing.
   - A node left in maintenance by an earlier run (its maintenance reason starts with O(run_mark)) is not a
     problem; it comes first in the order, so that a re-run finishes it.
+  - The nodes are planned in the order of the run and cumulatively, with the scheduler's rules (node selection,
+    taints, every requested resource including hugepages and extended resources, required pod affinity and
+    anti-affinity, topology spread constraints) - when a node is planned, what the nodes before it sent away runs
+    where their plans put it, and with O(prefer_done_nodes) the nodes already done are tried first.
   - Returns the VMs running now, which M(kubevirt_ops.maintenance.maintenance_verify) later checks are all running
     again.
   - Used by the C(kubevirt_ops.maintenance.rolling_maintenance) role.
@@ -85,6 +89,13 @@ options:
       - V(0) does not wait; every migration in flight is then a problem at once.
     type: int
     default: 300
+  prefer_done_nodes:
+    description:
+      - Plan what leaves a node onto the nodes the run has already done first, as the scheduler does when the
+        role's C(rolling_maintenance_prefer_done_nodes) marks the nodes still to do (module
+        M(kubevirt_ops.maintenance.pending_nodes)). With V(false), the nodes with the most free memory come first.
+    type: bool
+    default: true
   fail_on_problems:
     description: Fail when there is any problem. With V(false), the problems are returned and the task succeeds.
     type: bool
@@ -252,6 +263,7 @@ def main():
             run_mark=dict(type="str", default="rolling_maintenance"),
             lock=args.lock_option(apply_defaults=False),
             settle_timeout=dict(type="int", default=DEFAULT_SETTLE_TIMEOUT),
+            prefer_done_nodes=dict(type="bool", default=True),
             fail_on_problems=dict(type="bool", default=True),
         )),
         mutually_exclusive=[("nodes", "label_selector")],

@@ -463,12 +463,22 @@ plan:
               V(collection) (C(RerunOnFailure), which KubeVirt does not restart after a clean shutdown, so the
               collection asks it to start the VM once its old VMI has ended); null when nobody does.
           type: str
+        target:
+          description:
+            - The node the plan expects the VM to run on afterwards (the scheduler's rules applied to what runs there and
+              to what the plan moves first); null when it stays stopped or no node would take it.
+          type: str
     blockers:
       description: What stops maintenance, one sentence each, saying what to do.
       type: list
       elements: str
     capacity_ok:
-      description: Whether the other schedulable nodes have room (allocatable CPU, memory and pod slots minus requests) for everything that would move.
+      description:
+        - Whether the other nodes can take everything that would move by the scheduler's rules (node selection,
+          taints and tolerations, every requested resource (CPU, memory, pod slots, hugepages, extended resources
+          such as GPUs and C(devices.kubevirt.io/kvm)), required pod affinity and anti-affinity (both ways) and
+          topology spread constraints (C(DoNotSchedule); the node being drained counts as a domain, as it does for
+          the scheduler)).
       type: bool
     pdbs:
       description: PodDisruptionBudgets over pods to evict that allow no disruption now.
@@ -491,6 +501,20 @@ plan:
         never_allows:
           description: True when the budget can never allow a disruption at the current scale (a blocker).
           type: bool
+    pending:
+      description:
+        - Pods that would leave the node and that no other node would take (their own node selection,
+          affinity or topology spread rules allow none); they stay C(Pending) after the drain, which still
+          completes. VMs that no node would take are blockers instead.
+      type: list
+      elements: dict
+      contains:
+        pod:
+          description: The pod, C(namespace/name).
+          type: str
+        reason:
+          description: Why no node would take it.
+          type: str
 """
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args

@@ -61,10 +61,3 @@ def test_control_plane_quorum():
     guard = {"status": {"disruptionsAllowed": 0}}
     assert "etcd-guard-pdb allows no disruption" in nodes.control_plane_refusal(cps[0], cps, guard)
     assert nodes.control_plane_refusal(node("worker-1"), cps) is None
-
-
-def test_last_schedulable_node():
-    one, two = node("worker-1"), node("worker-2", cordoned=True)
-    assert "last schedulable node" in nodes.last_schedulable_refusal(one, [one, two])
-    assert nodes.last_schedulable_refusal(one, [one, node("worker-3")]) is None
-    assert nodes.last_schedulable_refusal(two, [one, two]) is None
