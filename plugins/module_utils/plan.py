@@ -343,6 +343,7 @@ class Plan:
         self.targets = {}         # pod key -> predicted node
         self.placed = []          # (pod, predicted node, spec of the pod that runs there)
         self.pending = []         # (pod key, why): ordinary pods no other node would take
+        self.placed_holders = []  # (node, pod) of the placed pods with required pod anti-affinity
         self.leaving_ids = frozenset()
         self.checks_last_node = False  # False for a node this collection already holds
         self.vmi_uids_leaving = set()
@@ -617,16 +618,14 @@ def _neighbours(snapshot, plan, pod, spec, stays):
     what runs now, less what leaves node ``plan.node`` (except ``pod`` itself when ``stays``: a
     migrating VM's source pod runs until its target runs), plus what this plan placed so far."""
     holders = snapshot.anti_holders()
-    placed_holders = [(target, dict(p, spec=s)) for p, target, s in plan.placed
-                      if required_pod_terms(s, "podAntiAffinity")]
-    if not has_pod_rules(spec) and not holders and not placed_holders:
+    if not has_pod_rules(spec) and not holders and not plan.placed_holders:
         return None
     leaving = plan.leaving_ids
     if stays:
         leaving = leaving - {id(pod)}
     present = [(n, p) for n, p in snapshot.present() if id(p) not in leaving]
     present += [(target, dict(p, spec=s)) for p, target, s in plan.placed]
-    anti = [(n, p) for key, (n, p) in holders.items() if key not in leaving] + placed_holders
+    anti = [(n, p) for key, (n, p) in holders.items() if key not in leaving] + plan.placed_holders
     replacement = dict(pod, spec=spec)
     return PodNeighbours(replacement, snapshot.nodes, present, anti)
 
@@ -642,13 +641,17 @@ def _placement(plan, snapshot, name, prefer=None):
     movers.sort(key=lambda p: (-_requests(p)["memory"], pod_key(p)))
     vm_by_pod = dict((id(vm["_pod"]), vm) for vm in plan.vms if vm["_pod"] is not None)
     room_short = []
+    preferred_first = {}  # id of an eligible_nodes list -> the same nodes, those in ``prefer`` first
     for pod in movers:
         need = _requests(pod)
         vm = vm_by_pod.get(id(pod))
         spec = _next_pod_spec(pod, vm)
         eligible = snapshot.eligible_nodes(spec)
         if prefer:
-            eligible = [n for n in eligible if n in prefer] + [n for n in eligible if n not in prefer]
+            key = id(eligible)
+            if key not in preferred_first:
+                preferred_first[key] = [n for n in eligible if n in prefer] + [n for n in eligible if n not in prefer]
+            eligible = preferred_first[key]
         neighbours = _neighbours(snapshot, plan, pod, spec, vm is not None and vm["outcome"] == fates.MIGRATE)
         target, fits_alone, ruled_out = None, False, None
         for candidate in eligible:
@@ -669,6 +672,8 @@ def _placement(plan, snapshot, name, prefer=None):
                 bucket[resource] = bucket.get(resource, 0.0) + amount
             plan.targets[pod_key(pod)] = target
             plan.placed.append((pod, target, spec))
+            if required_pod_terms(spec, "podAntiAffinity"):
+                plan.placed_holders.append((target, dict(pod, spec=spec)))
             if vm is not None:
                 vm["target"] = target
         elif fits_alone:
