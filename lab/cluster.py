@@ -247,8 +247,9 @@ def _require_kubevirt_component(name):
         raise LabError(f"unknown KubeVirt component {name!r}; one of: {', '.join(KUBEVIRT_COMPONENTS)}")
 
 
-def restart(paths, name):
-    """Stop and start one control-plane component on its port; wait until it serves."""
+def restart(paths, name, down_for=0):
+    """Stop and start one control-plane component on its port; wait until it serves.
+    ``down_for``: seconds the component stays stopped (an API server restart that takes a while)."""
     if name in KUBEVIRT_COMPONENTS:
         stop_component(paths, name)
         start_component(paths, name)
@@ -275,6 +276,7 @@ def restart(paths, name):
             PORT_RELEASE_TIMEOUT,
             f"127.0.0.1:{port} to be released by {component.name}",
         )
+        time.sleep(down_for)
         _ensure_running(ctx, component)
     say(f"restarted {component.name} on 127.0.0.1:{settings.ports[component.name]}")
 

@@ -26,7 +26,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from lab import cluster, nodes
+from lab import cluster, network, nodes
 from lab import settings as lab_settings
 from lab.errors import LabError
 from lab.paths import REPO_ROOT, STATE_DIR_ENV, LabPaths
@@ -102,9 +102,14 @@ class Lab:
         """Restore the node's heartbeat; with ``wait``, until it is Ready again."""
         nodes.recover(self._api(), name, wait=wait)
 
-    def restart_apiserver(self):
-        """Stop kube-apiserver and start it again on the same port; waits for /readyz."""
-        cluster.restart(self.paths, "kube-apiserver")
+    def restart_apiserver(self, down_for=0):
+        """Stop kube-apiserver and start it again on the same port (after ``down_for`` seconds);
+        waits for /readyz."""
+        cluster.restart(self.paths, "kube-apiserver", down_for=down_for)
+
+    def apiserver_up(self):
+        """Whether something listens on the API server's port."""
+        return network.port_in_use(self.settings.ports["kube-apiserver"])
 
     def scheduler_profile(self, name):
         """Restart the kube-scheduler with a profile of lab/scheduler.py; returns the one it had."""
