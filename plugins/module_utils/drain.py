@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, restart_elsewhere
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     ApiError,
     MaintenanceError,
@@ -275,6 +276,10 @@ class DrainResult:
         return not self.pending and not self.refused and self.fatal is None
 
 
+NODE_CHECK_INTERVAL = 5.0  # seconds between two looks at the node's readiness during a drain
+NOT_READY_GRACE = 60  # seconds a node may be NotReady during node_maintenance's drain before it stops
+
+
 class Drainer:
     """Evict every evictable pod of a node and wait until they are gone.
 
@@ -287,10 +292,12 @@ class Drainer:
     (MIGRATION_ATTEMPTS of them during this drain): ``fail`` the drain naming the VM and
     KubeVirt's reason, ``shutdown`` (delete its VMI, so its run strategy restarts it
     elsewhere, and wait for its pod), or ``wait`` (KubeVirt keeps retrying, until the deadline).
+    ``not_ready_grace``: seconds the node may stay NotReady during the drain before it stops
+    (its pods can no longer confirm termination, so nothing would finish); None never stops.
     """
 
     def __init__(self, client, node, options, deadline, progress=None, wait_only=(), workers=WORKERS,
-                 watch_budgets=True, non_migratable="wait"):
+                 watch_budgets=True, non_migratable="wait", not_ready_grace=None):
         self.client = client
         self.node = node
         self.options = options
@@ -310,6 +317,9 @@ class Drainer:
         self._virt_api_down = False  # the last answer to a launcher pod's eviction came without virt-api
         self.last_error = None  # the last refusal (but KubeVirt's "evacuation under way") or failure, for progress
         self.result = DrainResult()
+        self.not_ready_grace = not_ready_grace
+        self._not_ready_since = None  # monotonic time the node was first seen NotReady (in a row)
+        self._next_node_check = 0.0
 
     # -- informers ---------------------------------------------------------------------------
 
@@ -609,6 +619,32 @@ class Drainer:
             self.events += 1
             self.changed.notify_all()
 
+    def _node_not_ready(self, now):
+        """A MaintenanceError once the node has been NotReady for ``not_ready_grace`` seconds
+        with pods still on it (read at most every NODE_CHECK_INTERVAL seconds), else None."""
+        if now < self._next_node_check:
+            return None
+        self._next_node_check = now + NODE_CHECK_INTERVAL
+        try:
+            node = self.client.get_or_none("Node", self.node)
+        except MaintenanceError:
+            return None  # the API server's trouble is not the node's; the next look decides
+        if node is None or nodes_mod.is_ready(node):
+            self._not_ready_since = None
+            return None
+        if self._not_ready_since is None:
+            self._not_ready_since = now
+        if now - self._not_ready_since < self.not_ready_grace:
+            return None
+        pending = self.result.pending
+        return MaintenanceError(
+            "Node %s went NotReady during the drain (%s) with %d pod%s still on it (%s): they cannot confirm "
+            "that they stopped, so the drain cannot finish; the node stays cordoned and in maintenance. Bring it "
+            "back and run again, or, if it is dead, use node_decommission with assume_powered_off=true." % (
+                self.node, nodes_mod.not_ready_reason(node), len(pending), "" if len(pending) == 1 else "s",
+                ", ".join(t.key for t in pending[:3]) + (" and %d more" % (len(pending) - 3) if len(pending) > 3 else "")),
+            node=self.node)
+
     def _report(self):
         if self.progress is None:
             return
@@ -671,6 +707,8 @@ class Drainer:
                         target.state = "inflight"
                         inflight.add(target.key)
                         pool.submit(self._shut_down, target)
+                    if result.fatal is None and self.not_ready_grace is not None:
+                        result.fatal = self._node_not_ready(time.monotonic())
                     if result.fatal is not None:
                         break
                     now = time.monotonic()
@@ -695,6 +733,8 @@ class Drainer:
                         wake = min(wake, max(0.0, min(retries)))
                     if self.pods.error is not None and self.pods.synced.is_set():
                         wake = min(wake, 5.0)  # the informer is re-listing; look again soon
+                    if self.not_ready_grace is not None:
+                        wake = min(wake, max(0.01, self._next_node_check - now))
                     if self._generation() == seen:
                         self.changed.wait(max(0.01, min(wake, 30.0)))
             # Leave no eviction running behind the caller's back.

@@ -19,6 +19,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nm
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
+    NOT_READY_GRACE,
     Drainer,
     Progress,
     explain_pending,
@@ -376,7 +377,8 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
             len(shutdown), "" if len(shutdown) == 1 else "s",
             ", ".join("%s/%s" % (vm["namespace"], vm["name"]) for vm in shutdown)))
     drainer = Drainer(client, name, options.drain, deadline, progress=progress, wait_only=wait_only,
-                      watch_budgets=plan.budgets_matter(), non_migratable=params["non_migratable"])
+                      watch_budgets=plan.budgets_matter(), non_migratable=params["non_migratable"],
+                      not_ready_grace=NOT_READY_GRACE)
     outcome = drainer.run(wait=params["wait"])
     if outcome.evicted:
         result["changed"] = True

@@ -36,6 +36,10 @@ description:
     AWX / AAP job output), each change and the latest status at least every 10 seconds.
   - While virt-api is down, KubeVirt's eviction webhook refuses every eviction of a virt-launcher pod; the drain keeps
     waiting (until O(wait_timeout)) and its progress says "virt-api is not answering", then when it answers again.
+  - When the node goes NotReady during the drain (its kubelet stopped) and stays so for 60 seconds with pods still on
+    it, the drain stops instead of waiting out O(wait_timeout) - those pods can no longer confirm that they stopped -
+    and the module fails with one sentence naming the node, its Ready condition and the pods left; the node stays
+    cordoned and in maintenance (phase V(Failed)).
   - >-
     Node remediation is paused for the time of the maintenance (O(pause_remediation)), so that a node rebooting for a
     firmware update is not rebooted or reprovisioned by a health check half-way. Before the node is cordoned, every

@@ -332,3 +332,40 @@ def test_finished_launcher_pod_is_not_a_drain_target():
     _engine, result, _lines = run_drain(client, seconds=5)
     assert result.done and result.eviction == 0 and result.total == 1
     assert server.evictions == []
+
+
+def test_a_node_that_goes_not_ready_stops_the_drain_after_the_grace(monkeypatch):
+    monkeypatch.setattr(drain, "NODE_CHECK_INTERVAL", 0.05)
+    client, server = cluster()
+    server.add("Pod", pod("web-a"))
+    server.add("PodDisruptionBudget", pdb("web", allowed=0))  # the pod stays: the drain waits
+
+    def fail_node():
+        node = server.objects[("Node", "", "worker-1")]
+        node["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                                         "lastTransitionTime": "2026-11-25T06:00:00Z"}]
+    threading.Timer(0.3, fail_node).start()
+    engine = Drainer(client, "worker-1", DrainOptions(), Deadline(20), not_ready_grace=0.5)
+    result = engine.run()
+    assert not result.timed_out and result.fatal is not None
+    assert result.fatal.msg == (
+        "Node worker-1 went NotReady during the drain (its Ready condition is Unknown (NodeStatusUnknown since "
+        "2026-11-25T06:00:00Z)) with 1 pod still on it (ns1/web-a): they cannot confirm that they stopped, so the "
+        "drain cannot finish; the node stays cordoned and in maintenance. Bring it back and run again, or, if it is "
+        "dead, use node_decommission with assume_powered_off=true.")
+
+
+def test_a_not_ready_blip_shorter_than_the_grace_does_not_stop_the_drain(monkeypatch):
+    monkeypatch.setattr(drain, "NODE_CHECK_INTERVAL", 0.05)
+    client, server = cluster()
+    server.add("Pod", pod("web-a"))
+    node = server.objects[("Node", "", "worker-1")]
+    node["status"]["conditions"][0]["status"] = "Unknown"
+    # Without a grace the drain does not look (node_decommission drains dead nodes on purpose).
+    result = Drainer(client, "worker-1", DrainOptions(), Deadline(5)).run()
+    assert result.fatal is None and result.pending == []
+    server.add("Pod", pod("web-b"))
+    server.add("PodDisruptionBudget", pdb("web", allowed=0))
+    threading.Timer(0.3, lambda: node["status"]["conditions"][0].update(status="True")).start()
+    result = Drainer(client, "worker-1", DrainOptions(), Deadline(1.5), not_ready_grace=1.0).run()
+    assert result.fatal is None and result.timed_out
