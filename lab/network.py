@@ -5,8 +5,13 @@ addresses below are only data written into API objects (node addresses, pod and
 service IPs); nothing ever connects to them.
 """
 
+import fcntl
 import ipaddress
+import json
+import os
 import socket
+import tempfile
+import time
 
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
@@ -46,23 +51,42 @@ def max_nodes(pod_cidr):
     return max(0, (end - int(_FIRST_NODE_BLOCK)) // 256 - 1)
 
 
-def free_ports(count):
-    """``count`` distinct ports on 127.0.0.1 that are free right now.
+# Ports handed out recently, machine-wide: labs started side by side (the test tiers run two
+# streams of them) never get the same port in the moment between choosing and binding it.
+RESERVATIONS = os.path.join(tempfile.gettempdir(), "kubevirt-ops-lab-ports.json")
+RESERVATION_SECONDS = 600  # a lab binds what it chose well within this
 
-    All sockets stay bound until every port is chosen so the same port is never
-    returned twice; another lab could still take one before we start on it, which
-    the start-up checks report as a failed component.
-    """
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+
+def free_ports(count, reservations=None):
+    """``count`` distinct ports on 127.0.0.1 that are free right now and that no other lab chose
+    in the last RESERVATION_SECONDS (recorded in ``reservations``, under an exclusive lock)."""
+    path = reservations or RESERVATIONS
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        now = time.time()
+        try:
+            with open(path) as fh:
+                reserved = dict((int(p), t) for p, t in json.load(fh).items() if now - t < RESERVATION_SECONDS)
+        except (OSError, ValueError, AttributeError):
+            reserved = {}
+        sockets, chosen = [], []
+        try:
+            # Every socket stays bound until all are chosen, so the kernel never hands out one twice.
+            while len(chosen) < count:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.bind(("127.0.0.1", 0))
+                sockets.append(s)
+                port = s.getsockname()[1]
+                if port not in reserved:
+                    chosen.append(port)
+        finally:
+            for s in sockets:
+                s.close()
+        reserved.update((p, now) for p in chosen)
+        with open(path + ".tmp", "w") as fh:
+            json.dump(dict((str(p), t) for p, t in reserved.items()), fh)
+        os.replace(path + ".tmp", path)
+        return chosen
 
 
 def port_in_use(port):

@@ -6,6 +6,7 @@ Waits are generous and nothing asserts on timing: the lab shares a small machine
 
 import json
 import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -360,3 +361,17 @@ def test_second_lab_runs_alongside_up_twice_then_down(lab, tmp_path):
     lab.cli("down", state_dir=state_dir)  # down twice is fine too
     # The session lab was not touched.
     assert lab.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
+
+
+def test_labs_started_side_by_side_never_choose_the_same_port(tmp_path):
+    """The ports of labs started at the same moment (the test tiers run two streams of labs)
+    are reserved machine-wide between choosing and binding: processes choosing at once, each
+    again and again after releasing its sockets, never get a port twice (600 ports: without the
+    reservations the kernel's random choices would repeat one almost surely)."""
+    reservations = str(tmp_path / "ports.json")
+    script = ("import sys; from lab import network\n"
+              "for _ in range(5): print(' '.join(map(str, network.free_ports(20, sys.argv[1]))))")
+    procs = [subprocess.Popen([sys.executable, "-c", script, reservations], stdout=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    chosen = [int(p) for proc in procs for p in proc.communicate(timeout=60)[0].split()]
+    assert len(chosen) == 600 and len(set(chosen)) == 600
