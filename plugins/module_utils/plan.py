@@ -39,6 +39,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.schedulin
     pod_requests,
     required_pod_terms,
     format_taint,
+    untolerated_taints,
     why_not_on_node,
 )
 
@@ -439,28 +440,32 @@ def _safety(plan, snapshot, node, options):
 
 def _last_node(plan, snapshot, node):
     """Refuse the last node the node's workloads could run on: no other Ready, uncordoned node
-    accepts any pod that would move (taints and tolerations, node selection); with nothing to
-    move, no other such node has only taints this node has too."""
+    whose taints any pod that would move tolerates; with nothing to move, no other such node has
+    only taints this node has too. Node selection is not counted: a VM pinned to the node is a
+    placement blocker of its own, not a reason to call the whole node the last one."""
     if not plan.checks_last_node or not nodes_mod.is_ready(node) or nodes_mod.is_cordoned(node):
         return
     name = plan.node
+    others = [n for other, n in snapshot.nodes.items()
+              if other != name and nodes_mod.is_ready(n) and not nodes_mod.is_cordoned(n)]
     movers = [p for p in plan.evict if _moves(p, plan)]
-    vm_by_pod = dict((id(vm["_pod"]), vm) for vm in plan.vms if vm["_pod"] is not None)
     if movers:
-        if any(n != name for p in movers for n in snapshot.eligible_nodes(_next_pod_spec(p, vm_by_pod.get(id(p))))):
+        vm_by_pod = dict((id(vm["_pod"]), vm) for vm in plan.vms if vm["_pod"] is not None)
+        tolerations = {}
+        for pod in movers:
+            spec = _next_pod_spec(pod, vm_by_pod.get(id(pod)))
+            tolerations.setdefault(repr(spec.get("tolerations")), spec.get("tolerations"))
+        if any(not untolerated_taints(n, tol) for tol in tolerations.values() for n in others):
             return
-        takes = "accepts any of its %d pod%s to move" % (len(movers), "" if len(movers) == 1 else "s")
+        takes = "has only taints one of its %d pod%s to move tolerates" % (len(movers), "" if len(movers) == 1 else "s")
     else:
         own = set(format_taint(t) for t in nodes_mod.blocking_taints(node))
-        if any(other != name and nodes_mod.is_ready(n) and not nodes_mod.is_cordoned(n) and
-               set(format_taint(t) for t in nodes_mod.blocking_taints(n)) <= own
-               for other, n in snapshot.nodes.items()):
+        if any(set(format_taint(t) for t in nodes_mod.blocking_taints(n)) <= own for n in others):
             return
-        takes = "without taints this node lacks"
+        takes = "has no taint this node lacks"
     plan.blockers.append(Blocker(SAFETY, (
-        "Node %s is the last schedulable node for its workloads: no other node that is Ready and uncordoned %s "
-        "(taints and placement rules counted), so they would have nowhere to go; set "
-        "allow_last_schedulable_node=true to proceed anyway." % (name, takes))))
+        "Node %s is the last schedulable node for its workloads: no other node that is Ready and uncordoned %s, so "
+        "they would have nowhere to go; set allow_last_schedulable_node=true to proceed anyway." % (name, takes))))
 
 
 def _vms(plan, snapshot, name):

@@ -206,3 +206,14 @@ def test_preflight_plans_in_the_order_of_the_run():
     assert details["worker-1"]["plan"]["capacity_ok"] is True
     # worker-1's VMs went to worker-2 and worker-3; worker-2 then runs two VMs and worker-1 has room again.
     assert details["worker-2"]["vms"] == 2 and details["worker-2"]["plan"]["capacity_ok"] is True
+
+
+def test_a_pinned_vm_is_a_placement_blocker_not_the_last_node():
+    client, server = cluster(workers=3)
+    instance = vmi("pinned", node_name="worker-1", eviction="LiveMigrate")
+    server.add("VirtualMachine", vm("pinned"))
+    server.add("VirtualMachineInstance", instance)
+    pinned = launcher(instance)
+    pinned["spec"]["nodeSelector"]["kubernetes.io/hostname"] = "worker-1"
+    server.add("Pod", pinned)
+    assert [b.kind for b in plan_for(client).blockers] == ["placement"]
