@@ -159,12 +159,14 @@ def create_identity(k8s, lab_kubeconfig, directory, cluster_roles=(), roles=(), 
 def delete_identity(k8s, identity):
     core = client.CoreV1Api(k8s)
     rbac = client.RbacAuthorizationV1Api(k8s)
+    # The ServiceAccount first: from then on its token is refused (401) rather than, for a
+    # moment between the two deletions, authenticated but forbidden (403).
+    _ignore_status(lambda: core.delete_namespaced_service_account(identity.name, identity.namespace), 404)
     for kind, namespace, name in identity.bindings:
         if kind == "ClusterRoleBinding":
             _ignore_status(lambda: rbac.delete_cluster_role_binding(name), 404)
         else:
             _ignore_status(lambda: rbac.delete_namespaced_role_binding(name, namespace), 404)
-    _ignore_status(lambda: core.delete_namespaced_service_account(identity.name, identity.namespace), 404)
     if getattr(identity, "own_namespace", False):
         _ignore_status(lambda: core.delete_namespace(identity.namespace), 404)
 

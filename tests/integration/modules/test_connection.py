@@ -10,10 +10,8 @@
   plugin's next token.
 """
 
-import json
 import os
 import socket
-import sys
 import threading
 
 import pytest
@@ -22,6 +20,7 @@ from kubernetes import client
 
 from lab.wait import wait_for
 
+from credentials import credential_plugin, lab_context, requests_by, write
 import identities
 import runs
 
@@ -78,13 +77,6 @@ def lab_kubeconfig(lab):
         return yaml.safe_load(handle)
 
 
-def write(path, data):
-    fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        yaml.safe_dump(data, handle)
-    return str(path)
-
-
 @pytest.fixture
 def forwarder(lab):
     server, _ca = identities.lab_cluster(lab.kubeconfig)
@@ -116,44 +108,6 @@ def test_tls_server_name_verifies_an_address_not_in_the_certificate(lab, forward
     assert forwarder.connections >= 2, "the module went through the forwarder"
 
 
-PLUGIN = r'''#!%(python)s
-import datetime, json, os
-with open(os.environ["PLUGIN_COUNTER"], "a") as handle:
-    handle.write("x")
-expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(
-    seconds=int(os.environ.get("PLUGIN_TTL_SECONDS", "3600")))
-print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": {
-    "token": open(os.environ["PLUGIN_TOKEN_FILE"]).read().strip(),
-    "expirationTimestamp": expiry.strftime("%%Y-%%m-%%dT%%H:%%M:%%SZ")}}))
-'''
-
-
-def credential_plugin(directory, token, counter, relative=False, ttl=None):
-    """The test's exec credential plugin in ``directory`` handing out ``token`` (from a file the
-    test may rewrite); returns (token file, the kubeconfig user entry that runs it)."""
-    token_file = directory / "token"
-    token_file.write_text(token)
-    os.chmod(str(token_file), 0o600)
-    plugin = directory / "credential-plugin"
-    plugin.write_text(PLUGIN % {"python": sys.executable})
-    os.chmod(str(plugin), 0o755)
-    env = [{"name": "PLUGIN_COUNTER", "value": str(counter)}, {"name": "PLUGIN_TOKEN_FILE", "value": str(token_file)}]
-    if ttl is not None:
-        env.append({"name": "PLUGIN_TTL_SECONDS", "value": str(ttl)})
-    user = {"name": "exec-user", "user": {"exec": {
-        "apiVersion": "client.authentication.k8s.io/v1", "command": "./credential-plugin" if relative else str(plugin),
-        "env": env}}}
-    return token_file, user
-
-
-def lab_context(lab):
-    """A kubeconfig's cluster and context for the lab, its user named exec-user."""
-    server, ca_data = identities.lab_cluster(lab.kubeconfig)
-    return {"apiVersion": "v1", "kind": "Config", "current-context": "lab-exec",
-            "clusters": [{"name": "lab", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
-            "contexts": [{"name": "lab-exec", "context": {"cluster": "lab", "user": "exec-user"}}]}
-
-
 @pytest.fixture
 def admin_identity(lab, k8s, tmp_path):
     identity = identities.create_identity(k8s, lab.kubeconfig, tmp_path, cluster_roles=("cluster-admin",),
@@ -175,20 +129,6 @@ def test_split_kubeconfig_with_an_exec_credential_plugin(lab, admin_identity, tm
     assert counter.read_text() == "x", "the plugin ran once for the run"
     assert requests_by(lab, admin_identity.username), "the module authenticated with the plugin's token"
     assert admin_identity.token not in str(result)
-
-
-def requests_by(lab, username):
-    """The collection's requests in the lab's audit log made as ``username``."""
-    found = []
-    with open(str(lab.paths.audit_log), errors="replace") as handle:
-        for line in handle:
-            if username not in line:
-                continue
-            event = json.loads(line)
-            if (event.get("user") or {}).get("username") == username \
-                    and (event.get("userAgent") or "").startswith("kubevirt_ops.maintenance/"):
-                found.append(event)
-    return found
 
 
 def test_a_token_that_expires_mid_drain_is_renewed_by_the_exec_plugin(lab, k8s, namespace, tmp_path):
