@@ -177,13 +177,6 @@ LAB_CLUSTER_ROLE = {
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["delete"]},
     ],
 }
-# Restarts the operator when it exits after it once started (as its Deployment's pod would
-# be restarted), e.g. when it loses its leader lease while the apiserver restarts; an exit
-# before that ends the loop, so `lab up` reports the failure.
-RESTART_LOOP = (
-    'while :; do "$0" "$@"; rc=$?; [ -e "$LAB_STARTED_MARK" ] || exit $rc; '
-    'echo "==== the operator exited with $rc: restarting it in 1 s"; sleep 1; done'
-)
 # The simulator leaves nodemaintenance.medik8s.io to this operator (it keeps only the
 # legacy nodemaintenance.kubevirt.io stand-in).
 SIMULATOR_FLAGS = ("--no-node-maintenance",)
@@ -218,12 +211,7 @@ def ensure_running(paths, settings, say=_say):
         shutil.copy(serving_cert, cert_dir / "tls.crt")
         shutil.copy(serving_key, cert_dir / "tls.key")
         webhook_port, probe_port = network.free_ports(2)
-        started_mark = paths.state_dir / NAME / "started"
-        started_mark.unlink(missing_ok=True)
         argv = [
-            "sh",
-            "-c",
-            RESTART_LOOP,
             str(built.binary),
             f"--kubeconfig={own_kubeconfig}",
             "--leader-elect",
@@ -234,8 +222,9 @@ def ensure_running(paths, settings, say=_say):
             f"--health-probe-bind-address=127.0.0.1:{probe_port}",
         ]
         say(f"starting {NAME} {VERSION} (webhook on 127.0.0.1:{webhook_port})")
-        env = dict(components.environment(settings), LAB_STARTED_MARK=str(started_mark))
-        record = processes.start(paths, NAME, argv, env=env)
+        # Restarted when it exits after it once served (its Deployment's pod would be), e.g. when
+        # it loses its leader lease while the API server restarts.
+        record = processes.start_restarting(paths, NAME, argv, env=components.environment(settings))
     webhook_port = int(_flag(record.argv, "--webhook-port"))
     probe = _flag(record.argv, "--health-probe-bind-address")
 
@@ -250,7 +239,7 @@ def ensure_running(paths, settings, say=_say):
         if e.detail is None:
             raise _start_failure(paths, str(e)) from e
         raise
-    (paths.state_dir / NAME / "started").touch()
+    processes.mark_started(paths, NAME)
     _register_webhook(api, built, webhook_port, pki.ca_cert)
     return record
 

@@ -19,6 +19,16 @@ from lab.wait import wait_for
 # Written to the log before each start, so a failure shows only its own run.
 START_MARKER = "===="
 
+# A component that runs as a Deployment's pod in a cluster is restarted when it exits after
+# it once started, as the kubelet would restart its container: virt-controller, for one, exits
+# on purpose when it loses its leader lease (an API server away longer than its renew
+# deadline). An exit before it first served ends the loop, so `lab up` reports the failure.
+# Stopping the component signals the loop's whole process group, the loop included.
+_RESTART_LOOP = (
+    'while :; do "$0" "$@"; rc=$?; [ -e "$LAB_STARTED_MARK" ] || exit $rc; '
+    'echo "==== $LAB_COMPONENT exited with $rc: restarting it in 1 s"; sleep 1; done'
+)
+
 
 @dataclass(frozen=True)
 class Tracked:
@@ -52,6 +62,24 @@ def start(paths, name, argv, env=None, cwd=None):
     proc.returncode = 0  # stops Popen.__del__ from warning about a running child
     paths.pid_file(name).write_text(json.dumps(asdict(record)))
     return record
+
+
+def start_restarting(paths, name, argv, env=None):
+    """Start ``argv`` as component ``name`` under the restart loop above; call
+    :func:`mark_started` once it serves, from then on it is restarted whenever it exits."""
+    mark = _started_mark(paths, name)
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.unlink(missing_ok=True)
+    env = dict(os.environ if env is None else env, LAB_STARTED_MARK=str(mark), LAB_COMPONENT=name)
+    return start(paths, name, ["sh", "-c", _RESTART_LOOP, *argv], env=env)
+
+
+def mark_started(paths, name):
+    _started_mark(paths, name).touch()
+
+
+def _started_mark(paths, name):
+    return paths.state_dir / name / "started"
 
 
 def tracked(paths, name):
@@ -130,15 +158,34 @@ def _latest_run(path):
 
 
 def rss_bytes(record):
-    """Resident memory of a running component (0 if unknown)."""
-    try:
-        with open(f"/proc/{record.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    """Resident memory of a running component and of the processes of its group (a
+    restart loop's component is its child); 0 if unknown."""
+    total = 0
+    for pid in _group_members(record.pid):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
+
+
+def _group_members(group):
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The fields after the command name: state, ppid, pgrp, ...
+        if int(stat[stat.rindex(")") + 2 :].split()[2]) == group:
+            members.append(int(entry))
+    return members or [group]
 
 
 def _signal_group(record, sig):

@@ -208,7 +208,10 @@ def _start(ctx, component, bin_dir, address, say):
     if record is None:
         where = f"{address}:{ctx.port(component)}" if component == VIRT_API else f"127.0.0.1:{ctx.port(component)}"
         say(f"starting {component} v{normalize_version(ctx.settings.kubevirt_version)} on {where}")
-        record = processes.start(ctx.paths, component, argv(ctx, component, bin_dir, address), env=environment(ctx.settings))
+        # Restarted when it exits after it once served, as its Deployment's pod would be:
+        # virt-controller exits when it loses its leader lease (API server away too long).
+        record = processes.start_restarting(ctx.paths, component, argv(ctx, component, bin_dir, address),
+                                            env=environment(ctx.settings))
 
     def serving():
         if not processes.is_running(record):
@@ -221,6 +224,7 @@ def _start(ctx, component, bin_dir, address, say):
         if e.detail is None:
             raise _failure(ctx, component, str(e)) from e
         raise
+    processes.mark_started(ctx.paths, component)
 
 
 def _failure(ctx, component, reason):

@@ -4,7 +4,10 @@ Run from the repository root: ``.venv/bin/python -m pytest tests/integration/lab
 Waits are generous and nothing asserts on timing: the lab shares a small machine.
 """
 
+import datetime
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -307,6 +310,44 @@ def test_restart_apiserver_keeps_port_and_cluster(lab, k8s):
     names = sorted(lab_node_names(k8s))
     nodes.wait_ready(k8s, names)
     assert "ok" in lab.kubectl("get", "--raw", "/readyz").stdout
+
+
+def _component_child(record):
+    """The component's own process under its restart loop (the loop's child, not its sleep)."""
+    try:
+        with open(f"/proc/{record.pid}/task/{record.pid}/children") as f:
+            pids = [int(p) for p in f.read().split()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() != "sleep":
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+def test_a_kubevirt_component_that_exits_is_restarted_as_its_pod_would_be(lab, k8s):
+    """virt-controller exits on purpose when it loses its leader lease (an API server away
+    longer than its renew deadline); in a cluster the kubelet restarts its container, and the lab
+    does the same, so it leads again."""
+    record = processes.tracked(lab.paths, "virt-controller")
+    assert record is not None
+    first = _component_child(record)
+    assert first is not None, "virt-controller does not run under its restart loop"
+    coordination = client.CoordinationV1Api(k8s)
+    killed_at = datetime.datetime.now(datetime.timezone.utc)
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: _component_child(record) not in (None, first), 60, "virt-controller to be started again")
+    assert processes.tracked(lab.paths, "virt-controller") == record, "the restart loop itself ended"
+
+    def leads_again():
+        lease = coordination.read_namespaced_lease("virt-controller", "kubevirt")
+        return lease.spec.renew_time is not None and lease.spec.renew_time > killed_at
+
+    wait_for(leads_again, 120, "the restarted virt-controller to renew its leader lease")
 
 
 def test_audit_log_records_requests_with_user_agent(lab):
