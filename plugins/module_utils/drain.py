@@ -15,7 +15,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import datetime
 import random
 import threading
 import time
@@ -34,6 +33,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.schedulin
     requirements_match,
     selector_matches,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import now_seconds
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -186,7 +186,7 @@ class Progress:
         self.lines = 0
 
     def line(self, text):
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = now_seconds()
         full = "%s node=%s %s" % (stamp, self.node, text)
         if self.log:
             try:

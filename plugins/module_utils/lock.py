@@ -32,6 +32,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     NotFoundError,
     WaitTimeoutError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import format_micro, format_seconds, parse_time, utc_now
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer, wait_until
 
 DEFAULT_NAME = "kubevirt-ops-maintenance"
@@ -45,35 +46,6 @@ MANAGED_BY = "kubevirt_ops.maintenance"
 # A write that loses a race re-reads and decides again; more losses than this in a row
 # mean something keeps rewriting the Lease, which is worth reporting rather than looping.
 _MAX_CONFLICTS = 20
-
-
-def utc_now():
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def format_time(moment):
-    """A Kubernetes MicroTime: RFC 3339 with microseconds, in UTC."""
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(text):
-    """MicroTime or Time -> aware datetime (None when absent or unreadable)."""
-    if not text:
-        return None
-    value = text.strip().replace("Z", "+00:00")
-    if "." in value:
-        # Python < 3.11 accepts exactly 3 or 6 fraction digits.
-        head, rest = value.split(".", 1)
-        digits = rest[:len(rest) - len(rest.lstrip("0123456789"))]
-        zone = rest[len(digits):]
-        value = "%s.%s%s" % (head, (digits + "000000")[:6], zone)
-    try:
-        moment = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment
 
 
 def default_holder():
@@ -142,7 +114,7 @@ class LeaseState:
         """'alice@laptop pid 12 #00ff since 2024-05-01T10:00:00Z (14m02s ago, renewed 20s ago, expires in 59m40s)'."""
         text = "'%s'" % self.holder
         if self.acquired_at:
-            text += " since %s (%s ago" % (self.acquired_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            text += " since %s (%s ago" % (format_seconds(self.acquired_at),
                                            _age((self.now - self.acquired_at).total_seconds()))
             if self.renewed_at and self.renewed_at != self.acquired_at:
                 text += ", renewed %s ago" % _age((self.now - self.renewed_at).total_seconds())
@@ -159,9 +131,9 @@ class LeaseState:
             "namespace": namespace,
             "name": name,
             "holder": self.holder,
-            "acquired_at": format_time(self.acquired_at) if self.acquired_at and self.holder else None,
-            "renewed_at": format_time(self.renewed_at) if self.renewed_at and self.holder else None,
-            "expires_at": format_time(self.expires_at) if self.expires_at else None,
+            "acquired_at": format_micro(self.acquired_at) if self.acquired_at and self.holder else None,
+            "renewed_at": format_micro(self.renewed_at) if self.renewed_at and self.holder else None,
+            "expires_at": format_micro(self.expires_at) if self.expires_at else None,
             "ttl": self.ttl,
             "transitions": self.transitions,
             "purpose": self.purpose if self.holder else None,
@@ -188,7 +160,7 @@ class ClusterLock:
     # -- writes ------------------------------------------------------------------------
 
     def _body(self, holder, ttl, purpose, previous=None, new_holder=True):
-        now = format_time(self.clock())
+        now = format_micro(self.clock())
         if previous is not None and previous.lease is not None:
             body = dict(previous.lease)
             body["metadata"] = dict(body.get("metadata") or {})

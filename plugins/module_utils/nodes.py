@@ -11,10 +11,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
-import datetime
 import json
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import now_seconds
 
 DRAIN_TAINT = {"key": "medik8s.io/drain", "effect": "NoSchedule"}
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
@@ -24,10 +24,6 @@ CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kube
 # What this collection added to a node when it entered maintenance with method drain.
 STATE_ANNOTATION = "maintenance.kubevirt-ops.io/node-maintenance"
 ETCD_GUARD_PDB = ("openshift-etcd", "etcd-guard-pdb")
-
-
-def now_iso():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def get_node(client, name):
@@ -132,7 +128,7 @@ def enter_changes(node, reason=None):
     new_taints = []
     for taint in MAINTENANCE_TAINTS:
         if not has_taint(node, taint):
-            new_taints.append(dict(taint, timeAdded=now_iso()))
+            new_taints.append(dict(taint, timeAdded=now_seconds()))
             added.add("taint:" + taint["key"])
     if new_taints:
         patch.setdefault("spec", {})["taints"] = taints + new_taints
@@ -140,7 +136,7 @@ def enter_changes(node, reason=None):
         patch.setdefault("metadata", {})["labels"] = {EXCLUDE_LABEL: "true"}
         added.add("label")
     existing = record
-    record = dict(existing or {"method": "drain", "started": now_iso()})
+    record = dict(existing or {"method": "drain", "started": now_seconds()})
     if patch or existing is None:
         record["phase"] = "Running"  # a finished drain keeps its phase until the node changes again
     if reason is not None:
@@ -223,7 +219,7 @@ def set_record_phase(client, node, phase, last_error=None):
     record = maintenance_record(node)
     if record is None or (record.get("phase") == phase and record.get("last_error") == last_error):
         return node
-    record = dict(record, phase=phase, updated=now_iso())
+    record = dict(record, phase=phase, updated=now_seconds())
     if last_error:
         record["last_error"] = last_error[:1000]
     else:

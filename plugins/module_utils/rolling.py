@@ -33,7 +33,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     InvalidInputError,
     WaitTimeoutError,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report import parse_time
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import parse_time_utc
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import (
     Deadline,
     Informer,
@@ -354,7 +354,7 @@ def migrations_from(vmis, node, since=None):
         state = (vmi.get("status") or {}).get("migrationState") or {}
         if state.get("sourceNode") != node or not state.get("completed") or state.get("failed"):
             continue
-        start = parse_time(state.get("startTimestamp"))
+        start = parse_time_utc(state.get("startTimestamp"))
         if since is not None and start is not None and start < since:
             continue
         namespace, name, _owned = vm_of(vmi)
@@ -370,7 +370,7 @@ def verify(client, params):
     expected = [_vm_key(v) for v in params.get("running_vms") or []]
     may_stop = set(_vm_key(v) for v in params.get("expected_stopped") or [])
     timeout = params.get("timeout") or 600
-    since = parse_time(params.get("migrations_since"))
+    since = parse_time_utc(params.get("migrations_since"))
     if since is not None:
         # migrationState timestamps have whole seconds; do not lose a migration that began in the same second.
         since -= datetime.timedelta(seconds=1)

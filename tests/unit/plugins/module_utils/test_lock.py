@@ -7,7 +7,7 @@ import pytest
 
 from fake_apiserver import fake_client
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock, timeutil
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import BlockedError, InvalidInputError
 
 T0 = datetime.datetime(2024, 5, 4, 22, 0, 0, tzinfo=datetime.timezone.utc)
@@ -136,8 +136,8 @@ def test_lost_race_rereads_and_sees_the_winner(setup):
         if method == "PUT" and kind == "Lease" and server.before_write:
             server.before_write = None
             current = lease(server)
-            current["spec"].update(holderIdentity="carol", renewTime=lock.format_time(T0),
-                                   acquireTime=lock.format_time(T0), leaseDurationSeconds=600)
+            current["spec"].update(holderIdentity="carol", renewTime=timeutil.format_micro(T0),
+                                   acquireTime=timeutil.format_micro(T0), leaseDurationSeconds=600)
             server.add("Lease", current)
 
     server.before_write = sneak_in
@@ -194,7 +194,7 @@ def test_waiting_gives_up_at_the_timeout_naming_the_holder():
     ("nonsense", None),
 ])
 def test_parse_time(text, expected):
-    parsed = lock.parse_time(text)
+    parsed = timeutil.parse_time(text)
     assert (parsed.isoformat() if parsed else None) == expected
 
 
@@ -205,7 +205,7 @@ def test_default_holder_is_unique_and_names_the_machine():
 
 
 def test_parse_time_keeps_the_offset_after_nanoseconds():
-    assert lock.parse_time("2024-05-04T22:00:00.123456789+02:00").isoformat() == "2024-05-04T22:00:00.123456+02:00"
+    assert timeutil.parse_time("2024-05-04T22:00:00.123456789+02:00").isoformat() == "2024-05-04T22:00:00.123456+02:00"
 
 
 # -- the check node_maintenance, node_decommission and maintenance_preflight share -------------
@@ -222,7 +222,7 @@ OPTION = {"name": lock.DEFAULT_NAME, "namespace": lock.DEFAULT_NAMESPACE}
 ], ids=["other holder", "own holder", "expired", "empty name", "no option"])
 def test_held_by_another(option, holder, age, held):
     client, _server = fake_client()
-    then = lock.utc_now() - datetime.timedelta(seconds=age)
+    then = timeutil.utc_now() - datetime.timedelta(seconds=age)
     lock.ClusterLock(client, clock=lambda: then).acquire(holder, 600)
     found = lock.held_by_another(client, option)
     assert (found is not None) is held
