@@ -32,16 +32,18 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     NotFoundError,
     WaitTimeoutError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import (
+    DEFAULT_LOCK_NAME,
+    DEFAULT_LOCK_NAMESPACE,
+    LOCK_LAST_HOLDER_ANNOTATION,
+    LOCK_PURPOSE_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import format_micro, format_seconds, parse_time, utc_now
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer, wait_until
 
-DEFAULT_NAME = "kubevirt-ops-maintenance"
-DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_TTL = 3600
-PURPOSE_ANNOTATION = "maintenance.kubevirt-ops.io/purpose"
-LAST_HOLDER_ANNOTATION = "maintenance.kubevirt-ops.io/last-holder"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "kubevirt_ops.maintenance"
 
 # A write that loses a race re-reads and decides again; more losses than this in a row
 # mean something keeps rewriting the Lease, which is worth reporting rather than looping.
@@ -86,7 +88,7 @@ class LeaseState:
         self.acquired_at = parse_time(spec.get("acquireTime"))
         self.renewed_at = parse_time(spec.get("renewTime")) or self.acquired_at
         self.transitions = spec.get("leaseTransitions") or 0
-        self.purpose = (meta.get("annotations") or {}).get(PURPOSE_ANNOTATION)
+        self.purpose = (meta.get("annotations") or {}).get(LOCK_PURPOSE_ANNOTATION)
 
     @property
     def expires_at(self):
@@ -143,7 +145,7 @@ class LeaseState:
 class ClusterLock:
     """Acquire, renew and release one Lease with optimistic concurrency."""
 
-    def __init__(self, client, name=DEFAULT_NAME, namespace=DEFAULT_NAMESPACE, clock=utc_now):
+    def __init__(self, client, name=DEFAULT_LOCK_NAME, namespace=DEFAULT_LOCK_NAMESPACE, clock=utc_now):
         self.client = client
         self.name = name
         self.namespace = namespace
@@ -172,7 +174,7 @@ class ClusterLock:
         meta["labels"] = dict(meta.get("labels") or {}, **{MANAGED_BY_LABEL: MANAGED_BY})
         annotations = dict(meta.get("annotations") or {})
         if purpose is not None:
-            annotations[PURPOSE_ANNOTATION] = purpose
+            annotations[LOCK_PURPOSE_ANNOTATION] = purpose
         meta["annotations"] = annotations
         spec["holderIdentity"] = holder
         spec["leaseDurationSeconds"] = int(ttl)
@@ -214,9 +216,9 @@ class ClusterLock:
                 return None, ("held", before, None)
             body = self._body(holder, ttl, purpose, previous=before, new_holder=outcome != "renewed")
             if outcome == "renewed" and purpose is None:
-                body["metadata"]["annotations"].pop(PURPOSE_ANNOTATION, None)
+                body["metadata"]["annotations"].pop(LOCK_PURPOSE_ANNOTATION, None)
                 if before.purpose:
-                    body["metadata"]["annotations"][PURPOSE_ANNOTATION] = before.purpose
+                    body["metadata"]["annotations"][LOCK_PURPOSE_ANNOTATION] = before.purpose
             return body, (outcome, before, body)
 
         (outcome, before, body), written = self._update(decide, check_mode)
@@ -310,8 +312,8 @@ class ClusterLock:
             body["metadata"] = dict(body["metadata"])
             body["spec"] = dict(body.get("spec") or {})
             annotations = dict(body["metadata"].get("annotations") or {})
-            annotations.pop(PURPOSE_ANNOTATION, None)
-            annotations[LAST_HOLDER_ANNOTATION] = before.holder
+            annotations.pop(LOCK_PURPOSE_ANNOTATION, None)
+            annotations[LOCK_LAST_HOLDER_ANNOTATION] = before.holder
             body["metadata"]["annotations"] = annotations
             for key in ("holderIdentity", "acquireTime", "renewTime"):
                 body["spec"].pop(key, None)
@@ -336,7 +338,7 @@ def held_by_another(client, lock):
     or the caller's own, and when the option opts out (no option, or an empty name)."""
     if not lock or not lock.get("name"):
         return None
-    state = ClusterLock(client, lock["name"], lock.get("namespace") or DEFAULT_NAMESPACE).read()
+    state = ClusterLock(client, lock["name"], lock.get("namespace") or DEFAULT_LOCK_NAMESPACE).read()
     if state.free or state.holder == lock.get("holder"):
         return None
     return state
@@ -345,7 +347,7 @@ def held_by_another(client, lock):
 def held_text(lock, state):
     """'the cluster lock kube-system/kubevirt-ops-maintenance is held by 'alice@bastion ...' since ...'."""
     return "the cluster lock %s/%s is held by %s" % (
-        lock.get("namespace") or DEFAULT_NAMESPACE, lock["name"], state.describe_holder())
+        lock.get("namespace") or DEFAULT_LOCK_NAMESPACE, lock["name"], state.describe_holder())
 
 
 def refuse_while_held(client, lock, refused, **details):
@@ -363,7 +365,7 @@ def refuse_while_held(client, lock, refused, **details):
         raise ApiError(
             "%s: the cluster lock could not be checked: %s; grant get on leases in %s, or set lock.name to an "
             "empty string to act regardless of the lock." % (
-                refused, cause[:1].lower() + cause[1:], lock.get("namespace") or DEFAULT_NAMESPACE),
+                refused, cause[:1].lower() + cause[1:], lock.get("namespace") or DEFAULT_LOCK_NAMESPACE),
             status=exc.status, reason=exc.reason, **details)
     if state is None:
         return
@@ -371,7 +373,7 @@ def refuse_while_held(client, lock, refused, **details):
         "%s: %s, so another maintenance run is in progress; wait for it to end, give its holder in lock.holder "
         "if this task belongs to that run, or set lock.name to an empty string to act regardless of the lock." % (
             refused, held_text(lock, state)),
-        lock=state.as_result(lock.get("namespace") or DEFAULT_NAMESPACE, lock["name"]),
+        lock=state.as_result(lock.get("namespace") or DEFAULT_LOCK_NAMESPACE, lock["name"]),
         blockers=["lock held by %s" % state.holder], **details)
 
 

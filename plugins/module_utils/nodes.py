@@ -14,6 +14,7 @@ import copy
 import json
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import NODE_STATE_ANNOTATION
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import now_seconds
 
 DRAIN_TAINT = {"key": "medik8s.io/drain", "effect": "NoSchedule"}
@@ -21,8 +22,6 @@ UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoS
 MAINTENANCE_TAINTS = (UNSCHEDULABLE_TAINT, DRAIN_TAINT)
 EXCLUDE_LABEL = "remediation.medik8s.io/exclude-from-remediation"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
-# What this collection added to a node when it entered maintenance with method drain.
-STATE_ANNOTATION = "maintenance.kubevirt-ops.io/node-maintenance"
 ETCD_GUARD_PDB = ("openshift-etcd", "etcd-guard-pdb")
 
 
@@ -86,7 +85,7 @@ def blocking_taints(node):
 
 def maintenance_record(node):
     """What this collection recorded on the node when it entered maintenance (or None)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(STATE_ANNOTATION)
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(NODE_STATE_ANNOTATION)
     if not raw:
         return None
     try:
@@ -143,7 +142,7 @@ def enter_changes(node, reason=None):
         record["reason"] = reason
     record["added"] = sorted(added)
     if patch or existing != record:
-        patch.setdefault("metadata", {}).setdefault("annotations", {})[STATE_ANNOTATION] = json.dumps(
+        patch.setdefault("metadata", {}).setdefault("annotations", {})[NODE_STATE_ANNOTATION] = json.dumps(
             record, sort_keys=True)
     after = copy.deepcopy(node)
     _apply_merge(after, patch)
@@ -178,7 +177,7 @@ def leave_changes(node):
     if "label" in added and EXCLUDE_LABEL in labels_of(node):
         patch.setdefault("metadata", {})["labels"] = {EXCLUDE_LABEL: None}
     if record is not None:
-        patch.setdefault("metadata", {}).setdefault("annotations", {})[STATE_ANNOTATION] = None
+        patch.setdefault("metadata", {}).setdefault("annotations", {})[NODE_STATE_ANNOTATION] = None
     after = copy.deepcopy(node)
     _apply_merge(after, patch)
     return (patch or None), maintenance_view(after), kept_cordon
@@ -225,7 +224,7 @@ def set_record_phase(client, node, phase, last_error=None):
     else:
         record.pop("last_error", None)
     return client.patch("Node", node_name(node), {"metadata": {"annotations": {
-        STATE_ANNOTATION: json.dumps(record, sort_keys=True)}}})
+        NODE_STATE_ANNOTATION: json.dumps(record, sort_keys=True)}}})
 
 
 def control_plane_refusal(node, nodes, etcd_guard=None):

@@ -30,6 +30,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     ApiError,
     InvalidInputError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import MANAGED_BY, MANAGED_BY_LABEL
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
     RESOURCE_NAMES,
     PodNeighbours,
@@ -54,8 +55,6 @@ NODE = "node"            # the node itself cannot complete a drain (NotReady)
 
 ALWAYS_FATAL = (SAFETY, PODS)
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "kubevirt_ops.maintenance"
 NODE_MAINTENANCE_KINDS = ("NodeMaintenance", "LegacyNodeMaintenance")
 
 

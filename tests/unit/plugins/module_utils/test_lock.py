@@ -7,7 +7,7 @@ import pytest
 
 from fake_apiserver import fake_client
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock, timeutil
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, lock, timeutil
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import BlockedError, InvalidInputError
 
 T0 = datetime.datetime(2024, 5, 4, 22, 0, 0, tzinfo=datetime.timezone.utc)
@@ -32,7 +32,7 @@ def setup():
 
 
 def lease(server):
-    return server.get("Lease", lock.DEFAULT_NAME, lock.DEFAULT_NAMESPACE)
+    return server.get("Lease", identity.DEFAULT_LOCK_NAME, identity.DEFAULT_LOCK_NAMESPACE)
 
 
 def test_acquire_creates_the_lease_with_holder_times_and_ttl(setup):
@@ -44,7 +44,7 @@ def test_acquire_creates_the_lease_with_holder_times_and_ttl(setup):
     assert spec["leaseDurationSeconds"] == 600
     assert spec["acquireTime"] == spec["renewTime"] == "2024-05-04T22:00:00.000000Z"
     assert result["lock"]["expires_at"] == "2024-05-04T22:10:00.000000Z"
-    assert lease(server)["metadata"]["annotations"][lock.PURPOSE_ANNOTATION] == "rolling maintenance of 4 nodes"
+    assert lease(server)["metadata"]["annotations"][identity.LOCK_PURPOSE_ANNOTATION] == "rolling maintenance of 4 nodes"
 
 
 def test_second_holder_fails_naming_the_holder_and_since_when(setup):
@@ -68,7 +68,7 @@ def test_renew_by_the_holder_moves_renew_time_only(setup):
     spec = lease(server)["spec"]
     assert spec["acquireTime"] == "2024-05-04T22:00:00.000000Z"
     assert spec["renewTime"] == "2024-05-04T22:05:00.000000Z"
-    assert lease(server)["metadata"]["annotations"][lock.PURPOSE_ANNOTATION] == "p"
+    assert lease(server)["metadata"]["annotations"][identity.LOCK_PURPOSE_ANNOTATION] == "p"
 
 
 def test_expired_lease_is_taken_over_and_says_whose(setup):
@@ -97,7 +97,7 @@ def test_release_frees_it_for_the_next_holder(setup):
     result = cluster_lock.release("alice")
     assert result["action"] == "released" and result["changed"]
     assert "holderIdentity" not in lease(server)["spec"]
-    assert lease(server)["metadata"]["annotations"][lock.LAST_HOLDER_ANNOTATION] == "alice"
+    assert lease(server)["metadata"]["annotations"][identity.LOCK_LAST_HOLDER_ANNOTATION] == "alice"
     again = cluster_lock.release("alice")
     assert again["action"] == "none" and not again["changed"]
     assert cluster_lock.acquire("bob", 600)["action"] == "acquired"
@@ -210,7 +210,7 @@ def test_parse_time_keeps_the_offset_after_nanoseconds():
 
 # -- the check node_maintenance, node_decommission and maintenance_preflight share -------------
 
-OPTION = {"name": lock.DEFAULT_NAME, "namespace": lock.DEFAULT_NAMESPACE}
+OPTION = {"name": identity.DEFAULT_LOCK_NAME, "namespace": identity.DEFAULT_LOCK_NAMESPACE}
 
 
 @pytest.mark.parametrize("option, holder, age, held", [
