@@ -328,8 +328,7 @@ class _ReregistrationWatch:
 
 
 def _running_elsewhere(vmi, name):
-    return vmi is not None and kubevirt.vmi_node(vmi) not in (None, name) and \
-        (vmi.get("status") or {}).get("phase") == "Running" and not vmi["metadata"].get("deletionTimestamp")
+    return vmi is not None and kubevirt.vmi_node(vmi) not in (None, name) and kubevirt.vmi_is_running(vmi)
 
 
 def _wait_for_vms(client, name, moving, deadline, wait, result):

@@ -37,7 +37,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-FINISHED_PHASES = ("Succeeded", "Failed")
 # A virt-launcher pod whose launcher exited (after a live migration, the source pod stays
 # Succeeded) holds nothing on the node, and KubeVirt deletes it with its VMI. Deleting it
 # earlier races with virt-controller: a running VMI whose cached node has no pod of its own
@@ -107,7 +106,7 @@ def controller_of(pod):
 
 
 def is_finished(pod):
-    return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
+    return (pod.get("status") or {}).get("phase") in kubevirt.FINISHED_PHASES
 
 
 def has_emptydir(pod):
@@ -778,7 +777,7 @@ def explain_pending(client, node, pods, pdbs, reasons=None, vmis=None):
                     vmi_name = (migration.get("spec") or {}).get("vmiName")
                     migrations.setdefault((namespace, vmi_name), []).append(migration)
             cr = kubevirt.kubevirt_cr(client)
-            cluster_default = (((cr or {}).get("spec") or {}).get("configuration") or {}).get("evictionStrategy")
+            cluster_default = kubevirt.cluster_eviction_strategy(cr)
         except MaintenanceError:
             pass  # an explanation must not fail the report of the real problem
     sentences = []

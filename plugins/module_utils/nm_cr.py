@@ -24,7 +24,6 @@ API_VERSIONS = {
     "NodeMaintenance": "nodemaintenance.medik8s.io/v1beta1",
     "LegacyNodeMaintenance": "nodemaintenance.kubevirt.io/v1beta1",
 }
-FINAL_PHASES = ("Succeeded", "Failed")
 
 
 def served_kind(snapshot):

@@ -491,7 +491,7 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
                             sum(1 for p in view["pending_pods"] if "virt-launcher-" in p),
                             vms=[vm_of_pod[p] for p in view["pending_pods"] if p in vm_of_pod],
                             error=view["last_error"])
-            return current if view["phase"] in nm_cr.FINAL_PHASES else False
+            return current if view["phase"] in kubevirt.FINISHED_PHASES else False
 
         try:
             cr = wait_until(settled, [informer], deadline.remaining(), "NodeMaintenance %s" % cr_name,

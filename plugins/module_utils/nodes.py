@@ -95,9 +95,20 @@ def maintenance_record(node):
     return record if isinstance(record, dict) else None
 
 
+def maintenance_state(node, cr_phase=None):
+    """(in maintenance, phase) of a node: by a NodeMaintenance CR (``cr_phase``: its phase, None when no
+    CR names the node), else this collection's record (phase Running when it records none), else the
+    drain taint (phase Running)."""
+    record = maintenance_record(node)
+    record_phase = (record.get("phase") or "Running") if record is not None else None
+    drain_tainted = has_taint(node, DRAIN_TAINT)
+    return (cr_phase is not None or record is not None or drain_tainted,
+            cr_phase or record_phase or ("Running" if drain_tainted else None))
+
+
 def marked_for_maintenance(node):
     """The node carries the drain taint of a NodeMaintenance or this collection's record."""
-    return has_taint(node, DRAIN_TAINT) or maintenance_record(node) is not None
+    return maintenance_state(node)[0]
 
 
 def maintenance_view(node):

@@ -189,7 +189,7 @@ class Snapshot:
             if snap.served("KubeVirt"):
                 crs, _rv = client.list("KubeVirt")
                 for cr in crs:
-                    value = ((cr.get("spec") or {}).get("configuration") or {}).get("evictionStrategy")
+                    value = kubevirt.cluster_eviction_strategy(cr)
                     if value:
                         snap.cluster_eviction_strategy = value
                         break
@@ -710,17 +710,9 @@ def _placement(plan, snapshot, name, prefer=None):
 
 def maintenance_state(snapshot, name):
     """(in maintenance, phase) of node ``name``: by a NodeMaintenance CR, our record or our drain taint."""
-    node = snapshot.node(name)
-    phase = None
-    record = nodes_mod.maintenance_record(node)
     crs = snapshot.maintenances_of(name)
-    if crs:
-        phase = ((crs[0][1].get("status") or {}).get("phase")) or "Running"
-    elif record is not None:
-        phase = record.get("phase") or "Running"
-    elif nodes_mod.has_taint(node, nodes_mod.DRAIN_TAINT):
-        phase = "Running"
-    return bool(crs) or record is not None or nodes_mod.has_taint(node, nodes_mod.DRAIN_TAINT), phase
+    cr_phase = (((crs[0][1].get("status") or {}).get("phase")) or "Running") if crs else None
+    return nodes_mod.maintenance_state(snapshot.node(name), cr_phase)
 
 
 def node_summary(snapshot, name, options, plan=None):

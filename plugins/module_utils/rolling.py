@@ -42,7 +42,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter im
 )
 
 ORDERS = ("given", "fewest_vms_first")
-RUNNING = "Running"
 # How long the preflight waits, by default, for live migrations in flight to end.
 DEFAULT_SETTLE_TIMEOUT = 300
 # Where a run of the rolling_maintenance role leaves its mark: the reason of the maintenance.
@@ -64,7 +63,7 @@ def running_vms(vmis):
     """Every VM (or stand-alone VMI) whose VMI is Running, with its node."""
     result = []
     for vmi in vmis:
-        if (vmi.get("status") or {}).get("phase") != RUNNING or (vmi.get("metadata") or {}).get("deletionTimestamp"):
+        if not kubevirt.vmi_is_running(vmi):
             continue
         namespace, name, owned = vm_of(vmi)
         result.append({"namespace": namespace, "name": name, "node": kubevirt.vmi_node(vmi), "vm": owned})
