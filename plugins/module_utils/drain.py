@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     ApiError,
     MaintenanceError,
@@ -103,6 +104,14 @@ def controller_of(pod):
         if ref.get("controller"):
             return ref
     return None
+
+
+def pods_permission(namespaces, delete):
+    """The right a drain needs on the pods it removes from ``namespaces``: deleting them (``delete``:
+    disable_eviction, or the pods of a powered-off node), else creating their evictions."""
+    if delete:
+        return Permission("delete", "pods", namespaces=namespaces)
+    return Permission("create", "pods", subresource="eviction", namespaces=namespaces)
 
 
 def is_finished(pod):
