@@ -338,13 +338,10 @@ class Drainer:
         return gen + sum(m.generation for m in self.migrations)
 
     def _await_sync(self, informer):
-        with self.changed:
-            while not informer.synced.is_set():
-                if informer.error is not None:
-                    raise informer.error
-                if self.deadline.expired():
-                    raise MaintenanceError("Timed out listing %ss for the drain of node %s." % (informer.kind, self.node))
-                self.changed.wait(min(1.0, max(0.01, self.deadline.remaining())))
+        if not informer.wait_synced(self.deadline):
+            if informer.error is not None:
+                raise informer.error
+            raise MaintenanceError("Timed out listing %ss for the drain of node %s." % (informer.kind, self.node))
 
     def _stop(self):
         self.pods.stop()
@@ -562,9 +559,7 @@ class Drainer:
                                 changed=self.changed)
             self.migrations.append(informer.start())
         for informer in self.migrations:
-            with self.changed:
-                while not (informer.synced.is_set() or informer.error is not None or self.deadline.expired()):
-                    self.changed.wait(min(1.0, max(0.01, self.deadline.remaining())))
+            informer.wait_synced(self.deadline)
         for informer in [i for i in self.migrations if not i.synced.is_set()]:
             informer.stop()
             self.migrations.remove(informer)
