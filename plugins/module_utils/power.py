@@ -33,11 +33,11 @@ __metaclass__ = type
 import time
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import format_epoch, parse_epoch
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     BlockedError,
     InvalidInputError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import format_epoch, parse_epoch
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 # kube-controller-manager --node-monitor-grace-period default (see the module docstring).
@@ -47,6 +47,7 @@ NODE_MONITOR_GRACE_SECONDS = 40
 BY_BMH = "bmh"
 BY_HEARTBEAT = "heartbeat_stopped"
 BY_ASSUMPTION = "assumed"
+
 
 class Heartbeat:
     """What a node's kubelet last said: ``alive``, when (``last``, epoch seconds) and how."""
