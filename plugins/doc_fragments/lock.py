@@ -8,8 +8,8 @@ __metaclass__ = type
 
 
 class ModuleDocFragment:
-    # Paired with module_utils/args.py LOCK (the defaults are module_utils/lock.py DEFAULT_NAME
-    # and DEFAULT_NAMESPACE, the lock the roles take).
+    # Paired with module_utils/args.py LOCK (the defaults are module_utils/identity.py DEFAULT_LOCK_NAME
+    # and DEFAULT_LOCK_NAMESPACE, the lock the roles take).
     DOCUMENTATION = r"""
 options:
   lock:

@@ -182,11 +182,7 @@ def describe_node(node, vmis_by_node=None, maintenance_by_node=None):
     taints = list(spec.get("taints") or [])
     cordoned = node_state.is_cordoned(node)
     ready = node_state.is_ready(node)
-    cr_phase = (maintenance_by_node or {}).get(name)
-    record = node_state.maintenance_record(node)
-    record_phase = (record.get("phase") or "Running") if record is not None else None
-    drain_tainted = node_state.has_taint(node, node_state.DRAIN_TAINT)
-    in_maintenance = bool(cr_phase is not None or record_phase or drain_tainted)
+    in_maintenance, maintenance_phase = node_state.maintenance_state(node, (maintenance_by_node or {}).get(name))
     host = {
         "node_name": name,
         "node_labels": labels,
@@ -197,7 +193,7 @@ def describe_node(node, vmis_by_node=None, maintenance_by_node=None):
         "node_schedulable": ready and not cordoned,
         "node_cordoned": cordoned,
         "node_in_maintenance": in_maintenance,
-        "node_maintenance_phase": cr_phase or record_phase or ("Running" if drain_tainted else None),
+        "node_maintenance_phase": maintenance_phase,
         "node_control_plane": node_state.is_control_plane(node),
         "node_internal_ip": _address(node, ("InternalIP",)),
         "node_kubelet_version": (status.get("nodeInfo") or {}).get("kubeletVersion"),

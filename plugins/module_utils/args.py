@@ -18,7 +18,7 @@ import copy
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import DEFAULT_NAME, DEFAULT_NAMESPACE
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import DEFAULT_LOCK_NAME, DEFAULT_LOCK_NAMESPACE
 
 AUTH = {
     "kubeconfig": {"type": "raw", "fallback": (env_fallback, ["K8S_AUTH_KUBECONFIG"])},
@@ -64,8 +64,8 @@ def lock_option(apply_defaults=True):
     null); without it, a module looks at a lock only when one is given. An empty name opts out.
     """
     return {"type": "dict", "apply_defaults": apply_defaults, "options": {
-        "name": {"type": "str", "default": DEFAULT_NAME},
-        "namespace": {"type": "str", "default": DEFAULT_NAMESPACE},
+        "name": {"type": "str", "default": DEFAULT_LOCK_NAME},
+        "namespace": {"type": "str", "default": DEFAULT_LOCK_NAMESPACE},
         "holder": {"type": "str"},
     }}
 

@@ -44,9 +44,10 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     api_error,
     describe_object,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import USER_AGENT_PREFIX
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.version import COLLECTION_VERSION
 
-USER_AGENT = "kubevirt_ops.maintenance/%s" % COLLECTION_VERSION
+USER_AGENT = USER_AGENT_PREFIX + COLLECTION_VERSION
 IN_CLUSTER_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_KUBECONFIG = "~/.kube/config"
 # Every group's resources in one response (Kubernetes 1.30+); plain JSON from older servers.

@@ -28,6 +28,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain imp
     Progress,
     explain_pending,
     pod_key,
+    pods_permission,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     BlockedError,
@@ -122,10 +123,9 @@ def run(module):
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
     namespaces = sorted(set(p["metadata"]["namespace"] for p in plan.evict))
     perms = [Permission("patch", "nodes"), Permission("delete", "nodes")]
-    if powered_off or options.drain.disable_eviction:
-        perms.append(Permission("delete", "pods", namespaces=namespaces))
-    elif namespaces:
-        perms.append(Permission("create", "pods", subresource="eviction", namespaces=namespaces))
+    delete_pods = powered_off or options.drain.disable_eviction
+    if delete_pods or namespaces:
+        perms.append(pods_permission(namespaces, delete_pods))
     perms.extend(restart_elsewhere.permissions(shutdown, [] if powered_off else plan.vms))
     if host is not None:
         perms.append(Permission("patch", "baremetalhosts", group="metal3.io",
@@ -328,8 +328,7 @@ class _ReregistrationWatch:
 
 
 def _running_elsewhere(vmi, name):
-    return vmi is not None and kubevirt.vmi_node(vmi) not in (None, name) and \
-        (vmi.get("status") or {}).get("phase") == "Running" and not vmi["metadata"].get("deletionTimestamp")
+    return vmi is not None and kubevirt.vmi_node(vmi) not in (None, name) and kubevirt.vmi_is_running(vmi)
 
 
 def _wait_for_vms(client, name, moving, deadline, wait, result):

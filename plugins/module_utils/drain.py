@@ -15,7 +15,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import datetime
 import random
 import threading
 import time
@@ -23,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     ApiError,
     MaintenanceError,
@@ -34,10 +34,10 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.schedulin
     requirements_match,
     selector_matches,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import now_seconds
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-FINISHED_PHASES = ("Succeeded", "Failed")
 # A virt-launcher pod whose launcher exited (after a live migration, the source pod stays
 # Succeeded) holds nothing on the node, and KubeVirt deletes it with its VMI. Deleting it
 # earlier races with virt-controller: a running VMI whose cached node has no pod of its own
@@ -106,8 +106,16 @@ def controller_of(pod):
     return None
 
 
+def pods_permission(namespaces, delete):
+    """The right a drain needs on the pods it removes from ``namespaces``: deleting them (``delete``:
+    disable_eviction, or the pods of a powered-off node), else creating their evictions."""
+    if delete:
+        return Permission("delete", "pods", namespaces=namespaces)
+    return Permission("create", "pods", subresource="eviction", namespaces=namespaces)
+
+
 def is_finished(pod):
-    return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
+    return (pod.get("status") or {}).get("phase") in kubevirt.FINISHED_PHASES
 
 
 def has_emptydir(pod):
@@ -186,7 +194,7 @@ class Progress:
         self.lines = 0
 
     def line(self, text):
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = now_seconds()
         full = "%s node=%s %s" % (stamp, self.node, text)
         if self.log:
             try:
@@ -330,13 +338,10 @@ class Drainer:
         return gen + sum(m.generation for m in self.migrations)
 
     def _await_sync(self, informer):
-        with self.changed:
-            while not informer.synced.is_set():
-                if informer.error is not None:
-                    raise informer.error
-                if self.deadline.expired():
-                    raise MaintenanceError("Timed out listing %ss for the drain of node %s." % (informer.kind, self.node))
-                self.changed.wait(min(1.0, max(0.01, self.deadline.remaining())))
+        if not informer.wait_synced(self.deadline):
+            if informer.error is not None:
+                raise informer.error
+            raise MaintenanceError("Timed out listing %ss for the drain of node %s." % (informer.kind, self.node))
 
     def _stop(self):
         self.pods.stop()
@@ -554,9 +559,7 @@ class Drainer:
                                 changed=self.changed)
             self.migrations.append(informer.start())
         for informer in self.migrations:
-            with self.changed:
-                while not (informer.synced.is_set() or informer.error is not None or self.deadline.expired()):
-                    self.changed.wait(min(1.0, max(0.01, self.deadline.remaining())))
+            informer.wait_synced(self.deadline)
         for informer in [i for i in self.migrations if not i.synced.is_set()]:
             informer.stop()
             self.migrations.remove(informer)
@@ -778,7 +781,7 @@ def explain_pending(client, node, pods, pdbs, reasons=None, vmis=None):
                     vmi_name = (migration.get("spec") or {}).get("vmiName")
                     migrations.setdefault((namespace, vmi_name), []).append(migration)
             cr = kubevirt.kubevirt_cr(client)
-            cluster_default = (((cr or {}).get("spec") or {}).get("configuration") or {}).get("evictionStrategy")
+            cluster_default = kubevirt.cluster_eviction_strategy(cr)
         except MaintenanceError:
             pass  # an explanation must not fail the report of the real problem
     sentences = []

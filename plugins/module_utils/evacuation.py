@@ -41,7 +41,7 @@ EVACUATION_MIGRATION_ANNOTATION = "kubevirt.io/evacuationMigration"
 CANCEL_ACTION = "evacuate/cancel"
 EVACUATION_NODE = ("status", "evacuationNodeName")
 # Migration phases after which memory is being (or has been) transferred.
-STARTED_PHASES = ("Running",) + kubevirt.FINAL_MIGRATION_PHASES
+STARTED_PHASES = ("Running",) + kubevirt.FINISHED_PHASES
 
 
 def _meta(obj):

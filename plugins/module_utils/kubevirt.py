@@ -16,6 +16,8 @@ RUN_STRATEGIES = ("Always", "RerunOnFailure", "Manual", "Halted", "Once")
 LAUNCHER_LABEL = "kubevirt.io=virt-launcher"
 CREATED_BY_LABEL = "kubevirt.io/created-by"
 NODE_NAME_LABEL = "kubevirt.io/nodeName"
+# The phases in which a pod, a VMI, a migration (and a NodeMaintenance) has finished.
+FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 def cluster_eviction_strategy(kubevirt):
@@ -42,12 +44,9 @@ def vm_run_strategy(vm):
     return "Halted"
 
 
-FINAL_VMI_PHASES = ("Succeeded", "Failed")
-
-
 def vmi_is_final(vmi):
     """True when the VMI has ended (Succeeded or Failed)."""
-    return ((vmi or {}).get("status") or {}).get("phase") in FINAL_VMI_PHASES
+    return ((vmi or {}).get("status") or {}).get("phase") in FINISHED_PHASES
 
 
 def vm_claim_names(vm):
@@ -91,7 +90,6 @@ def kubevirt_cr(client):
 
 VM_NAME_LABEL = "vm.kubevirt.io/name"
 MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
-FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
 VMI_PDB_PREFIX = "kubevirt-disruption-budget-"
 
 # What each LiveMigratable=False reason means for an operator (kubevirt.io/api core/v1
@@ -122,7 +120,17 @@ def vmi_node(vmi):
 
 def vmi_is_active(vmi):
     """The VMI has not ended (a finished VMI holds no launcher pod worth draining)."""
-    return (vmi.get("status") or {}).get("phase") not in FINAL_VMI_PHASES and not _meta(vmi).get("deletionTimestamp")
+    return (vmi.get("status") or {}).get("phase") not in FINISHED_PHASES and not _meta(vmi).get("deletionTimestamp")
+
+
+def vmi_phase_running(vmi):
+    """The VMI is in phase Running, also while it is being deleted."""
+    return (vmi.get("status") or {}).get("phase") == "Running"
+
+
+def vmi_is_running(vmi):
+    """Phase Running and not being deleted, whether or not it is Ready (see vmi_in_service)."""
+    return vmi_phase_running(vmi) and not _meta(vmi).get("deletionTimestamp")
 
 
 def vmi_in_service(vmi):
@@ -131,7 +139,7 @@ def vmi_in_service(vmi):
     virt-controller copies the Ready condition from the launcher pod (readiness probes act
     through it), and keeps it False while a migration hands the guest over.
     """
-    if (vmi.get("status") or {}).get("phase") != "Running" or _meta(vmi).get("deletionTimestamp"):
+    if not vmi_is_running(vmi):
         return False
     for cond in (vmi.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
@@ -141,8 +149,7 @@ def vmi_in_service(vmi):
 
 def vmi_running_not_ready(vmi):
     """Phase Running (not being deleted) but not in service: its Ready condition is not True."""
-    return ((vmi.get("status") or {}).get("phase") == "Running" and not _meta(vmi).get("deletionTimestamp")
-            and not vmi_in_service(vmi))
+    return vmi_is_running(vmi) and not vmi_in_service(vmi)
 
 
 def vm_name_of(vmi):
@@ -238,7 +245,7 @@ def migration_in_flight(migration):
     types.go ``VirtualMachineInstanceMigrationPhase``); a migration without a phase is Pending.
     """
     phase = (migration.get("status") or {}).get("phase") or "Pending"
-    return phase not in FINAL_MIGRATION_PHASES and not _meta(migration).get("deletionTimestamp")
+    return phase not in FINISHED_PHASES and not _meta(migration).get("deletionTimestamp")
 
 
 def describe_migration(migration, source=None, target=None):

@@ -32,48 +32,22 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     NotFoundError,
     WaitTimeoutError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import (
+    DEFAULT_LOCK_NAME,
+    DEFAULT_LOCK_NAMESPACE,
+    LOCK_LAST_HOLDER_ANNOTATION,
+    LOCK_PURPOSE_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import format_micro, format_seconds, parse_time, utc_now
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer, wait_until
 
-DEFAULT_NAME = "kubevirt-ops-maintenance"
-DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_TTL = 3600
-PURPOSE_ANNOTATION = "maintenance.kubevirt-ops.io/purpose"
-LAST_HOLDER_ANNOTATION = "maintenance.kubevirt-ops.io/last-holder"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "kubevirt_ops.maintenance"
 
 # A write that loses a race re-reads and decides again; more losses than this in a row
 # mean something keeps rewriting the Lease, which is worth reporting rather than looping.
 _MAX_CONFLICTS = 20
-
-
-def utc_now():
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def format_time(moment):
-    """A Kubernetes MicroTime: RFC 3339 with microseconds, in UTC."""
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(text):
-    """MicroTime or Time -> aware datetime (None when absent or unreadable)."""
-    if not text:
-        return None
-    value = text.strip().replace("Z", "+00:00")
-    if "." in value:
-        # Python < 3.11 accepts exactly 3 or 6 fraction digits.
-        head, rest = value.split(".", 1)
-        digits = rest[:len(rest) - len(rest.lstrip("0123456789"))]
-        zone = rest[len(digits):]
-        value = "%s.%s%s" % (head, (digits + "000000")[:6], zone)
-    try:
-        moment = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment
 
 
 def default_holder():
@@ -114,7 +88,7 @@ class LeaseState:
         self.acquired_at = parse_time(spec.get("acquireTime"))
         self.renewed_at = parse_time(spec.get("renewTime")) or self.acquired_at
         self.transitions = spec.get("leaseTransitions") or 0
-        self.purpose = (meta.get("annotations") or {}).get(PURPOSE_ANNOTATION)
+        self.purpose = (meta.get("annotations") or {}).get(LOCK_PURPOSE_ANNOTATION)
 
     @property
     def expires_at(self):
@@ -142,7 +116,7 @@ class LeaseState:
         """'alice@laptop pid 12 #00ff since 2024-05-01T10:00:00Z (14m02s ago, renewed 20s ago, expires in 59m40s)'."""
         text = "'%s'" % self.holder
         if self.acquired_at:
-            text += " since %s (%s ago" % (self.acquired_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            text += " since %s (%s ago" % (format_seconds(self.acquired_at),
                                            _age((self.now - self.acquired_at).total_seconds()))
             if self.renewed_at and self.renewed_at != self.acquired_at:
                 text += ", renewed %s ago" % _age((self.now - self.renewed_at).total_seconds())
@@ -159,9 +133,9 @@ class LeaseState:
             "namespace": namespace,
             "name": name,
             "holder": self.holder,
-            "acquired_at": format_time(self.acquired_at) if self.acquired_at and self.holder else None,
-            "renewed_at": format_time(self.renewed_at) if self.renewed_at and self.holder else None,
-            "expires_at": format_time(self.expires_at) if self.expires_at else None,
+            "acquired_at": format_micro(self.acquired_at) if self.acquired_at and self.holder else None,
+            "renewed_at": format_micro(self.renewed_at) if self.renewed_at and self.holder else None,
+            "expires_at": format_micro(self.expires_at) if self.expires_at else None,
             "ttl": self.ttl,
             "transitions": self.transitions,
             "purpose": self.purpose if self.holder else None,
@@ -171,7 +145,7 @@ class LeaseState:
 class ClusterLock:
     """Acquire, renew and release one Lease with optimistic concurrency."""
 
-    def __init__(self, client, name=DEFAULT_NAME, namespace=DEFAULT_NAMESPACE, clock=utc_now):
+    def __init__(self, client, name=DEFAULT_LOCK_NAME, namespace=DEFAULT_LOCK_NAMESPACE, clock=utc_now):
         self.client = client
         self.name = name
         self.namespace = namespace
@@ -188,7 +162,7 @@ class ClusterLock:
     # -- writes ------------------------------------------------------------------------
 
     def _body(self, holder, ttl, purpose, previous=None, new_holder=True):
-        now = format_time(self.clock())
+        now = format_micro(self.clock())
         if previous is not None and previous.lease is not None:
             body = dict(previous.lease)
             body["metadata"] = dict(body.get("metadata") or {})
@@ -200,7 +174,7 @@ class ClusterLock:
         meta["labels"] = dict(meta.get("labels") or {}, **{MANAGED_BY_LABEL: MANAGED_BY})
         annotations = dict(meta.get("annotations") or {})
         if purpose is not None:
-            annotations[PURPOSE_ANNOTATION] = purpose
+            annotations[LOCK_PURPOSE_ANNOTATION] = purpose
         meta["annotations"] = annotations
         spec["holderIdentity"] = holder
         spec["leaseDurationSeconds"] = int(ttl)
@@ -242,9 +216,9 @@ class ClusterLock:
                 return None, ("held", before, None)
             body = self._body(holder, ttl, purpose, previous=before, new_holder=outcome != "renewed")
             if outcome == "renewed" and purpose is None:
-                body["metadata"]["annotations"].pop(PURPOSE_ANNOTATION, None)
+                body["metadata"]["annotations"].pop(LOCK_PURPOSE_ANNOTATION, None)
                 if before.purpose:
-                    body["metadata"]["annotations"][PURPOSE_ANNOTATION] = before.purpose
+                    body["metadata"]["annotations"][LOCK_PURPOSE_ANNOTATION] = before.purpose
             return body, (outcome, before, body)
 
         (outcome, before, body), written = self._update(decide, check_mode)
@@ -338,8 +312,8 @@ class ClusterLock:
             body["metadata"] = dict(body["metadata"])
             body["spec"] = dict(body.get("spec") or {})
             annotations = dict(body["metadata"].get("annotations") or {})
-            annotations.pop(PURPOSE_ANNOTATION, None)
-            annotations[LAST_HOLDER_ANNOTATION] = before.holder
+            annotations.pop(LOCK_PURPOSE_ANNOTATION, None)
+            annotations[LOCK_LAST_HOLDER_ANNOTATION] = before.holder
             body["metadata"]["annotations"] = annotations
             for key in ("holderIdentity", "acquireTime", "renewTime"):
                 body["spec"].pop(key, None)
@@ -364,7 +338,7 @@ def held_by_another(client, lock):
     or the caller's own, and when the option opts out (no option, or an empty name)."""
     if not lock or not lock.get("name"):
         return None
-    state = ClusterLock(client, lock["name"], lock.get("namespace") or DEFAULT_NAMESPACE).read()
+    state = ClusterLock(client, lock["name"], lock.get("namespace") or DEFAULT_LOCK_NAMESPACE).read()
     if state.free or state.holder == lock.get("holder"):
         return None
     return state
@@ -373,7 +347,7 @@ def held_by_another(client, lock):
 def held_text(lock, state):
     """'the cluster lock kube-system/kubevirt-ops-maintenance is held by 'alice@bastion ...' since ...'."""
     return "the cluster lock %s/%s is held by %s" % (
-        lock.get("namespace") or DEFAULT_NAMESPACE, lock["name"], state.describe_holder())
+        lock.get("namespace") or DEFAULT_LOCK_NAMESPACE, lock["name"], state.describe_holder())
 
 
 def refuse_while_held(client, lock, refused, **details):
@@ -391,7 +365,7 @@ def refuse_while_held(client, lock, refused, **details):
         raise ApiError(
             "%s: the cluster lock could not be checked: %s; grant get on leases in %s, or set lock.name to an "
             "empty string to act regardless of the lock." % (
-                refused, cause[:1].lower() + cause[1:], lock.get("namespace") or DEFAULT_NAMESPACE),
+                refused, cause[:1].lower() + cause[1:], lock.get("namespace") or DEFAULT_LOCK_NAMESPACE),
             status=exc.status, reason=exc.reason, **details)
     if state is None:
         return
@@ -399,7 +373,7 @@ def refuse_while_held(client, lock, refused, **details):
         "%s: %s, so another maintenance run is in progress; wait for it to end, give its holder in lock.holder "
         "if this task belongs to that run, or set lock.name to an empty string to act regardless of the lock." % (
             refused, held_text(lock, state)),
-        lock=state.as_result(lock.get("namespace") or DEFAULT_NAMESPACE, lock["name"]),
+        lock=state.as_result(lock.get("namespace") or DEFAULT_LOCK_NAMESPACE, lock["name"]),
         blockers=["lock held by %s" % state.holder], **details)
 
 

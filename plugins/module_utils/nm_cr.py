@@ -14,9 +14,8 @@ __metaclass__ = type
 
 import hashlib
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import MANAGED_BY, MANAGED_BY_LABEL, NODE_MAINTENANCE_CR_PREFIX
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan import (
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
     NODE_MAINTENANCE_KINDS,
     is_our_maintenance,
 )
@@ -25,8 +24,6 @@ API_VERSIONS = {
     "NodeMaintenance": "nodemaintenance.medik8s.io/v1beta1",
     "LegacyNodeMaintenance": "nodemaintenance.kubevirt.io/v1beta1",
 }
-FINAL_PHASES = ("Succeeded", "Failed")
-NAME_PREFIX = "kubevirt-ops-"
 
 
 def served_kind(snapshot):
@@ -39,7 +36,7 @@ def served_kind(snapshot):
 
 def cr_name(node):
     """Our CR's name for a node: 'kubevirt-ops-<node>', shortened with a hash when too long."""
-    name = NAME_PREFIX + node
+    name = NODE_MAINTENANCE_CR_PREFIX + node
     if len(name) <= 253:
         return name
     digest = hashlib.sha256(node.encode("utf-8")).hexdigest()[:10]

@@ -25,6 +25,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain imp
     explain_pending,
     percent,
     pod_key,
+    pods_permission,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     BlockedError,
@@ -351,10 +352,7 @@ def _permissions_for_drain(plan, options, shutdown):
     namespaces = sorted(set(p["metadata"]["namespace"] for p in plan.evict))
     perms = [Permission("patch", "nodes")]
     if namespaces:
-        if options.drain.disable_eviction:
-            perms.append(Permission("delete", "pods", namespaces=namespaces))
-        else:
-            perms.append(Permission("create", "pods", subresource="eviction", namespaces=namespaces))
+        perms.append(pods_permission(namespaces, options.drain.disable_eviction))
     perms.extend(restart_elsewhere.permissions(shutdown, plan.vms))
     return perms
 
@@ -491,7 +489,7 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
                             sum(1 for p in view["pending_pods"] if "virt-launcher-" in p),
                             vms=[vm_of_pod[p] for p in view["pending_pods"] if p in vm_of_pod],
                             error=view["last_error"])
-            return current if view["phase"] in nm_cr.FINAL_PHASES else False
+            return current if view["phase"] in kubevirt.FINISHED_PHASES else False
 
         try:
             cr = wait_until(settled, [informer], deadline.remaining(), "NodeMaintenance %s" % cr_name,

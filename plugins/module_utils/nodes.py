@@ -11,23 +11,18 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
-import datetime
 import json
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import NODE_STATE_ANNOTATION
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import now_seconds
 
 DRAIN_TAINT = {"key": "medik8s.io/drain", "effect": "NoSchedule"}
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 MAINTENANCE_TAINTS = (UNSCHEDULABLE_TAINT, DRAIN_TAINT)
 EXCLUDE_LABEL = "remediation.medik8s.io/exclude-from-remediation"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
-# What this collection added to a node when it entered maintenance with method drain.
-STATE_ANNOTATION = "maintenance.kubevirt-ops.io/node-maintenance"
 ETCD_GUARD_PDB = ("openshift-etcd", "etcd-guard-pdb")
-
-
-def now_iso():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def get_node(client, name):
@@ -90,7 +85,7 @@ def blocking_taints(node):
 
 def maintenance_record(node):
     """What this collection recorded on the node when it entered maintenance (or None)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(STATE_ANNOTATION)
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(NODE_STATE_ANNOTATION)
     if not raw:
         return None
     try:
@@ -100,9 +95,20 @@ def maintenance_record(node):
     return record if isinstance(record, dict) else None
 
 
+def maintenance_state(node, cr_phase=None):
+    """(in maintenance, phase) of a node: by a NodeMaintenance CR (``cr_phase``: its phase, None when no
+    CR names the node), else this collection's record (phase Running when it records none), else the
+    drain taint (phase Running)."""
+    record = maintenance_record(node)
+    record_phase = (record.get("phase") or "Running") if record is not None else None
+    drain_tainted = has_taint(node, DRAIN_TAINT)
+    return (cr_phase is not None or record is not None or drain_tainted,
+            cr_phase or record_phase or ("Running" if drain_tainted else None))
+
+
 def marked_for_maintenance(node):
     """The node carries the drain taint of a NodeMaintenance or this collection's record."""
-    return has_taint(node, DRAIN_TAINT) or maintenance_record(node) is not None
+    return maintenance_state(node)[0]
 
 
 def maintenance_view(node):
@@ -132,7 +138,7 @@ def enter_changes(node, reason=None):
     new_taints = []
     for taint in MAINTENANCE_TAINTS:
         if not has_taint(node, taint):
-            new_taints.append(dict(taint, timeAdded=now_iso()))
+            new_taints.append(dict(taint, timeAdded=now_seconds()))
             added.add("taint:" + taint["key"])
     if new_taints:
         patch.setdefault("spec", {})["taints"] = taints + new_taints
@@ -140,14 +146,14 @@ def enter_changes(node, reason=None):
         patch.setdefault("metadata", {})["labels"] = {EXCLUDE_LABEL: "true"}
         added.add("label")
     existing = record
-    record = dict(existing or {"method": "drain", "started": now_iso()})
+    record = dict(existing or {"method": "drain", "started": now_seconds()})
     if patch or existing is None:
         record["phase"] = "Running"  # a finished drain keeps its phase until the node changes again
     if reason is not None:
         record["reason"] = reason
     record["added"] = sorted(added)
     if patch or existing != record:
-        patch.setdefault("metadata", {}).setdefault("annotations", {})[STATE_ANNOTATION] = json.dumps(
+        patch.setdefault("metadata", {}).setdefault("annotations", {})[NODE_STATE_ANNOTATION] = json.dumps(
             record, sort_keys=True)
     after = copy.deepcopy(node)
     _apply_merge(after, patch)
@@ -182,7 +188,7 @@ def leave_changes(node):
     if "label" in added and EXCLUDE_LABEL in labels_of(node):
         patch.setdefault("metadata", {})["labels"] = {EXCLUDE_LABEL: None}
     if record is not None:
-        patch.setdefault("metadata", {}).setdefault("annotations", {})[STATE_ANNOTATION] = None
+        patch.setdefault("metadata", {}).setdefault("annotations", {})[NODE_STATE_ANNOTATION] = None
     after = copy.deepcopy(node)
     _apply_merge(after, patch)
     return (patch or None), maintenance_view(after), kept_cordon
@@ -223,13 +229,13 @@ def set_record_phase(client, node, phase, last_error=None):
     record = maintenance_record(node)
     if record is None or (record.get("phase") == phase and record.get("last_error") == last_error):
         return node
-    record = dict(record, phase=phase, updated=now_iso())
+    record = dict(record, phase=phase, updated=now_seconds())
     if last_error:
         record["last_error"] = last_error[:1000]
     else:
         record.pop("last_error", None)
     return client.patch("Node", node_name(node), {"metadata": {"annotations": {
-        STATE_ANNOTATION: json.dumps(record, sort_keys=True)}}})
+        NODE_STATE_ANNOTATION: json.dumps(record, sort_keys=True)}}})
 
 
 def control_plane_refusal(node, nodes, etcd_guard=None):

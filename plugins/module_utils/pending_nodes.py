@@ -33,9 +33,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import PENDING_TAINT_KEY
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nodes import node_name, update_node
 
-PENDING_TAINT_KEY = "kubevirt-ops.io/maintenance-pending"
 PENDING_EFFECT = "PreferNoSchedule"
 
 

@@ -30,6 +30,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     ApiError,
     InvalidInputError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import MANAGED_BY, MANAGED_BY_LABEL
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
     RESOURCE_NAMES,
     PodNeighbours,
@@ -54,8 +55,6 @@ NODE = "node"            # the node itself cannot complete a drain (NotReady)
 
 ALWAYS_FATAL = (SAFETY, PODS)
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "kubevirt_ops.maintenance"
 NODE_MAINTENANCE_KINDS = ("NodeMaintenance", "LegacyNodeMaintenance")
 
 
@@ -190,7 +189,7 @@ class Snapshot:
             if snap.served("KubeVirt"):
                 crs, _rv = client.list("KubeVirt")
                 for cr in crs:
-                    value = ((cr.get("spec") or {}).get("configuration") or {}).get("evictionStrategy")
+                    value = kubevirt.cluster_eviction_strategy(cr)
                     if value:
                         snap.cluster_eviction_strategy = value
                         break
@@ -711,17 +710,9 @@ def _placement(plan, snapshot, name, prefer=None):
 
 def maintenance_state(snapshot, name):
     """(in maintenance, phase) of node ``name``: by a NodeMaintenance CR, our record or our drain taint."""
-    node = snapshot.node(name)
-    phase = None
-    record = nodes_mod.maintenance_record(node)
     crs = snapshot.maintenances_of(name)
-    if crs:
-        phase = ((crs[0][1].get("status") or {}).get("phase")) or "Running"
-    elif record is not None:
-        phase = record.get("phase") or "Running"
-    elif nodes_mod.has_taint(node, nodes_mod.DRAIN_TAINT):
-        phase = "Running"
-    return bool(crs) or record is not None or nodes_mod.has_taint(node, nodes_mod.DRAIN_TAINT), phase
+    cr_phase = (((crs[0][1].get("status") or {}).get("phase")) or "Running") if crs else None
+    return nodes_mod.maintenance_state(snapshot.node(name), cr_phase)
 
 
 def node_summary(snapshot, name, options, plan=None):

@@ -30,8 +30,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import calendar
-import re
 import time
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
@@ -39,6 +37,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     BlockedError,
     InvalidInputError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import format_epoch, parse_epoch
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 # kube-controller-manager --node-monitor-grace-period default (see the module docstring).
@@ -48,17 +47,6 @@ NODE_MONITOR_GRACE_SECONDS = 40
 BY_BMH = "bmh"
 BY_HEARTBEAT = "heartbeat_stopped"
 BY_ASSUMPTION = "assumed"
-
-_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?(Z|[+-]00:00)$")
-
-
-def parse_time(value):
-    """Seconds since the epoch of a Kubernetes (Micro)Time, or None."""
-    found = _TIME.match(value or "")
-    if not found:
-        return None
-    seconds = calendar.timegm(time.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S"))
-    return seconds + (float(found.group(2)) if found.group(2) else 0.0)
 
 
 class Heartbeat:
@@ -81,11 +69,7 @@ class Heartbeat:
         return text
 
     def as_dict(self):
-        return {"alive": self.alive, "last": _iso(self.last), "source": self.source}
-
-
-def _iso(epoch):
-    return None if epoch is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+        return {"alive": self.alive, "last": format_epoch(self.last), "source": self.source}
 
 
 def heartbeat(node, lease, now=None, grace=NODE_MONITOR_GRACE_SECONDS):
@@ -93,10 +77,10 @@ def heartbeat(node, lease, now=None, grace=NODE_MONITOR_GRACE_SECONDS):
     now = time.time() if now is None else now
     ready = nodes_mod.condition(node, "Ready") or {}
     stamps = []
-    renewed = parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
+    renewed = parse_epoch(((lease or {}).get("spec") or {}).get("renewTime"))
     if renewed is not None:
         stamps.append((renewed, "node Lease"))
-    beat = parse_time(ready.get("lastHeartbeatTime"))
+    beat = parse_epoch(ready.get("lastHeartbeatTime"))
     if beat is not None:
         stamps.append((beat, "Ready condition heartbeat"))
     last, source = max(stamps) if stamps else (None, None)

@@ -43,6 +43,11 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import pa
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import RESOURCES, api_version_of
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError, NotFoundError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import (
+    PAUSED_FOR_ANNOTATION,
+    REMEDIATION_PAUSE_PREFIX,
+    REMEDIATION_RECORD_ANNOTATION,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nodes import EXCLUDE_LABEL, labels_of
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import selector_matches
 
@@ -53,19 +58,16 @@ MACHINE_HEALTH_CHECKS = (
     ("CapiMachineHealthCheck", "CapiMachine", "cluster.x-k8s.io/cluster-name"),
 )
 PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
-PAUSED_FOR_ANNOTATION = "maintenance.kubevirt-ops.io/paused-for"
-NODE_RECORD_ANNOTATION = "maintenance.kubevirt-ops.io/remediation-paused"
-PAUSE_PREFIX = "kubevirt-ops: maintenance of node "
 
 PAUSE_REQUESTS = ("spec", "pauseRequests")
 PAUSED = ("metadata", "annotations", PAUSED_ANNOTATION)
 PAUSED_FOR = ("metadata", "annotations", PAUSED_FOR_ANNOTATION)
-NODE_RECORD = ("metadata", "annotations", NODE_RECORD_ANNOTATION)
+NODE_RECORD = ("metadata", "annotations", REMEDIATION_RECORD_ANNOTATION)
 
 
 def pause_request(node):
     """Our entry in a NodeHealthCheck's pauseRequests (and our value of the paused annotation)."""
-    return PAUSE_PREFIX + node
+    return REMEDIATION_PAUSE_PREFIX + node
 
 
 def _meta(obj):
@@ -191,7 +193,7 @@ def _record_key(kind, obj):
 
 
 def recorded(node):
-    raw = (_meta(node).get("annotations") or {}).get(NODE_RECORD_ANNOTATION)
+    raw = (_meta(node).get("annotations") or {}).get(REMEDIATION_RECORD_ANNOTATION)
     try:
         items = json.loads(raw) if raw else []
     except ValueError:
@@ -235,7 +237,7 @@ def _restore_plan(kind, node_name):
         left = [n for n in _paused_for(check) if n != node_name]
         changes = [(PAUSED_FOR, json.dumps(left) if left else None)]
         value = (_meta(check).get("annotations") or {}).get(PAUSED_ANNOTATION)
-        if not left and isinstance(value, str) and value.startswith(PAUSE_PREFIX):
+        if not left and isinstance(value, str) and value.startswith(REMEDIATION_PAUSE_PREFIX):
             changes.append((PAUSED, None))
         return patches.set_fields(check, changes), True
     return plan
@@ -289,7 +291,7 @@ def restore(client, node, targets=None):
             continue
         if changed:
             done.append(entry(kind, check, how(kind)))
-    if recorded(node) or NODE_RECORD_ANNOTATION in (_meta(node).get("annotations") or {}):
+    if recorded(node) or REMEDIATION_RECORD_ANNOTATION in (_meta(node).get("annotations") or {}):
         try:
             node = _write_record(client, node, [])
         except NotFoundError:

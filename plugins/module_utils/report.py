@@ -14,10 +14,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import datetime
 import json
 import os
 import tempfile
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import format_seconds, parse_time_utc, utc_now
 
 # Phases of one node, in order, with their label and colour in the timeline.
 PHASES = (
@@ -35,31 +36,6 @@ MIGRATION_COLOUR = "#1b1b1b"
 SHUTDOWN_COLOUR = "#d62728"
 UNTOUCHED_COLOUR = "#e6e6e6"
 PREFLIGHT_COLOUR = "#9e9e9e"
-
-
-def parse_time(value):
-    """ISO 8601 (with Z or an offset; naive means UTC) -> aware datetime, or None."""
-    if not value:
-        return None
-    if isinstance(value, datetime.datetime):
-        moment = value
-    else:
-        text = str(value).strip().replace("Z", "+00:00").replace(" ", "T", 1)
-        if "." in text:
-            head, rest = text.split(".", 1)
-            digits = rest[:len(rest) - len(rest.lstrip("0123456789"))]
-            text = "%s.%s%s" % (head, (digits + "000000")[:6], rest[len(digits):])
-        try:
-            moment = datetime.datetime.fromisoformat(text)
-        except ValueError:
-            return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment.astimezone(datetime.timezone.utc)
-
-
-def iso(moment):
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None
 
 
 def seconds_between(start, end):
@@ -91,7 +67,7 @@ def _phases(record):
     phases = []
     for name in PHASE_NAMES:
         item = raw.get(name) or {}
-        start, end = parse_time(item.get("start")), parse_time(item.get("end"))
+        start, end = parse_time_utc(item.get("start")), parse_time_utc(item.get("end"))
         if start is None:
             continue
         phases.append({"name": name, "start": start, "end": end, "failed": bool(item.get("failed"))})
@@ -113,7 +89,7 @@ def _migrations(record):
 
 
 def _migration(vm, timing):
-    start, end = parse_time(timing.get("start")), parse_time(timing.get("end"))
+    start, end = parse_time_utc(timing.get("start")), parse_time_utc(timing.get("end"))
     return {
         "namespace": vm.get("namespace"),
         "name": vm.get("name"),
@@ -165,9 +141,9 @@ def build(run, records):
     seen = set()
     for record in records or []:
         phases = _phases(record)
-        start = parse_time(record.get("started")) or (phases[0]["start"] if phases else None)
+        start = parse_time_utc(record.get("started")) or (phases[0]["start"] if phases else None)
         ends = [p["end"] for p in phases if p["end"]]
-        end = parse_time(record.get("finished")) or (max(ends) if ends else None)
+        end = parse_time_utc(record.get("finished")) or (max(ends) if ends else None)
         vms = record.get("vms") or {}
         status = record.get("status") or "done"
         if status == "failed" and phases and not any(p["failed"] for p in phases):
@@ -193,9 +169,9 @@ def build(run, records):
         seen.add(node["node"])
     planned = list(run.get("nodes") or [n["node"] for n in nodes])
     untouched = [name for name in planned if name not in seen]
-    started = parse_time(run.get("started")) or (min(n["started"] for n in nodes if n["started"]) if any(
+    started = parse_time_utc(run.get("started")) or (min(n["started"] for n in nodes if n["started"]) if any(
         n["started"] for n in nodes) else None)
-    finished = parse_time(run.get("finished")) or (max(n["finished"] for n in nodes if n["finished"]) if any(
+    finished = parse_time_utc(run.get("finished")) or (max(n["finished"] for n in nodes if n["finished"]) if any(
         n["finished"] for n in nodes) else None)
     totals = {
         "nodes_planned": len(planned),
@@ -225,8 +201,8 @@ def build(run, records):
         "started": started,
         "finished": finished,
         "seconds": seconds_between(started, finished),
-        "preflight": {"start": parse_time((run.get("preflight") or {}).get("start")),
-                      "end": parse_time((run.get("preflight") or {}).get("end"))},
+        "preflight": {"start": parse_time_utc((run.get("preflight") or {}).get("start")),
+                      "end": parse_time_utc((run.get("preflight") or {}).get("end"))},
         "planned": planned,
         "untouched": untouched,
         "remaining": run.get("remaining"),
@@ -247,16 +223,16 @@ def to_json_data(model):
             "index": n["index"],
             "status": n["status"],
             "method": n["method"],
-            "started": iso(n["started"]),
-            "finished": iso(n["finished"]),
+            "started": format_seconds(n["started"]),
+            "finished": format_seconds(n["finished"]),
             "duration_seconds": n["seconds"],
-            "phases": dict((p["name"], {"start": iso(p["start"]), "end": iso(p["end"]),
+            "phases": dict((p["name"], {"start": format_seconds(p["start"]), "end": format_seconds(p["end"]),
                                         "seconds": seconds_between(p["start"], p["end"]),
                                         "failed": p["failed"]}) for p in n["phases"]),
             "pods_evicted": n["pods_evicted"],
             "total_pods": n["total_pods"],
             "vms": {
-                "migrated": [dict(m, start=iso(m["start"]), end=iso(m["end"])) for m in n["migrations"]],
+                "migrated": [dict(m, start=format_seconds(m["start"]), end=format_seconds(m["end"])) for m in n["migrations"]],
                 "shut_down": n["shut_down"],
                 "blocked": n["blocked"],
                 "not_running": n["not_running"],
@@ -272,8 +248,8 @@ def to_json_data(model):
         "selection": model["selection"],
         "policy": model["policy"],
         "lock": model["lock"],
-        "started": iso(model["started"]),
-        "finished": iso(model["finished"]),
+        "started": format_seconds(model["started"]),
+        "finished": format_seconds(model["finished"]),
         "duration_seconds": model["seconds"],
         "preflight_seconds": seconds_between(model["preflight"]["start"], model["preflight"]["end"]),
         "planned": model["planned"],
@@ -299,8 +275,8 @@ def to_markdown(model, timeline_file=None):
     if model["message"]:
         lines += [model["message"], ""]
     facts = [
-        ("Started", iso(model["started"]) or "-"),
-        ("Finished", iso(model["finished"]) or "-"),
+        ("Started", format_seconds(model["started"]) or "-"),
+        ("Finished", format_seconds(model["finished"]) or "-"),
         ("Duration", human_duration(model["seconds"])),
         ("Nodes", "%d planned, %d done, %d failed, %d untouched" % (
             t["nodes_planned"], t["nodes_done"], t["nodes_failed"], t["nodes_untouched"])),
@@ -407,7 +383,7 @@ def to_svg(model):
     starts += [preflight["start"]] if preflight["start"] else []
     ends = [p["end"] or p["start"] for n in nodes for p in n["phases"]] + [n["finished"] for n in nodes if n["finished"]]
     ends += [m["end"] for n in nodes for m in n["migrations"] if m["end"]]
-    origin = min(starts) if starts else (model["started"] or datetime.datetime.now(datetime.timezone.utc))
+    origin = min(starts) if starts else (model["started"] or utc_now())
     last = max(ends) if ends else origin
     span = max(10.0, (last - origin).total_seconds())
 
@@ -431,7 +407,7 @@ def to_svg(model):
     out.append('<text x="20" y="30" font-size="19" font-weight="bold" fill="%s">%s - %s</text>' % (
         title_colour, _esc(model["title"]), _esc(status)))
     subtitle = "started %s  |  %s total  |  %d/%d nodes done  |  %d pods evicted  |  %d VMs migrated, %d shut down" % (
-        iso(model["started"]) or "-", human_duration(model["seconds"]), t["nodes_done"], t["nodes_planned"],
+        format_seconds(model["started"]) or "-", human_duration(model["seconds"]), t["nodes_done"], t["nodes_planned"],
         t["pods_evicted"], t["vms_migrated"], t["vms_shut_down"])
     out.append('<text x="20" y="52" fill="#555555">%s</text>' % _esc(subtitle))
 

@@ -138,7 +138,7 @@ def start_again(client, entries, source, deadline, progress=None):
                 if progress is not None:
                     progress.line("started VM %s/%s again (run strategy RerunOnFailure, shut down by the drain)"
                                   % key)
-            if uid and uid != old_uid and (vmi.get("status") or {}).get("phase") == "Running" \
+            if uid and uid != old_uid and kubevirt.vmi_phase_running(vmi) \
                     and kubevirt.vmi_node(vmi) not in (None, source):
                 running[key] = kubevirt.vmi_node(vmi)
         return len(running) == len(todo)

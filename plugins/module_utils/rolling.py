@@ -33,7 +33,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     InvalidInputError,
     WaitTimeoutError,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report import parse_time
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import parse_time_utc
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import (
     Deadline,
     Informer,
@@ -42,7 +42,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter im
 )
 
 ORDERS = ("given", "fewest_vms_first")
-RUNNING = "Running"
 # How long the preflight waits, by default, for live migrations in flight to end.
 DEFAULT_SETTLE_TIMEOUT = 300
 # Where a run of the rolling_maintenance role leaves its mark: the reason of the maintenance.
@@ -64,7 +63,7 @@ def running_vms(vmis):
     """Every VM (or stand-alone VMI) whose VMI is Running, with its node."""
     result = []
     for vmi in vmis:
-        if (vmi.get("status") or {}).get("phase") != RUNNING or (vmi.get("metadata") or {}).get("deletionTimestamp"):
+        if not kubevirt.vmi_is_running(vmi):
             continue
         namespace, name, owned = vm_of(vmi)
         result.append({"namespace": namespace, "name": name, "node": kubevirt.vmi_node(vmi), "vm": owned})
@@ -354,7 +353,7 @@ def migrations_from(vmis, node, since=None):
         state = (vmi.get("status") or {}).get("migrationState") or {}
         if state.get("sourceNode") != node or not state.get("completed") or state.get("failed"):
             continue
-        start = parse_time(state.get("startTimestamp"))
+        start = parse_time_utc(state.get("startTimestamp"))
         if since is not None and start is not None and start < since:
             continue
         namespace, name, _owned = vm_of(vmi)
@@ -370,7 +369,7 @@ def verify(client, params):
     expected = [_vm_key(v) for v in params.get("running_vms") or []]
     may_stop = set(_vm_key(v) for v in params.get("expected_stopped") or [])
     timeout = params.get("timeout") or 600
-    since = parse_time(params.get("migrations_since"))
+    since = parse_time_utc(params.get("migrations_since"))
     if since is not None:
         # migrationState timestamps have whole seconds; do not lose a migration that began in the same second.
         since -= datetime.timedelta(seconds=1)

@@ -36,10 +36,9 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     MaintenanceError,
     describe_object,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import vm_run_strategy
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import FINISHED_PHASES, vm_run_strategy, vmi_is_active
 
 ACTIONS = ("start", "stop", "restart")
-FINAL_PHASES = ("Succeeded", "Failed")
 
 # Run strategy after each action; None = the action is refused for that strategy.
 AFTER_ACTION = {
@@ -66,9 +65,7 @@ def vmi_phase(vmi):
 
 def vmi_active(vmi):
     """A VMI that exists, is not being deleted and has not reached a final phase."""
-    if not vmi or (vmi.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    return vmi_phase(vmi) not in FINAL_PHASES
+    return bool(vmi) and vmi_is_active(vmi)
 
 
 def vmi_uid(vmi):
@@ -262,7 +259,7 @@ def _reached(plan, vmi):
         return False
     phase = vmi_phase(vmi)
     if plan.target == STARTED_ONCE:
-        return phase == "Running" or phase in FINAL_PHASES
+        return phase == "Running" or phase in FINISHED_PHASES
     return phase == "Running"
 
 

@@ -80,6 +80,20 @@ class Informer:
     def stop(self):
         self._stop.set()
 
+    @property
+    def started(self):
+        return self._thread is not None
+
+    def wait_synced(self, deadline):
+        """Wait (on ``changed``) for the first list: True once it arrived, False when the informer
+        failed before it or ``deadline`` passed."""
+        with self.changed:
+            while not self.synced.is_set():
+                if self.error is not None or deadline.expired():
+                    return False
+                self.changed.wait(min(1.0, max(0.01, deadline.remaining())))
+        return True
+
     def get(self, name, namespace=None):
         return self.objects.get((namespace or "", name))
 
@@ -149,7 +163,7 @@ def wait_until(check, informers, timeout, what, describe_pending=None, recheck_e
     deadline = deadline or Deadline(timeout)
     changed = informers[0].changed if informers else threading.Condition()
     for informer in informers:
-        if informer._thread is None:
+        if not informer.started:
             informer.changed = changed  # one condition wakes the wait for any informer
             informer.start()
     seen = -1

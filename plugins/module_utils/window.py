@@ -16,6 +16,7 @@ __metaclass__ = type
 import datetime
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import utc_now
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -85,7 +86,7 @@ class Window:
 
     def status(self, now=None):
         """{open, now, opens_at, closes_at, message} for the instant ``now`` (default: the current time)."""
-        now = (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(self.zone)
+        now = (now or utc_now()).astimezone(self.zone)
         today = now.date()
         current = None
         upcoming = None
@@ -116,7 +117,7 @@ class Window:
 def window_status(spec, now=None):
     """The status of a window given as a dict; an empty or missing window is always open."""
     if not spec:
-        stamp = (now or datetime.datetime.now(datetime.timezone.utc)).isoformat(timespec="seconds")
+        stamp = (now or utc_now()).isoformat(timespec="seconds")
         return {"open": True, "window": "none (always open)", "now": stamp, "opens_at": None, "closes_at": None,
                 "message": "No maintenance window is set: nodes may be started at any time."}
     return Window.from_dict(spec).status(now)

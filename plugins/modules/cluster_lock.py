@@ -204,14 +204,15 @@ msg:
 """
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import DEFAULT_LOCK_NAME, DEFAULT_LOCK_NAMESPACE
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
 
 
 def main():
     module = MaintenanceModule(
         argument_spec=dict(
-            name=dict(type="str", default=lock.DEFAULT_NAME),
-            namespace=dict(type="str", default=lock.DEFAULT_NAMESPACE),
+            name=dict(type="str", default=DEFAULT_LOCK_NAME),
+            namespace=dict(type="str", default=DEFAULT_LOCK_NAMESPACE),
             state=dict(type="str", default="present", choices=["present", "absent"]),
             holder=dict(type="str"),
             ttl=dict(type="int", default=lock.DEFAULT_TTL),

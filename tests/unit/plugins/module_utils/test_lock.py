@@ -7,7 +7,7 @@ import pytest
 
 from fake_apiserver import fake_client
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, lock, timeutil
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import BlockedError, InvalidInputError
 
 T0 = datetime.datetime(2024, 5, 4, 22, 0, 0, tzinfo=datetime.timezone.utc)
@@ -32,7 +32,7 @@ def setup():
 
 
 def lease(server):
-    return server.get("Lease", lock.DEFAULT_NAME, lock.DEFAULT_NAMESPACE)
+    return server.get("Lease", identity.DEFAULT_LOCK_NAME, identity.DEFAULT_LOCK_NAMESPACE)
 
 
 def test_acquire_creates_the_lease_with_holder_times_and_ttl(setup):
@@ -44,7 +44,7 @@ def test_acquire_creates_the_lease_with_holder_times_and_ttl(setup):
     assert spec["leaseDurationSeconds"] == 600
     assert spec["acquireTime"] == spec["renewTime"] == "2024-05-04T22:00:00.000000Z"
     assert result["lock"]["expires_at"] == "2024-05-04T22:10:00.000000Z"
-    assert lease(server)["metadata"]["annotations"][lock.PURPOSE_ANNOTATION] == "rolling maintenance of 4 nodes"
+    assert lease(server)["metadata"]["annotations"][identity.LOCK_PURPOSE_ANNOTATION] == "rolling maintenance of 4 nodes"
 
 
 def test_second_holder_fails_naming_the_holder_and_since_when(setup):
@@ -68,7 +68,7 @@ def test_renew_by_the_holder_moves_renew_time_only(setup):
     spec = lease(server)["spec"]
     assert spec["acquireTime"] == "2024-05-04T22:00:00.000000Z"
     assert spec["renewTime"] == "2024-05-04T22:05:00.000000Z"
-    assert lease(server)["metadata"]["annotations"][lock.PURPOSE_ANNOTATION] == "p"
+    assert lease(server)["metadata"]["annotations"][identity.LOCK_PURPOSE_ANNOTATION] == "p"
 
 
 def test_expired_lease_is_taken_over_and_says_whose(setup):
@@ -97,7 +97,7 @@ def test_release_frees_it_for_the_next_holder(setup):
     result = cluster_lock.release("alice")
     assert result["action"] == "released" and result["changed"]
     assert "holderIdentity" not in lease(server)["spec"]
-    assert lease(server)["metadata"]["annotations"][lock.LAST_HOLDER_ANNOTATION] == "alice"
+    assert lease(server)["metadata"]["annotations"][identity.LOCK_LAST_HOLDER_ANNOTATION] == "alice"
     again = cluster_lock.release("alice")
     assert again["action"] == "none" and not again["changed"]
     assert cluster_lock.acquire("bob", 600)["action"] == "acquired"
@@ -136,8 +136,8 @@ def test_lost_race_rereads_and_sees_the_winner(setup):
         if method == "PUT" and kind == "Lease" and server.before_write:
             server.before_write = None
             current = lease(server)
-            current["spec"].update(holderIdentity="carol", renewTime=lock.format_time(T0),
-                                   acquireTime=lock.format_time(T0), leaseDurationSeconds=600)
+            current["spec"].update(holderIdentity="carol", renewTime=timeutil.format_micro(T0),
+                                   acquireTime=timeutil.format_micro(T0), leaseDurationSeconds=600)
             server.add("Lease", current)
 
     server.before_write = sneak_in
@@ -194,7 +194,7 @@ def test_waiting_gives_up_at_the_timeout_naming_the_holder():
     ("nonsense", None),
 ])
 def test_parse_time(text, expected):
-    parsed = lock.parse_time(text)
+    parsed = timeutil.parse_time(text)
     assert (parsed.isoformat() if parsed else None) == expected
 
 
@@ -205,12 +205,12 @@ def test_default_holder_is_unique_and_names_the_machine():
 
 
 def test_parse_time_keeps_the_offset_after_nanoseconds():
-    assert lock.parse_time("2024-05-04T22:00:00.123456789+02:00").isoformat() == "2024-05-04T22:00:00.123456+02:00"
+    assert timeutil.parse_time("2024-05-04T22:00:00.123456789+02:00").isoformat() == "2024-05-04T22:00:00.123456+02:00"
 
 
 # -- the check node_maintenance, node_decommission and maintenance_preflight share -------------
 
-OPTION = {"name": lock.DEFAULT_NAME, "namespace": lock.DEFAULT_NAMESPACE}
+OPTION = {"name": identity.DEFAULT_LOCK_NAME, "namespace": identity.DEFAULT_LOCK_NAMESPACE}
 
 
 @pytest.mark.parametrize("option, holder, age, held", [
@@ -222,7 +222,7 @@ OPTION = {"name": lock.DEFAULT_NAME, "namespace": lock.DEFAULT_NAMESPACE}
 ], ids=["other holder", "own holder", "expired", "empty name", "no option"])
 def test_held_by_another(option, holder, age, held):
     client, _server = fake_client()
-    then = lock.utc_now() - datetime.timedelta(seconds=age)
+    then = timeutil.utc_now() - datetime.timedelta(seconds=age)
     lock.ClusterLock(client, clock=lambda: then).acquire(holder, 600)
     found = lock.held_by_another(client, option)
     assert (found is not None) is held

@@ -4,7 +4,7 @@ import json
 
 from drain_cluster import node
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, nodes
 
 
 def apply(obj, patch):
@@ -23,7 +23,7 @@ def test_enter_marks_like_nmo_and_records_what_it_added():
     entered = apply(worker, patch)
     assert nodes.maintenance_record(entered) == record
     # A second run changes nothing, even after the drain recorded its outcome.
-    finished = apply(entered, {"metadata": {"annotations": {nodes.STATE_ANNOTATION: json.dumps(
+    finished = apply(entered, {"metadata": {"annotations": {identity.NODE_STATE_ANNOTATION: json.dumps(
         dict(record, phase="Succeeded"))}}})
     assert nodes.enter_changes(finished, "bios")[0] is None
     # Leaving removes exactly that.
@@ -31,7 +31,7 @@ def test_enter_marks_like_nmo_and_records_what_it_added():
     left = apply(finished, patch)
     assert not kept and not left["spec"].get("unschedulable") and not left["spec"].get("taints")
     assert nodes.EXCLUDE_LABEL not in left["metadata"]["labels"]
-    assert nodes.STATE_ANNOTATION not in left["metadata"].get("annotations", {})
+    assert identity.NODE_STATE_ANNOTATION not in left["metadata"].get("annotations", {})
     assert nodes.leave_changes(left)[0] is None
 
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import power
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import power, timeutil
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import BlockedError, InvalidInputError
 
 NOW = time.mktime((2026, 11, 25, 12, 0, 0, 0, 0, 0)) - time.timezone
@@ -30,9 +30,9 @@ def lease(renewed_ago):
 
 
 def test_parse_time_reads_time_and_micro_time():
-    assert power.parse_time(stamp(0)) == NOW
-    assert power.parse_time(stamp(0, micro=True)) == pytest.approx(NOW + 0.123456)
-    assert power.parse_time("yesterday") is None and power.parse_time(None) is None
+    assert timeutil.parse_epoch(stamp(0)) == NOW
+    assert timeutil.parse_epoch(stamp(0, micro=True)) == pytest.approx(NOW + 0.123456)
+    assert timeutil.parse_epoch("yesterday") is None and timeutil.parse_epoch(None) is None
 
 
 @pytest.mark.parametrize("ready_status, heartbeat_ago, renewed_ago, alive, source", [

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report, timeutil
 
 
 def phases(base_minute, drain, tasks, ready=3, uncordon=1, verify=2, failed=None):
@@ -152,7 +152,7 @@ def test_summary_lines(model):
     ("garbage", None),
 ])
 def test_parse_time(value, expected):
-    assert report.iso(report.parse_time(value)) == expected
+    assert timeutil.format_seconds(timeutil.parse_time_utc(value)) == expected
 
 
 def test_moves_of_the_first_node_may_be_two_and_are_not_avoidable(model):

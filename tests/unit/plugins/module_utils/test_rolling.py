@@ -7,7 +7,7 @@ import pytest
 
 from drain_cluster import cluster, launcher, node, vm, vmi
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock, rolling
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, lock, rolling
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     BlockedError,
     InvalidInputError,
@@ -112,7 +112,7 @@ def test_node_left_by_an_earlier_run_is_resumed_first(lab):
 def test_lock_held_by_another_run_is_a_problem(lab):
     client, _server = lab
     lock.ClusterLock(client).acquire("alice@bastion", 600)
-    result = rolling.preflight(client, params(fail_on_problems=False, lock={"name": lock.DEFAULT_NAME}))
+    result = rolling.preflight(client, params(fail_on_problems=False, lock={"name": identity.DEFAULT_LOCK_NAME}))
     assert any("the cluster lock kube-system/kubevirt-ops-maintenance is held by 'alice@bastion'" in p
                for p in result["problems"])
 

@@ -9,7 +9,7 @@ import pytest
 from drain_cluster import module_cluster, pod
 from module_runner import run
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, lock, timeutil
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import node_decommission, node_maintenance
 
 OTHER = "bob@jumphost pid 7 #00aa"
@@ -22,8 +22,8 @@ def api(monkeypatch):
     return server
 
 
-def take(server_client, holder=OTHER, age=0, name=lock.DEFAULT_NAME, namespace=lock.DEFAULT_NAMESPACE):
-    then = lock.utc_now() - datetime.timedelta(seconds=age)
+def take(server_client, holder=OTHER, age=0, name=identity.DEFAULT_LOCK_NAME, namespace=identity.DEFAULT_LOCK_NAMESPACE):
+    then = timeutil.utc_now() - datetime.timedelta(seconds=age)
     lock.ClusterLock(server_client, name, namespace, clock=lambda: then).acquire(holder, 600, purpose="firmware")
 
 

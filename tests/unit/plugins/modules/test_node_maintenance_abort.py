@@ -9,7 +9,7 @@ from drain_cluster import module_cluster, node, vmi
 from fake_apiserver import FakeResponse
 from module_runner import assert_documented, run
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import remediation
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import node_maintenance
 
 SUBRESOURCES = "/apis/subresources.kubevirt.io/v1"
@@ -85,7 +85,7 @@ def test_checks_covering_the_node_are_paused_shared_and_restored(api, capsys):
     assert requests == ["upgrade", remediation.pause_request("worker-1"), remediation.pause_request("worker-2")]
     shared = api.get("MachineHealthCheck", "workers", "openshift-machine-api")["metadata"]["annotations"]
     assert shared[remediation.PAUSED_ANNOTATION] == remediation.pause_request("worker-1")
-    assert json.loads(shared[remediation.PAUSED_FOR_ANNOTATION]) == ["worker-1", "worker-2"]
+    assert json.loads(shared[identity.PAUSED_FOR_ANNOTATION]) == ["worker-1", "worker-2"]
     assert api.get("NodeHealthCheck", "other")["metadata"]["resourceVersion"] == before[("NodeHealthCheck", "", "other")]
     assert api.get("MachineHealthCheck", "by-user", "openshift-machine-api")["metadata"]["resourceVersion"] == \
         before[("MachineHealthCheck", "openshift-machine-api", "by-user")]
@@ -98,14 +98,14 @@ def test_checks_covering_the_node_are_paused_shared_and_restored(api, capsys):
     assert api.get("NodeHealthCheck", "workers")["spec"]["pauseRequests"] == [
         "upgrade", remediation.pause_request("worker-2")]
     shared = api.get("MachineHealthCheck", "workers", "openshift-machine-api")["metadata"]["annotations"]
-    assert json.loads(shared[remediation.PAUSED_FOR_ANNOTATION]) == ["worker-2"]
+    assert json.loads(shared[identity.PAUSED_FOR_ANNOTATION]) == ["worker-2"]
     assert remediation.PAUSED_ANNOTATION in shared
-    assert remediation.NODE_RECORD_ANNOTATION not in api.get("Node", "worker-1")["metadata"].get("annotations", {})
+    assert identity.REMEDIATION_RECORD_ANNOTATION not in api.get("Node", "worker-1")["metadata"].get("annotations", {})
 
     run(node_maintenance, {"name": "worker-2", "state": "absent"}, capsys)
     assert api.get("NodeHealthCheck", "workers")["spec"]["pauseRequests"] == ["upgrade"]
     shared = api.get("MachineHealthCheck", "workers", "openshift-machine-api")["metadata"].get("annotations") or {}
-    assert remediation.PAUSED_ANNOTATION not in shared and remediation.PAUSED_FOR_ANNOTATION not in shared
+    assert remediation.PAUSED_ANNOTATION not in shared and identity.PAUSED_FOR_ANNOTATION not in shared
     assert run(node_maintenance, {"name": "worker-2", "state": "absent"}, capsys)["changed"] is False
 
 
@@ -114,12 +114,12 @@ def test_a_recorded_pause_is_restored_after_an_interrupted_run(api, capsys):
     restores them even though the node itself was never cordoned."""
     api.add("NodeHealthCheck", nhc("workers", {}, [remediation.pause_request("worker-1")]))
     worker = api.get("Node", "worker-1")
-    worker["metadata"].setdefault("annotations", {})[remediation.NODE_RECORD_ANNOTATION] = json.dumps(
+    worker["metadata"].setdefault("annotations", {})[identity.REMEDIATION_RECORD_ANNOTATION] = json.dumps(
         [{"kind": "NodeHealthCheck", "namespace": None, "name": "workers"}])
     result = run(node_maintenance, {"name": "worker-1", "state": "absent"}, capsys)
     assert result["changed"] is True and [e["name"] for e in result["remediation_restored"]] == ["workers"]
     assert "pauseRequests" not in api.get("NodeHealthCheck", "workers")["spec"]
-    assert remediation.NODE_RECORD_ANNOTATION not in api.get("Node", "worker-1")["metadata"]["annotations"]
+    assert identity.REMEDIATION_RECORD_ANNOTATION not in api.get("Node", "worker-1")["metadata"]["annotations"]
 
 
 def test_pause_remediation_false_leaves_the_checks_alone(api, capsys):
