@@ -504,3 +504,104 @@ def test_lock_of_a_run_stops_node_maintenance_by_hand_but_not_the_run(lab, k8s, 
     assert "[1/1 lab-worker-1] done" in output
     assert in_service(k8s, "lab-worker-1") and in_service(k8s, "lab-worker-2")
     assert not lease(k8s, lock_name).spec.holder_identity
+
+
+# -- health gate -------------------------------------------------------------------------------
+
+def drained_nodes(run):
+    """The nodes the run put into maintenance, from its 'Enter maintenance' results."""
+    return [line["result"].get("invocation", {}).get("module_args", {}).get("name") for line in run.lines
+            if line["name"].startswith("Enter maintenance") and line["status"] != "skipped"]
+
+
+def test_health_gate_bad_input_is_refused(lab, k8s, tmp_path, lock_name):
+    before = node_marks(k8s)
+    for gate, expected in (
+            ({"comand": "true"}, "rolling_maintenance_health_gate.comand. Supported parameters include"),
+            ({"command": "true", "url": "http://prometheus:9090/"}, "must name exactly one check"),
+            ({"timeout": 30}, "it names none"),
+            ({"command": "true", "timeout": -5}, "needs a timeout of 0 seconds or more")):
+        run = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+            tmp_path, lock_name, rolling_maintenance_nodes=["lab-worker-1"], rolling_maintenance_health_gate=gate))
+        assert run.returncode != 0
+        text = " ".join(failure_messages(run))
+        assert expected in text, (gate, text)
+        assert not any(task.startswith("Preflight every node") for task, _result in run.results()), gate
+    assert node_marks(k8s) == before
+    assert lease(k8s, lock_name) is None
+
+
+def test_health_gate_passes_after_tries_then_stops_the_run_before_the_next_node(lab, k8s, tmp_path, lock_name,
+                                                                                workers_back):
+    """The gate's third try passes (lab-worker-1 goes ahead); from its fourth try on it fails, so the run
+    stops before lab-worker-2 and says how to finish the job."""
+    counter = tmp_path / "tries"
+    script = ('n=$(( $(cat %s 2>/dev/null || echo 0) + 1 )); echo $n > %s; [ $n -eq 3 ] && exit 0; '
+              'echo "$n critical alerts firing" >&2; exit 1' % (counter, counter))
+    run = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=WORKERS[:3],
+        rolling_maintenance_health_gate={"command": ["sh", "-c", script], "timeout": 30, "delay": 1}))
+    assert run.returncode != 0, run.output[-4000:]
+    out = run.output
+    assert "[1/3 lab-worker-1] health gate: try 1, failing: exited 1: 1 critical alerts firing, retrying for" in out
+    assert "[1/3 lab-worker-1] health gate: try 3, passed after" in out
+    assert "[1/3 lab-worker-1] done" in out
+    assert "[2/3 lab-worker-2] health gate: try 1, failing: exited 1: 4 critical alerts firing, retrying for" in out
+    assert "giving up after" in out
+    assert drained_nodes(run) == ["lab-worker-1"]
+    final = failure_messages(run)[-1]
+    assert "stopped: the health gate failed." in final, final
+    assert "Done: lab-worker-1." in final and "Not started: lab-worker-2, lab-worker-3." in final
+    assert "so node lab-worker-2 was not started: exited 1:" in final and "critical alerts firing" in final
+    assert "Failed and left cordoned" not in final
+    assert "The cluster lock was released." in final
+    assert ("Finish the job with: ansible-playbook kubevirt_ops.maintenance.rolling_maintenance -e "
+            "'{\"rolling_maintenance_nodes\": [\"lab-worker-2\", \"lab-worker-3\"], "
+            "\"rolling_maintenance_node_selector\": \"\"}'") in final, final
+    assert all(in_service(k8s, name) for name in WORKERS)
+    for node in client.CoreV1Api(k8s).list_node().items:
+        assert PENDING_TAINT not in [t.key for t in node.spec.taints or []], node.metadata.name
+    assert not lease(k8s, lock_name).spec.holder_identity
+    report = report_of(tmp_path)
+    assert report["status"] == "health_gate_failed"
+    assert "the health gate failed" in report["message"]
+    assert [(n["node"], n["status"]) for n in report["nodes"]] == [("lab-worker-1", "done")]
+    assert report["untouched"] == ["lab-worker-2", "lab-worker-3"]
+    assert report["remaining"] == "Not finished: lab-worker-2, lab-worker-3."
+    assert '"rolling_maintenance_nodes": ["lab-worker-2", "lab-worker-3"]' in report["resume"]
+
+
+def test_health_gate_url_in_the_host_based_play_stops_before_the_first_node(lab, k8s, tmp_path, lock_name,
+                                                                            workers_back):
+    """A URL gate failing its only try (timeout 0) stops the host-based play before its first node; the
+    URL's user, password and query string and the request's headers appear nowhere."""
+    inventory = tmp_path / "lab.nodes.yml"
+    inventory.write_text("plugin: kubevirt_ops.maintenance.nodes\n")
+    server = k8s.configuration.host.split("://", 1)[1]
+    gate = {"url": "https://gate-user:gate-password@%s/readyz?token=gate-query-token" % server,
+            "headers": {"Authorization": "Bearer gate-header-token"}, "validate_certs": False,
+            "expect": "no alert firing", "timeout": 0}
+    before = node_marks(k8s), maintenances(k8s)
+    argv = [os.path.join(runs.BIN, "ansible-playbook"), "-i", str(inventory), HOSTS_PLAYBOOK, "-v", "-e", json.dumps(
+        base_vars(tmp_path, lock_name, rolling_maintenance_target="lab-worker-3:lab-worker-4",
+                  rolling_maintenance_health_gate=gate))]
+    run = runs._run(argv, lab.kubeconfig, None, 900)
+    assert run.returncode != 0, run.output[-4000:]
+    out = run.output
+    shown = "https://%s/readyz" % server
+    assert "[1/2 lab-worker-3] health gate: try 1, failing:" in out and "giving up after" in out, out[-4000:]
+    assert drained_nodes(run) == []
+    final = failure_messages(run)[-1]
+    assert "stopped: the health gate failed." in final, final
+    assert "The health gate (GET %s) still failed after 1 try" % shown in final
+    assert "Done: none." in final and "Not started: lab-worker-3, lab-worker-4." in final
+    assert ("Finish the job with: ansible-playbook <your playbook> -e '{\"rolling_maintenance_nodes\": "
+            "[\"lab-worker-3\", \"lab-worker-4\"], \"rolling_maintenance_node_selector\": \"\"}'") in final, final
+    for secret in ("gate-user", "gate-password", "gate-query-token", "gate-header-token"):
+        assert secret not in out, secret
+        assert secret not in json.dumps(run.lines), secret
+    assert (node_marks(k8s), maintenances(k8s)) == before
+    assert not lease(k8s, lock_name).spec.holder_identity
+    report = report_of(tmp_path)
+    assert report["status"] == "health_gate_failed" and report["nodes"] == []
+    assert report["untouched"] == ["lab-worker-3", "lab-worker-4"]
