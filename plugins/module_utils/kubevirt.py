@@ -10,6 +10,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import migratability
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import parse_quantity
 
 EVICTION_STRATEGIES = ("LiveMigrate", "LiveMigrateIfPossible", "None", "External")
 RUN_STRATEGIES = ("Always", "RerunOnFailure", "Manual", "Halted", "Once")
@@ -116,6 +117,19 @@ def _meta(obj):
 
 def vmi_node(vmi):
     return (vmi.get("status") or {}).get("nodeName")
+
+
+def vmi_guest_memory(vmi):
+    """Bytes of guest memory a live migration of the VMI copies: ``status.memory.guestCurrent``
+    (what the guest has now, memory hotplug included), else ``spec.domain.memory.guest``, else the
+    domain's memory request; 0 when none is set."""
+    domain = (vmi.get("spec") or {}).get("domain") or {}
+    for value in (((vmi.get("status") or {}).get("memory") or {}).get("guestCurrent"),
+                  (domain.get("memory") or {}).get("guest"),
+                  ((domain.get("resources") or {}).get("requests") or {}).get("memory")):
+        if value:
+            return int(parse_quantity(value))
+    return 0
 
 
 def vmi_is_active(vmi):

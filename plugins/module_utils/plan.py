@@ -500,6 +500,7 @@ def _vms(plan, snapshot, name):
             "explanation": fate.sentence,
             "restart_by": fate.restart_by,
             "run_strategy": run_strategy,
+            "memory": kubevirt.vmi_guest_memory(vmi),
             "target": None,
             "_vmi": vmi,
             "_pod": launchers.get(uid),

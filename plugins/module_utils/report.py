@@ -134,6 +134,14 @@ def vm_moves(nodes, planned):
             "per_vm": dict(sorted(per_vm.items())), "avoidable_moves": avoidable}
 
 
+def _number(value):
+    """A number from a record (a string from a template, or null) -> float or None."""
+    try:
+        return None if value in (None, "", "None") else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def build(run, records):
     """Normalise the run and node records into the report model (datetimes, durations, totals)."""
     run = dict(run or {})
@@ -155,6 +163,7 @@ def build(run, records):
             "started": start,
             "finished": end,
             "seconds": seconds_between(start, end),
+            "predicted_seconds": _number(record.get("predicted_seconds")),
             "phases": phases,
             "pods_evicted": int(record.get("pods_evicted") or 0),
             "total_pods": int(record.get("total_pods") or 0),
@@ -226,6 +235,7 @@ def to_json_data(model):
             "started": format_seconds(n["started"]),
             "finished": format_seconds(n["finished"]),
             "duration_seconds": n["seconds"],
+            "predicted_seconds": n["predicted_seconds"],
             "phases": dict((p["name"], {"start": format_seconds(p["start"]), "end": format_seconds(p["end"]),
                                         "seconds": seconds_between(p["start"], p["end"]),
                                         "failed": p["failed"]}) for p in n["phases"]),
@@ -309,7 +319,8 @@ def to_markdown(model, timeline_file=None):
                  for p in PHASE_NAMES]
         lines.append("| %s | %s | %s | %s | %s | %s | %d | %d | %d |" % (
             n["index"] or "", _md(n["node"]), n["status"].upper() if n["status"] == "failed" else n["status"],
-            n["started"].strftime("%H:%M:%S") if n["started"] else "-", human_duration(n["seconds"]),
+            n["started"].strftime("%H:%M:%S") if n["started"] else "-", human_duration(n["seconds"]) + (
+                " (predicted %s)" % human_duration(n["predicted_seconds"]) if n["predicted_seconds"] is not None else ""),
             " | ".join(cells), n["pods_evicted"], len(n["migrations"]), len(n["shut_down"])))
     for name in model["untouched"]:
         lines.append("| | %s | not started | - | - | %s | 0 | 0 | 0 |" % (_md(name), " | ".join("-" for _phase in PHASE_NAMES)))

@@ -55,7 +55,8 @@ options:
         C(phases) (a dictionary from phase name V(drain), V(tasks), V(ready), V(uncordon), V(verify) to
         C(start), C(end) and optionally C(failed)), C(pods_evicted), C(total_pods), C(vms) (the C(vms) return of
         M(kubevirt_ops.maintenance.node_maintenance)), C(migrations) (timed migrations with C(namespace), C(name),
-        C(source), C(target), C(start), C(end)), C(not_running) (VMs not running after the node) and C(error).
+        C(source), C(target), C(start), C(end)), C(not_running) (VMs not running after the node), C(error) and
+        C(predicted_seconds) (the duration predicted before the node started, shown beside the real one).
     type: list
     elements: dict
     default: []

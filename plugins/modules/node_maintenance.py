@@ -457,6 +457,9 @@ plan:
         run_strategy:
           description: The VM's run strategy.
           type: str
+        memory:
+          description: Bytes of guest memory a live migration of the VM copies (0 when unknown).
+          type: int
         explanation:
           description: One sentence saying what happens to the VM and why (eviction strategy, live-migratability,
             run strategy).

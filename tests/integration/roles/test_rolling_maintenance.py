@@ -202,6 +202,55 @@ def test_closed_window_changes_nothing(lab, k8s, tmp_path, lock_name, workers_ba
     assert (node_marks(k8s), maintenances(k8s)) == before
 
 
+def test_a_node_that_would_outlast_the_window_is_not_started(lab, k8s, tmp_path, lock_name, task_files,
+                                                            workers_back):
+    """The first node's time predicts the second's; inside the window, the second node is not started
+    because the window closes before it could finish, and the run ends with the resume command.
+
+    The first node's task holds until the time it has taken exceeds the time left in the window by
+    20 s (the window closes two to three minutes after the start), so the prediction for the second
+    node (at least that long) cannot fit, while the window is still open when the second node is judged."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    closes = (now + datetime.timedelta(minutes=3)).replace(second=0, microsecond=0)
+    opens = now - datetime.timedelta(hours=1)
+    window = {"start": opens.strftime("%H:%M"), "end": closes.strftime("%H:%M"), "timezone": "UTC"}
+    first, second = WORKERS[:2]
+    gate = tmp_path / "gate"
+    gate.write_text("hold")
+    core = client.CoreV1Api(k8s)
+    run = runs.start_playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=[first, second], rolling_maintenance_window=window,
+        rolling_maintenance_node_tasks=task_files["gated"], node_task_gate=str(gate)))
+    try:
+        wait_for(lambda: core.read_node(first).spec.unschedulable or not run.running(), 300,
+                 "the run to start %s" % first)
+        assert run.running(), run.output()[-3000:]
+        started = datetime.datetime.now(datetime.timezone.utc)
+
+        def first_node_took_longer_than_the_window_has_left():
+            moment = datetime.datetime.now(datetime.timezone.utc)
+            return (moment - started).total_seconds() >= (closes - moment).total_seconds() + 20
+
+        wait_for(first_node_took_longer_than_the_window_has_left, 300, "the first node to take its time")
+        gate.unlink()
+        assert run.wait(600) == 0, run.output()[-3000:]
+        output, results = run.output(), run.results()
+    finally:
+        if gate.exists():
+            gate.unlink()
+        run.close()
+    assert datetime.datetime.now(datetime.timezone.utc) < closes, "the test ran past the window; it proves nothing"
+    assert "Node %s is not started: it is predicted to take" % second in output, output[-3000:]
+    assert "Outside the maintenance window" not in output
+    report = report_of(tmp_path)
+    assert report["status"] == "window_closed" and report["untouched"] == [second], report["message"]
+    assert '"rolling_maintenance_nodes": ["%s"]' % second in report["resume"], report["resume"]
+    assert [(n["node"], n["status"], n["predicted_seconds"]) for n in report["nodes"]] == [(first, "done", None)]
+    assert not core.read_node(second).spec.unschedulable
+    entered = [r for r in results if "Enter maintenance" in r["task"] and r["status"] != "skipped"]
+    assert len(entered) == 1, "%d nodes entered maintenance" % len(entered)
+
+
 def test_blocker_on_node_3_fails_preflight_before_node_1_is_touched(lab, k8s, namespace, tmp_path, lock_name,
                                                                    workers_back):
     workloads.create_vm(k8s, namespace, "stuck", migratable=False, eviction="LiveMigrate", memory="512Mi",

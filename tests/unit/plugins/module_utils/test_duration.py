@@ -1,0 +1,95 @@
+"""Predicting a node's duration from the nodes a run has done, and the window's verdict."""
+
+import datetime
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import duration, kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.filter.node_fits_window import node_fits_window
+
+GI = 2 ** 30
+T0 = datetime.datetime(2026, 11, 28, 22, 0, tzinfo=datetime.timezone.utc)
+
+
+def at(seconds):
+    return (T0 + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def record(node, start, drain, total, status="done"):
+    return {"node": node, "status": status, "started": at(start), "finished": at(start + total),
+            "phases": {"drain": {"start": at(start), "end": at(start + drain)}}}
+
+
+def detail(name, *vms):
+    return {"name": name, "plan": {"vms": [{"name": "vm-%d" % i, "outcome": outcome, "memory": memory}
+                                           for i, (outcome, memory) in enumerate(vms)]}}
+
+
+DETAILS = [
+    detail("w1", ("migrate", 4 * GI), ("migrate", 4 * GI)),
+    detail("w2", ("migrate", 16 * GI), ("restart_elsewhere", 64 * GI)),
+    detail("w3"),
+]
+
+
+def test_nothing_to_predict_from_before_a_node_is_done():
+    assert duration.predict([], DETAILS, "w1") is None
+    failed = [record("w1", 0, 100, 200, status="failed")]
+    assert duration.predict(failed, DETAILS, "w2") is None
+
+
+def test_the_drain_scales_with_the_guest_memory_that_migrates():
+    # w1 moved 8 GiB in 100 s; w2 migrates 16 GiB (its shut-down VM copies nothing): 200 s of drain.
+    prediction = duration.predict([record("w1", 0, 100, 160)], DETAILS, "w2")
+    assert prediction["drain_seconds"] == 200 and prediction["rest_seconds"] == 60
+    assert prediction["seconds"] == 260 and prediction["memory"] == 16 * GI
+    assert "16Gi of guest memory" in prediction["basis"] and "8Gi in 100 s" in prediction["basis"]
+
+
+def test_a_node_without_migrations_takes_the_mean_drain():
+    records = [record("w1", 0, 100, 160), record("w2", 200, 300, 340)]
+    prediction = duration.predict(records, DETAILS, "w3")
+    assert prediction["drain_seconds"] == 200 and prediction["rest_seconds"] == 50
+    assert prediction["seconds"] == 250 and "mean drain" in prediction["basis"]
+
+
+def test_the_window_verdict_compares_the_prediction_with_the_time_left():
+    prediction = duration.predict([record("w1", 0, 100, 160)], DETAILS, "w2")  # 260 s
+    window = {"open": True, "closes_at": at(600), "now": at(300)}
+    assert duration.fits_window(prediction, window, "w2")["fits"]
+    late = dict(window, now=at(400))  # 200 s left
+    verdict = duration.fits_window(prediction, late, "w2")
+    assert not verdict["fits"] and verdict["predicted_seconds"] == 260
+    assert verdict["message"].startswith("Node w2 is not started: it is predicted to take 260 s (")
+    assert "closes at %s, in 200 s." % at(600) in verdict["message"]
+
+
+def test_no_window_or_no_prediction_always_fits():
+    prediction = {"seconds": 10 ** 6, "basis": "x"}
+    always_open = {"open": True, "closes_at": None, "now": at(0)}
+    assert duration.fits_window(prediction, always_open, "w2")["fits"]
+    assert duration.fits_window(None, {"open": True, "closes_at": at(1), "now": at(0)}, "w2")["fits"]
+
+
+def test_the_filter_reads_the_run_state():
+    state = {"records": [record("w1", 0, 100, 160)], "preflight": {"details": DETAILS}}
+    verdict = node_fits_window(state, "w2", {"open": True, "closes_at": at(400), "now": at(200)})
+    assert not verdict["fits"] and verdict["basis"].startswith("16Gi of guest memory")
+
+
+def test_guest_memory_of_a_vmi():
+    assert kubevirt.vmi_guest_memory({"status": {"memory": {"guestCurrent": "2Gi"}},
+                                      "spec": {"domain": {"memory": {"guest": "1Gi"}}}}) == 2 * GI
+    assert kubevirt.vmi_guest_memory({"spec": {"domain": {"memory": {"guest": "1Gi"},
+                                                          "resources": {"requests": {"memory": "3Gi"}}}}}) == GI
+    assert kubevirt.vmi_guest_memory({"spec": {"domain": {"resources": {"requests": {"memory": "512Mi"}}}}}) == GI // 2
+    assert kubevirt.vmi_guest_memory({"spec": {}}) == 0
+
+
+def test_the_report_shows_the_prediction_beside_the_real_duration():
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report
+    records = [dict(record("w1", 0, 100, 160), predicted_seconds=None),
+               dict(record("w2", 200, 150, 230), predicted_seconds="260")]
+    model = report.build({"nodes": ["w1", "w2"]}, records)
+    data = report.to_json_data(model)
+    assert [n["predicted_seconds"] for n in data["nodes"]] == [None, 260.0]
+    rows = [line for line in report.to_markdown(model).splitlines() if "| w2 |" in line]
+    assert rows and "3m50s (predicted 4m20s)" in rows[0], rows
