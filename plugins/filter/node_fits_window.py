@@ -12,7 +12,7 @@ short_description: Whether the next node of a rolling run can finish before the 
 version_added: 0.1.0
 description:
   - Takes the state of a rolling maintenance run (the records of the nodes it has done and the preflight's plan of
-    every node) and predicts how long O(node) will take: its drain from the guest memory of the VMs that migrate
+    every node) and predicts how long O(node) will take - its drain from the guest memory of the VMs that migrate
     off it, at the rate (seconds per byte of guest memory) this run's drains achieved, or the run's mean drain when
     nothing migrates; plus the run's mean time for the rest of a node (node tasks, reboot, Ready, leaving
     maintenance, verification).
