@@ -17,7 +17,7 @@ __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import (
     EVICT,
     REFUSE,
     classify_pod,
@@ -69,7 +69,7 @@ class PlanOptions:
 
     @classmethod
     def from_params(cls, params):
-        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import DrainOptions
+        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions
 
         return cls(DrainOptions.from_params(params),
                    allow_control_plane=params.get("allow_control_plane", False),
