@@ -28,9 +28,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.explain import explain_pending
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import refuse_while_held
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan import (
-    NODE_MAINTENANCE_KINDS,
     PlanOptions,
-    Snapshot,
     compute_plan,
     node_summary,
 )
@@ -40,6 +38,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.schedulin
     parse_label_selector,
     requirements_match,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.snapshot import NODE_MAINTENANCE_KINDS, Snapshot
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import (
     Deadline,
     Informer,
