@@ -123,8 +123,6 @@ def resource_path(kind, name=None, namespace=None, subresource=None, prefix=None
     return "/".join(p.strip("/") if i else p.rstrip("/") for i, p in enumerate(parts))
 
 
-
-
 class KubeClient:
     """JSON over HTTPS to the Kubernetes API, with retries and watches: the one service layer
     every request of the collection goes through (reads, the pager, watches, writes, the

@@ -581,4 +581,3 @@ class Drainer:
             return self.client.list("PodDisruptionBudget")[0]
         except MaintenanceError:
             return []
-

@@ -55,7 +55,6 @@ def _last_node(plan, snapshot, node):
         "they would have nowhere to go; set allow_last_schedulable_node=true to proceed anyway." % (name, takes))))
 
 
-
 def _moves(pod, plan):
     """Whether the pod will be re-created on another node after it leaves."""
     if is_finished(pod):
@@ -216,4 +215,3 @@ def _placement(plan, snapshot, name, prefer=None):
             "The other nodes lack room for everything node %s runs: %d pod%s (%s) would find no node, "
             "for example %s." % (name, len(room_short), "" if len(room_short) == 1 else "s", ", ".join(shown),
                                  ", ".join(pod_key(p) for p in room_short[:3])))))
-

@@ -139,4 +139,3 @@ def describe_pdb(pdb):
         text += " (%s of %s pods healthy, %s required)" % (
             status.get("currentHealthy"), status.get("expectedPods"), status.get("desiredHealthy"))
     return text
-

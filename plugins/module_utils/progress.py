@@ -64,4 +64,3 @@ def percent(eviction, pending):
     if not eviction:
         return 100
     return int(100 * (eviction - pending) / eviction)
-

@@ -264,4 +264,3 @@ class Snapshot:
             names.sort(key=lambda n: (-free[n]["memory"], n))
             self._eligible[signature] = names
         return self._eligible[signature]
-
