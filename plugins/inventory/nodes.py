@@ -243,10 +243,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         return path.endswith(("nodes.yml", "nodes.yaml"))
 
     def _client(self):
-        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import (
-            KubeClient,
-            resolve_settings,
-        )
+        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
+        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import resolve_settings
 
         params = dict((name, self.get_option(name)) for name in AUTH_OPTIONS)
         groups = params.get("impersonate_groups")

@@ -22,32 +22,27 @@ import time
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, power, restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
-    DrainOptions,
-    Drainer,
-    Progress,
-    explain_pending,
-    pod_key,
-    pods_permission,
-)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.blockers import NODE, SAFETY
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import Drainer
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     BlockedError,
     InvalidInputError,
     MaintenanceError,
     WaitTimeoutError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.explain import explain_pending
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import refuse_while_held
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import (
     blocked_message,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan import (
-    NODE,
-    SAFETY,
     PlanOptions,
-    Snapshot,
     compute_plan,
     is_our_maintenance,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions, pod_key, pods_permission
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.snapshot import Snapshot
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import (
     Deadline,
     Informer,

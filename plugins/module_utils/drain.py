@@ -20,35 +20,27 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, restart_elsewhere
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt, restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     ApiError,
     MaintenanceError,
     NotFoundError,
     TooManyRequestsError,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
-    parse_label_selector,
-    requirements_match,
-    selector_matches,
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.explain import VIRT_API_DOWN_START, describe_failures
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import (
+    EVICT,
+    FINISHED_LAUNCHER,
+    REFUSE,
+    classify_pod,
+    describe_pdb,
+    is_finished,
+    matching_pdbs,
+    pod_key,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import now_seconds
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import percent
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer
-
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-# A virt-launcher pod whose launcher exited (after a live migration, the source pod stays
-# Succeeded) holds nothing on the node, and KubeVirt deletes it with its VMI. Deleting it
-# earlier races with virt-controller: a running VMI whose cached node has no pod of its own
-# is failed ("pod does not exist", pkg/virt-controller/watch/vmi/lifecycle.go), and while
-# virt-controller's VMI watch lags its pod watch (an API server restart) the cached node is
-# still the source - the VM would be restarted. kubectl drain deletes such pods; we leave them.
-FINISHED_LAUNCHER = "finished virt-launcher pod: its VM left the node; KubeVirt deletes it with its VMI"
-
-EVICT = "evict"
-SKIP = "skip"
-REFUSE = "refuse"
 
 WORKERS = 8
 # 429 retry backoff: first retry after BACKOFF_START s, doubling up to the cap. A PDB
@@ -66,172 +58,6 @@ EVACUATION_RECHECK = 60.0
 # failed live migrations of one VM during a drain, the VM counts as unable to leave the
 # node, and the non_migratable policy decides: fail the drain, shut the VM down, or wait.
 MIGRATION_ATTEMPTS = 3
-VIRT_API_DOWN_START = kubevirt.VIRT_API_DOWN.split("%", 1)[0]
-
-
-class DrainOptions:
-    """The drain options of the DRAIN argument fragment."""
-
-    def __init__(self, ignore_daemonsets=True, delete_emptydir_data=True, force=True, pod_selector=None,
-                 grace_period=-1, disable_eviction=False):
-        self.ignore_daemonsets = ignore_daemonsets
-        self.delete_emptydir_data = delete_emptydir_data
-        self.force = force
-        self.pod_selector = pod_selector
-        self.selector = parse_label_selector(pod_selector, "pod_selector")
-        self.grace_period = grace_period if grace_period is not None else -1
-        self.disable_eviction = disable_eviction
-
-    @classmethod
-    def from_params(cls, params):
-        return cls(
-            ignore_daemonsets=params.get("ignore_daemonsets", True),
-            delete_emptydir_data=params.get("delete_emptydir_data", True),
-            force=params.get("force", True),
-            pod_selector=params.get("pod_selector"),
-            grace_period=params.get("grace_period", -1),
-            disable_eviction=params.get("disable_eviction", False),
-        )
-
-
-def pod_key(pod):
-    meta = pod.get("metadata") or {}
-    return "%s/%s" % (meta.get("namespace"), meta.get("name"))
-
-
-def controller_of(pod):
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return ref
-    return None
-
-
-def pods_permission(namespaces, delete):
-    """The right a drain needs on the pods it removes from ``namespaces``: deleting them (``delete``:
-    disable_eviction, or the pods of a powered-off node), else creating their evictions."""
-    if delete:
-        return Permission("delete", "pods", namespaces=namespaces)
-    return Permission("create", "pods", subresource="eviction", namespaces=namespaces)
-
-
-def is_finished(pod):
-    return (pod.get("status") or {}).get("phase") in kubevirt.FINISHED_PHASES
-
-
-def has_emptydir(pod):
-    return any("emptyDir" in v for v in (pod.get("spec") or {}).get("volumes") or [])
-
-
-def classify_pod(pod, options):
-    """(EVICT|SKIP|REFUSE, reason) for one pod of the node, with kubectl drain's rules.
-
-    REFUSE means the drain cannot proceed while the pod is there, unless the named option
-    is changed (kubectl fails the same way).
-    """
-    meta = pod.get("metadata") or {}
-    if options.selector and not requirements_match(options.selector, meta.get("labels")):
-        return SKIP, "not selected by pod_selector"
-    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
-        return SKIP, "mirror pod of a static pod (the kubelet manages it)"
-    controller = controller_of(pod)
-    if controller and controller.get("kind") == "DaemonSet":
-        if options.ignore_daemonsets:
-            return SKIP, "managed by DaemonSet %s" % controller.get("name")
-        return REFUSE, "is managed by DaemonSet %s (set ignore_daemonsets=true to leave it)" % controller.get("name")
-    if meta.get("deletionTimestamp"):
-        return EVICT, "already terminating"
-    if is_finished(pod) and kubevirt.is_launcher_pod(pod):
-        return SKIP, FINISHED_LAUNCHER
-    if is_finished(pod):
-        return EVICT, "finished (%s)" % pod["status"]["phase"]
-    if has_emptydir(pod) and not options.delete_emptydir_data:
-        return REFUSE, "uses emptyDir volumes (set delete_emptydir_data=true to delete their data)"
-    if controller is None:
-        if options.force:
-            return EVICT, "not managed by a controller: it will not be re-created"
-        return REFUSE, "is not managed by a controller (set force=true to delete it for good)"
-    return EVICT, "managed by %s %s" % (controller.get("kind"), controller.get("name"))
-
-
-def matching_pdbs(pod, pdbs):
-    """The PodDisruptionBudgets of the pod's namespace whose selector matches it."""
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    found = []
-    for pdb in pdbs:
-        pmeta = pdb.get("metadata") or {}
-        if pmeta.get("namespace") != meta.get("namespace"):
-            continue
-        if selector_matches((pdb.get("spec") or {}).get("selector"), labels):
-            found.append(pdb)
-    return found
-
-
-def describe_pdb(pdb):
-    status = pdb.get("status") or {}
-    meta = pdb.get("metadata") or {}
-    text = "PodDisruptionBudget %s/%s allows %s disruption%s" % (
-        meta.get("namespace"), meta.get("name"), status.get("disruptionsAllowed", 0),
-        "" if status.get("disruptionsAllowed") == 1 else "s")
-    if "currentHealthy" in status and "desiredHealthy" in status:
-        text += " (%s of %s pods healthy, %s required)" % (
-            status.get("currentHealthy"), status.get("expectedPods"), status.get("desiredHealthy"))
-    return text
-
-
-class Progress:
-    """NMO-style progress, reported as one line per change to the log and a file.
-
-    Modules cannot stream output, so the lines go to the module's syslog/journal entry
-    (``log``) and, when given, are appended to ``path`` for a role or AWX to tail.
-    """
-
-    def __init__(self, node, log=None, path=None):
-        self.node = node
-        self.log = log
-        self.path = path
-        self.last = None
-        self.lines = 0
-
-    def line(self, text):
-        stamp = now_seconds()
-        full = "%s node=%s %s" % (stamp, self.node, text)
-        if self.log:
-            try:
-                self.log(full)
-            except Exception:  # pylint: disable=broad-except
-                pass  # progress is best effort; it must never fail a drain
-        if self.path:
-            try:
-                with open(self.path, "a") as handle:
-                    handle.write(full + "\n")
-            except (IOError, OSError):
-                pass
-        self.lines += 1
-
-    def update(self, total, eviction, pending, vms_left, phase="Running", vms=(), error=None):
-        """One status line when anything changed: ``vms`` names the VMs (namespace/name) still
-        to leave the node, ``error`` is the last refusal or failure the drain met (it stays
-        until another replaces it); both are left out when empty, the error always last."""
-        vms = tuple(sorted(set(vms)))
-        error = " ".join(str(error).split()) if error else None
-        state = (total, eviction, pending, vms_left, phase, vms, error)
-        if state == self.last:
-            return
-        self.last = state
-        text = "phase=%s pods_left=%d/%d vms_left=%d progress=%d%%" % (
-            phase, pending, eviction, vms_left, percent(eviction, pending))
-        if vms:
-            text += " vms=%s" % ",".join(vms)
-        if error:
-            text += " last_error=%s" % error
-        self.line(text)
-
-
-def percent(eviction, pending):
-    if not eviction:
-        return 100
-    return int(100 * (eviction - pending) / eviction)
 
 
 class _Target:
@@ -755,115 +581,3 @@ class Drainer:
             return self.client.list("PodDisruptionBudget")[0]
         except MaintenanceError:
             return []
-
-
-def explain_pending(client, node, pods, pdbs, reasons=None, vmis=None):
-    """One sentence per pending pod saying why it is still on the node.
-
-    ``pods``: the pending pod objects; ``pdbs``: PodDisruptionBudgets (any namespace);
-    ``reasons``: last eviction answers by pod key; ``vmis``: VMIs by UID when known.
-    Reads VMIs, migrations and migration target pods of the pods' namespaces (only here,
-    after a timeout).
-    """
-    reasons = reasons or {}
-    launcher_namespaces = sorted(set(p["metadata"]["namespace"] for p in pods if kubevirt.is_launcher_pod(p)))
-    vmis_by_uid = dict(vmis or {})
-    migrations = {}
-    cluster_default = None
-    if launcher_namespaces:
-        try:
-            for namespace in launcher_namespaces:
-                items, _rv = client.list("VirtualMachineInstance", namespace=namespace)
-                for vmi in items:
-                    vmis_by_uid[vmi["metadata"].get("uid")] = vmi
-                items, _rv = client.list("VirtualMachineInstanceMigration", namespace=namespace)
-                for migration in items:
-                    vmi_name = (migration.get("spec") or {}).get("vmiName")
-                    migrations.setdefault((namespace, vmi_name), []).append(migration)
-            cr = kubevirt.kubevirt_cr(client)
-            cluster_default = kubevirt.cluster_eviction_strategy(cr)
-        except MaintenanceError:
-            pass  # an explanation must not fail the report of the real problem
-    sentences = []
-    for pod in pods:
-        key = pod_key(pod)
-        meta = pod["metadata"]
-        if meta.get("deletionTimestamp"):
-            sentences.append("pod %s is terminating since %s (the node must confirm it stopped)"
-                             % (key, meta["deletionTimestamp"]))
-            continue
-        if kubevirt.is_launcher_pod(pod):
-            sentences.append(_explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_default,
-                                               reasons.get(key)))
-            continue
-        zero = [p for p in matching_pdbs(pod, pdbs) if ((p.get("status") or {}).get("disruptionsAllowed") or 0) < 1]
-        if zero:
-            sentences.append("pod %s: %s" % (key, "; ".join(describe_pdb(p) for p in zero)))
-        elif reasons.get(key):
-            sentences.append("pod %s: %s" % (key, reasons[key].rstrip(".")))
-        else:
-            sentences.append("pod %s is still on the node" % key)
-    return sentences
-
-
-def _explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_default, last_reason):
-    key = pod_key(pod)
-    vmi = vmis_by_uid.get(kubevirt.launcher_vmi_uid(pod))
-    if vmi is None:
-        return "pod %s runs a VMI that no longer exists" % key
-    meta = vmi["metadata"]
-    name = "%s/%s" % (meta.get("namespace"), kubevirt.vm_name_of(vmi) or meta.get("name"))
-    strategy = fates.effective_strategy(vmi, cluster_default)
-    migratable, reason, message = kubevirt.live_migratable(vmi)
-    if strategy == "LiveMigrate" and not migratable:
-        return ("VM %s is not live-migratable (%s) and its eviction strategy LiveMigrate keeps it on node %s"
-                % (name, kubevirt.describe_not_migratable(reason, message), node))
-    own = migrations.get((meta.get("namespace"), meta.get("name")), [])
-    active = [m for m in own if kubevirt.migration_in_flight(m)]
-    failures = describe_failures(kubevirt.failed_migrations(own), vmi)
-    if active:
-        migration = sorted(active, key=lambda m: m["metadata"].get("creationTimestamp") or "")[-1]
-        state = kubevirt.migration_state(vmi)
-        text = "VM %s: %s" % (name, kubevirt.describe_migration(
-            migration, state.get("sourceNode") or node, state.get("targetNode")))
-        pending_target = _pending_target_pod(client, migration)
-        if pending_target:
-            text += "; its target pod %s" % pending_target
-        if failures:
-            text += "; before it, %s" % failures
-        if last_reason and last_reason.startswith(VIRT_API_DOWN_START):
-            text += "; the last eviction answer was: %s" % last_reason.rstrip(".")
-        return text
-    text = "VM %s has no migration running" % name
-    if failures:
-        text += "; %s" % failures
-    if last_reason:
-        text += "; the last eviction answer was: %s" % last_reason.rstrip(".")
-    return text
-
-
-def describe_failures(failed, vmi=None):
-    """'2 live migrations failed, the last: <KubeVirt's reason>' (None when none failed)."""
-    if not failed:
-        return None
-    text = "%d live migration%s failed" % (len(failed), "" if len(failed) == 1 else "s")
-    reason = kubevirt.migration_failure_reason(failed[-1], vmi)
-    if reason:
-        text += ", the last: %s" % reason
-    return text
-
-
-def _pending_target_pod(client, migration):
-    uid = migration["metadata"].get("uid")
-    try:
-        items, _rv = client.list("Pod", namespace=migration["metadata"].get("namespace"),
-                                 label_selector="%s=%s" % (kubevirt.MIGRATION_JOB_LABEL, uid))
-    except MaintenanceError:
-        return None
-    for pod in items:
-        if (pod.get("status") or {}).get("phase") == "Pending":
-            for cond in (pod.get("status") or {}).get("conditions") or []:
-                if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                    return "%s is Pending: %s" % (pod_key(pod), (cond.get("message") or cond.get("reason") or "").rstrip("."))
-            return "%s is Pending" % pod_key(pod)
-    return None

@@ -75,10 +75,8 @@ class MaintenanceModule:
                 raise MaintenanceError(
                     "The Python libraries %s are required on the host that runs this module (%s); install them with: "
                     "%s -m pip install %s" % (", ".join(missing), sys.executable, sys.executable, quoted))
-            from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import (
-                KubeClient,
-                resolve_settings,
-            )
+            from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
+            from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import resolve_settings
 
             settings = resolve_settings(dict((k, self.params.get(k)) for k in args.AUTH_NAMES))
             self._settings = settings

@@ -15,10 +15,8 @@ __metaclass__ = type
 import hashlib
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import MANAGED_BY, MANAGED_BY_LABEL, NODE_MAINTENANCE_CR_PREFIX
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan import (
-    NODE_MAINTENANCE_KINDS,
-    is_our_maintenance,
-)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan import is_our_maintenance
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.snapshot import NODE_MAINTENANCE_KINDS
 
 API_VERSIONS = {
     "NodeMaintenance": "nodemaintenance.medik8s.io/v1beta1",

@@ -18,33 +18,27 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import ev
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nm_cr, remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
-    NOT_READY_GRACE,
-    Drainer,
-    Progress,
-    explain_pending,
-    percent,
-    pod_key,
-    pods_permission,
-)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import NOT_READY_GRACE, Drainer
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     BlockedError,
     InvalidInputError,
     MaintenanceError,
     WaitTimeoutError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.explain import explain_pending
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import refuse_while_held
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan import (
-    NODE_MAINTENANCE_KINDS,
     PlanOptions,
-    Snapshot,
     compute_plan,
     node_summary,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import pod_key, pods_permission
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress, percent
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
     parse_label_selector,
     requirements_match,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.snapshot import NODE_MAINTENANCE_KINDS, Snapshot
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import (
     Deadline,
     Informer,

@@ -5,7 +5,7 @@
 
 The action plugins of node_maintenance and node_decommission run their module exactly as
 Ansible's ``normal`` action does, while a thread of the same worker process follows the
-module's progress file (module_utils/drain.py ``Progress``) and prints it through the
+module's progress file (module_utils/progress.py ``Progress``) and prints it through the
 Display: every new line at once, and the latest status again at least every
 ``HEARTBEAT`` seconds, so that a drain of many minutes shows where it is.
 

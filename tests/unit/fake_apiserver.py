@@ -13,11 +13,8 @@ import threading
 import time
 from urllib.parse import parse_qs, urlsplit
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import (
-    RESOURCES,
-    ConnectionSettings,
-    KubeClient,
-)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import RESOURCES, KubeClient
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import ConnectionSettings
 
 
 class FakeResponse:

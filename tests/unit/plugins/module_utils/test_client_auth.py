@@ -6,8 +6,9 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import client as client_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient, resolve_settings
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import connection as client_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import resolve_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ConfigurationError
 
 CERT = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"

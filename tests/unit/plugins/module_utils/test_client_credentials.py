@@ -16,9 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import client as client_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import connection as client_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import errors
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient, resolve_settings
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import resolve_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
 
 from module_runner import patch_module_args

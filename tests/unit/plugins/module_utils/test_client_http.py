@@ -7,7 +7,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import errors
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import ConnectionSettings, KubeClient
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import ConnectionSettings
 
 
 class Api:

@@ -8,13 +8,10 @@ import pytest
 from drain_cluster import ReplicaSetSimulator, cluster, launcher, pdb, pod, vm, vmi
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import drain
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import (
-    DrainOptions,
-    Drainer,
-    Progress,
-    classify_pod,
-    explain_pending,
-)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import Drainer
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.explain import explain_pending
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions, classify_pod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline
 
 

@@ -6,7 +6,7 @@ from drain_cluster import cluster, launcher, node, pod, vm, vmi
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import rolling
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import DrainOptions
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import format_amount, pod_requests
 
 HOST = "kubernetes.io/hostname"

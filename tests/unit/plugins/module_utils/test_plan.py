@@ -5,7 +5,7 @@ import pytest
 from drain_cluster import cluster, kubevirt_cr, launcher, node, pdb, pod, vm, vmi
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import DrainOptions
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
 
 

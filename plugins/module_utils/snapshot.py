@@ -1,0 +1,266 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One read of the cluster for the plans: nodes, pods (trimmed page by page to what a plan needs),
+VMIs, VMs, PodDisruptionBudgets and NodeMaintenances, the room left on each node, and the
+cluster as it would be after a plan."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+    ApiError,
+    InvalidInputError,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import is_finished
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
+    node_room,
+    pod_requests,
+    required_pod_terms,
+    why_not_on_node,
+)
+
+NODE_MAINTENANCE_KINDS = ("NodeMaintenance", "LegacyNodeMaintenance")
+
+
+class _Shared:
+    """One object for equal pieces of many pods: the pods of a ReplicaSet have the same labels,
+    owner, requests and placement rules, so a snapshot of 30,000 pods holds a few thousand of
+    each instead. Shared pieces are only read, never modified."""
+
+    def __init__(self):
+        self._seen = {}
+
+    def __call__(self, value):
+        if not value:
+            return value
+        # repr is cheap and exact for decoded JSON; equal values in another key order are merely
+        # not shared.
+        return self._seen.setdefault(repr(value), value)
+
+
+def _no_sharing(value):
+    return value
+
+
+def _slim_pod(pod, share=_no_sharing):
+    """The parts of a pod the plan and the drain look at (keeps memory flat on big clusters)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    slim_meta = dict((k, meta[k]) for k in ("name", "namespace", "uid", "labels", "ownerReferences",
+                                            "deletionTimestamp", "resourceVersion") if k in meta)
+    if "kubernetes.io/config.mirror" in annotations:
+        slim_meta["annotations"] = {"kubernetes.io/config.mirror": annotations["kubernetes.io/config.mirror"]}
+    for key in ("labels", "ownerReferences"):
+        if key in slim_meta:
+            slim_meta[key] = share(slim_meta[key])
+
+    def requests_only(containers):
+        return [{"resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
+                for c in containers or []]
+
+    slim_spec = {
+        "nodeName": spec.get("nodeName"),
+        "containers": requests_only(spec.get("containers")),
+        "volumes": [{"name": v.get("name"), "emptyDir": {}} for v in spec.get("volumes") or [] if "emptyDir" in v],
+    }
+    for key in ("nodeSelector", "tolerations", "overhead", "topologySpreadConstraints"):
+        if spec.get(key):
+            slim_spec[key] = spec[key]
+    if spec.get("initContainers"):
+        slim_spec["initContainers"] = requests_only(spec["initContainers"])
+    affinity = dict((k, v) for k, v in (spec.get("affinity") or {}).items()
+                    if k in ("nodeAffinity", "podAffinity", "podAntiAffinity") and v)
+    if affinity:
+        slim_spec["affinity"] = affinity
+    status = pod.get("status") or {}
+    return {"metadata": slim_meta, "spec": share(slim_spec), "status": share({"phase": status.get("phase")})}
+
+
+def _requests(pod):
+    """pod_requests of a snapshot pod, computed once and kept with its (shared) spec: on a large
+    cluster every pod counts for its node's free room and again in the placement of its node."""
+    spec = pod["spec"]
+    cached = spec.get("_requests")
+    if cached is None:
+        cached = spec["_requests"] = pod_requests(spec)
+    return cached
+
+
+class Snapshot:
+    """One read of everything a plan needs; built by :meth:`load`."""
+
+    def __init__(self, client):
+        self.client = client
+        self.nodes = {}
+        self.pods_by_node = {}
+        self.vmis = []
+        self.vmis_by_uid = {}
+        self.vmis_by_node = {}
+        self.vms = {}
+        self.pdbs = []
+        self.pdbs_by_namespace = {}  # budgets other than a VMI's own, by namespace
+        self.cluster_eviction_strategy = None
+        self.kubevirt = False
+        self.maintenances = []  # (kind, object)
+        self.etcd_guard = None
+        self._free = None
+        self._eligible = {}
+        self._anti_holders = None
+
+    def served(self, kind):
+        """Whether the API serves ``kind`` (the client's discovery, kept for the run)."""
+        return self.client.kind_served(kind)
+
+    @classmethod
+    def load(cls, client, node_names=None):
+        """Read the cluster. ``node_names``: the nodes to plan (VMs are then read per namespace)."""
+        snap = cls(client)
+        items, _rv = client.list("Node")
+        snap.nodes = dict((n["metadata"]["name"], n) for n in items)
+        share = _Shared()
+        pods, _rv = client.list("Pod", transform=lambda pod: _slim_pod(pod, share), drop_managed_fields=True)
+        for pod in pods:
+            snap.pods_by_node.setdefault(pod["spec"].get("nodeName") or "", []).append(pod)
+        snap.kubevirt = snap.served("VirtualMachineInstance")
+        if snap.kubevirt:
+            vmis, _rv = client.list("VirtualMachineInstance")
+            snap.vmis = [v for v in vmis if kubevirt.vmi_is_active(v) or kubevirt.vmi_node(v)]
+            snap.vmis_by_uid = dict((v["metadata"].get("uid"), v) for v in snap.vmis)
+            for vmi in snap.vmis:
+                snap.vmis_by_node.setdefault(kubevirt.vmi_node(vmi), []).append(vmi)
+            if snap.served("KubeVirt"):
+                crs, _rv = client.list("KubeVirt")
+                for cr in crs:
+                    value = kubevirt.cluster_eviction_strategy(cr)
+                    if value:
+                        snap.cluster_eviction_strategy = value
+                        break
+            wanted = None
+            if node_names is not None:
+                wanted = set(node_names)
+            namespaces = sorted(set(v["metadata"]["namespace"] for v in snap.vmis
+                                    if wanted is None or kubevirt.vmi_node(v) in wanted))
+            if wanted is None or len(namespaces) > 3:
+                vms, _rv = client.list("VirtualMachine")
+            else:
+                vms = []
+                for namespace in namespaces:
+                    vms.extend(client.list("VirtualMachine", namespace=namespace)[0])
+            snap.vms = dict(((v["metadata"]["namespace"], v["metadata"]["name"]), v) for v in vms)
+        snap.pdbs, _rv = client.list("PodDisruptionBudget")
+        for pdb in snap.pdbs:
+            if not kubevirt.is_vmi_pdb(pdb):
+                snap.pdbs_by_namespace.setdefault(pdb["metadata"].get("namespace"), []).append(pdb)
+        for kind in NODE_MAINTENANCE_KINDS:
+            if snap.served(kind):
+                snap.maintenances.extend((kind, cr) for cr in client.list(kind)[0])
+        planned = snap.nodes.values() if node_names is None else [snap.nodes[n] for n in node_names if n in snap.nodes]
+        if any(nodes_mod.is_control_plane(n) for n in planned):
+            try:
+                snap.etcd_guard = client.get_or_none("PodDisruptionBudget", nodes_mod.ETCD_GUARD_PDB[1],
+                                                     nodes_mod.ETCD_GUARD_PDB[0])
+            except ApiError:
+                snap.etcd_guard = None  # not allowed to read it: the quorum count still applies
+        return snap
+
+    def node(self, name):
+        node = self.nodes.get(name)
+        if node is None:
+            raise InvalidInputError("Node %s does not exist." % name, node=name)
+        return node
+
+    def pods_on(self, name):
+        return self.pods_by_node.get(name, [])
+
+    def replace_node(self, name, node):
+        """Plan with ``node`` as node ``name`` from now on (for example as it will be once its
+        maintenance ends); placement worked out for the node as it was is forgotten."""
+        self.nodes[name] = node
+        self._eligible = {}
+
+    def maintenances_of(self, name):
+        return [(kind, cr) for kind, cr in self.maintenances if (cr.get("spec") or {}).get("nodeName") == name]
+
+    # -- room on the other nodes -----------------------------------------------------------------
+
+    def free(self):
+        """Allocatable minus the requests of the pods that run there, per node and resource."""
+        if self._free is None:
+            self._free = {}
+            for name, node in self.nodes.items():
+                room = node_room(node)
+                for pod in self.pods_on(name):
+                    if is_finished(pod):
+                        continue
+                    for resource, amount in _requests(pod).items():
+                        room[resource] = room.get(resource, 0.0) - amount
+                self._free[name] = room
+        return self._free
+
+    def present(self):
+        """(node name, pod) of every pod that runs or is about to (finished ones left out)."""
+        for name, pods in self.pods_by_node.items():
+            if not name:
+                continue
+            for pod in pods:
+                if not is_finished(pod):
+                    yield name, pod
+
+    def anti_holders(self):
+        """{id(pod): (node name, pod)} of the running pods with required pod anti-affinity terms."""
+        if self._anti_holders is None:
+            self._anti_holders = dict((id(pod), (name, pod)) for name, pod in self.present()
+                                      if required_pod_terms(pod["spec"], "podAntiAffinity"))
+        return self._anti_holders
+
+    def apply_plan(self, plan):
+        """Plan later nodes as if ``plan`` had run: what left its node runs where the plan put it
+        (pods and VMIs), what stops is gone, and the room follows."""
+        free = self.free()
+        holders = self.anti_holders()
+        leaving = set(id(pod) for pod in plan.evict)
+        self.pods_by_node[plan.node] = [p for p in self.pods_on(plan.node) if id(p) not in leaving]
+        for pod in plan.evict:
+            holders.pop(id(pod), None)
+            if not is_finished(pod):
+                for resource, amount in _requests(pod).items():
+                    free[plan.node][resource] = free[plan.node].get(resource, 0.0) + amount
+        moved_vmis = {}
+        for pod, target, spec in plan.placed:
+            moved = dict(pod, spec=dict(spec, nodeName=target))
+            self.pods_by_node.setdefault(target, []).append(moved)
+            for resource, amount in _requests(pod).items():
+                free[target][resource] = free[target].get(resource, 0.0) - amount
+            if required_pod_terms(spec, "podAntiAffinity"):
+                holders[id(moved)] = (target, moved)
+            if kubevirt.is_launcher_pod(pod):
+                moved_vmis[kubevirt.launcher_vmi_uid(pod)] = target
+        staying = []
+        for vmi in self.vmis_by_node.get(plan.node, []):
+            target = moved_vmis.get(vmi["metadata"].get("uid"))
+            if target is None and vmi["metadata"].get("uid") not in plan.vmi_uids_leaving:
+                staying.append(vmi)
+            elif target is not None:
+                status = dict(vmi.get("status") or {}, nodeName=target)
+                self.vmis_by_node.setdefault(target, []).append(dict(vmi, status=status))
+        self.vmis_by_node[plan.node] = staying
+        # The nodes with the most free memory first, as eligible_nodes orders them (nearly sorted: cheap).
+        for names in self._eligible.values():
+            names.sort(key=lambda n: (-free[n]["memory"], n))
+
+    def eligible_nodes(self, pod_spec):
+        """Nodes that accept the pod by its placement rules (ignoring room), in a stable order."""
+        signature = repr((sorted((pod_spec.get("nodeSelector") or {}).items()), pod_spec.get("affinity"),
+                          pod_spec.get("tolerations")))
+        if signature not in self._eligible:
+            free = self.free()
+            names = [name for name, node in self.nodes.items()
+                     if nodes_mod.is_ready(node) and why_not_on_node(pod_spec, node) is None]
+            names.sort(key=lambda n: (-free[n]["memory"], n))
+            self._eligible[signature] = names
+        return self._eligible[signature]
