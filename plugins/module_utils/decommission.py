@@ -60,6 +60,89 @@ def _result(name):
             "reregistration": {"watch_seconds": 0, "reregistered": False}}
 
 
+def _check_bmh_option(params, name):
+    if params.get("bmh") and params.get("power_off") != "bmh":
+        given = "%s/%s" % (params["bmh"]["namespace"], params["bmh"]["name"])
+        raise InvalidInputError("Option bmh names BareMetalHost %s, but power_off is not bmh: set power_off=bmh to "
+                                "power node %s off through it." % (given, name), option="bmh")
+
+
+def _refuse_blockers(name, plan, policy, powered_off):
+    if powered_off:
+        fatal = [b for b in plan.blockers if b.kind == SAFETY]
+    else:
+        fatal = [b for b in plan.fatal_blockers(policy) if b.kind != NODE]
+    if fatal:
+        raise BlockedError(blocked_message(name, fatal, policy, task="be decommissioned"),
+                           blockers=[b.text for b in fatal], plan=plan.as_dict(), node=name)
+
+
+def _check_mode_result(plan, decision, powered_off, result):
+    result["powered_off_by"] = decision.powered_off_by  # how it would be; a real run says so once it is
+    result["plan"] = plan.as_dict()
+    result["deleted"] = True
+    result["evicted_pods"] = len(plan.evict)
+    for vm in plan.vms:
+        moves = vm["_fate"].moves or (powered_off and vm["run_strategy"] in RESTARTING)
+        if moves:
+            target = plan.targets.get(pod_key(vm["_pod"])) if vm["_pod"] is not None else None
+            result["vms"]["rescheduled"].append({"namespace": vm["namespace"], "name": vm["name"], "node": target})
+        else:
+            result["vms"]["not_restarted"].append({"namespace": vm["namespace"], "name": vm["name"],
+                                                   "run_strategy": vm["run_strategy"]})
+    return result
+
+
+def _require_permissions(client, name, plan, shutdown, powered_off, delete_pods, host, decision):
+    namespaces = sorted(set(p["metadata"]["namespace"] for p in plan.evict))
+    perms = [Permission("patch", "nodes"), Permission("delete", "nodes")]
+    if delete_pods or namespaces:
+        perms.append(pods_permission(namespaces, delete_pods))
+    perms.extend(restart_elsewhere.permissions(shutdown, [] if powered_off else plan.vms))
+    if host is not None:
+        perms.append(Permission("patch", "baremetalhosts", group="metal3.io",
+                                namespaces=[host["metadata"]["namespace"]]))
+    if decision.waits_for_heartbeat:
+        perms.append(Permission("watch", "leases", group="coordination.k8s.io",
+                                namespaces=[power.NODE_LEASE_NAMESPACE]))
+    require(client, perms, "decommission node %s" % name)
+
+
+def _drain_failure(client, name, outcome, drainer, deadline):
+    """The sentence that says why the drain did not empty the node."""
+    if outcome.refused:
+        return "Node %s has pods the drain options do not allow to evict: %s." % (
+            name, "; ".join("%s %s" % item for item in outcome.refused))
+    if outcome.fatal is not None:
+        return getattr(outcome.fatal, "msg", str(outcome.fatal))
+    pending = outcome.pending
+    sentences = explain_pending(client, name, [t.pod for t in pending], drainer.pdb_items(),
+                                reasons=dict((t.key, t.reason) for t in pending if t.reason))
+    return "Timed out after %ds draining node %s before deleting it: %s; the node stays cordoned." % (
+        round(deadline.seconds), name, "; ".join(sentences))
+
+
+def _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result):
+    """Drain the node (force-deleting the pods of a powered-off one); raises when it is not emptied."""
+    if powered_off:
+        drain_options = DrainOptions(ignore_daemonsets=True, delete_emptydir_data=True, force=True,
+                                     grace_period=0, disable_eviction=True)
+        progress.line("phase=Running node is not Ready and declared powered off: force-deleting its pods")
+    else:
+        drain_options = options.drain
+    wait_only = restart_elsewhere.shut_down(client, shutdown)
+    drainer = Drainer(client, name, drain_options, deadline, progress=progress, wait_only=wait_only,
+                      watch_budgets=plan.budgets_matter(), non_migratable=policy)
+    outcome = drainer.run(wait=True)
+    result["evicted_pods"] = outcome.eviction - len(outcome.pending)
+    if outcome.done:
+        return
+    message = _drain_failure(client, name, outcome, drainer, deadline)
+    result["duration_seconds"] = round(deadline.elapsed(), 1)
+    error = WaitTimeoutError if outcome.timed_out else MaintenanceError
+    raise error(message, pending_pods=outcome.pending_keys, **result)
+
+
 def run(module):
     params = module.params
     deadline = Deadline(params["wait_timeout"])
@@ -68,10 +151,7 @@ def run(module):
     policy = params["non_migratable"]
     options = PlanOptions.from_params(params)
     result = _result(name)
-    if params.get("bmh") and params.get("power_off") != "bmh":
-        given = "%s/%s" % (params["bmh"]["namespace"], params["bmh"]["name"])
-        raise InvalidInputError("Option bmh names BareMetalHost %s, but power_off is not bmh: set power_off=bmh to "
-                                "power node %s off through it." % (given, name), option="bmh")
+    _check_bmh_option(params, name)
     if client.get_or_none("Node", name) is None:
         return result  # already gone: nothing to do
     refuse_while_held(client, params.get("lock"), "Node %s was not decommissioned" % name, node=name)
@@ -86,13 +166,7 @@ def run(module):
 
     # A NotReady node is refused before anything else, a heartbeating one after the drain's blockers.
     decision = decide() if powered_off else None
-    if powered_off:
-        fatal = [b for b in plan.blockers if b.kind == SAFETY]
-    else:
-        fatal = [b for b in plan.fatal_blockers(policy) if b.kind != NODE]
-    if fatal:
-        raise BlockedError(blocked_message(name, fatal, policy, task="be decommissioned"),
-                           blockers=[b.text for b in fatal], plan=plan.as_dict(), node=name)
+    _refuse_blockers(name, plan, policy, powered_off)
     decision = decision or decide()
     host = power.find_bmh(client, name, node, params.get("bmh")) if decision.method == "bmh" else None
     result["power_off"] = {"method": decision.method, "bmh": power.bmh_key(host) if host else None,
@@ -101,64 +175,16 @@ def run(module):
     shutdown = [] if powered_off else [vm for vm in plan.vms if vm["_fate"].shut_down_by_us]
     result["changed"] = True
     if module.check_mode:
-        result["powered_off_by"] = decision.powered_off_by  # how it would be; a real run says so once it is
-        result["plan"] = plan.as_dict()
-        result["deleted"] = True
-        result["evicted_pods"] = len(plan.evict)
-        for vm in plan.vms:
-            moves = vm["_fate"].moves or (powered_off and vm["run_strategy"] in RESTARTING)
-            if moves:
-                target = plan.targets.get(pod_key(vm["_pod"])) if vm["_pod"] is not None else None
-                result["vms"]["rescheduled"].append({"namespace": vm["namespace"], "name": vm["name"], "node": target})
-            else:
-                result["vms"]["not_restarted"].append({"namespace": vm["namespace"], "name": vm["name"],
-                                                       "run_strategy": vm["run_strategy"]})
-        return result
+        return _check_mode_result(plan, decision, powered_off, result)
 
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
-    namespaces = sorted(set(p["metadata"]["namespace"] for p in plan.evict))
-    perms = [Permission("patch", "nodes"), Permission("delete", "nodes")]
     delete_pods = powered_off or options.drain.disable_eviction
-    if delete_pods or namespaces:
-        perms.append(pods_permission(namespaces, delete_pods))
-    perms.extend(restart_elsewhere.permissions(shutdown, [] if powered_off else plan.vms))
-    if host is not None:
-        perms.append(Permission("patch", "baremetalhosts", group="metal3.io",
-                                namespaces=[host["metadata"]["namespace"]]))
-    if decision.waits_for_heartbeat:
-        perms.append(Permission("watch", "leases", group="coordination.k8s.io",
-                                namespaces=[power.NODE_LEASE_NAMESPACE]))
-    require(client, perms, "decommission node %s" % name)
+    _require_permissions(client, name, plan, shutdown, powered_off, delete_pods, host, decision)
 
     nodes_mod.update_node(client, name, lambda current: nodes_mod.enter_changes(current, "decommission"), node=node)
     if decision.before_drain:
         _confirm_powered_off(client, name, decision, host, deadline, progress, result)
-    if powered_off:
-        drain_options = DrainOptions(ignore_daemonsets=True, delete_emptydir_data=True, force=True,
-                                     grace_period=0, disable_eviction=True)
-        progress.line("phase=Running node is not Ready and declared powered off: force-deleting its pods")
-    else:
-        drain_options = options.drain
-    wait_only = restart_elsewhere.shut_down(client, shutdown)
-    drainer = Drainer(client, name, drain_options, deadline, progress=progress, wait_only=wait_only,
-                      watch_budgets=plan.budgets_matter(), non_migratable=policy)
-    outcome = drainer.run(wait=True)
-    result["evicted_pods"] = outcome.eviction - len(outcome.pending)
-    if not outcome.done:
-        if outcome.refused:
-            message = "Node %s has pods the drain options do not allow to evict: %s." % (
-                name, "; ".join("%s %s" % item for item in outcome.refused))
-        elif outcome.fatal is not None:
-            message = getattr(outcome.fatal, "msg", str(outcome.fatal))
-        else:
-            pending = outcome.pending
-            sentences = explain_pending(client, name, [t.pod for t in pending], drainer.pdb_items(),
-                                        reasons=dict((t.key, t.reason) for t in pending if t.reason))
-            message = "Timed out after %ds draining node %s before deleting it: %s; the node stays cordoned." % (
-                round(deadline.seconds), name, "; ".join(sentences))
-        result["duration_seconds"] = round(deadline.elapsed(), 1)
-        error = WaitTimeoutError if outcome.timed_out else MaintenanceError
-        raise error(message, pending_pods=outcome.pending_keys, **result)
+    _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result)
 
     if not decision.before_drain:
         _confirm_powered_off(client, name, decision, host, deadline, progress, result)

@@ -126,27 +126,18 @@ def _select_non_migratable(client, selection, selected, vmis, kubevirt, warn):
     return chosen
 
 
-def _vm_scope(module):
-    params = module.params
-    client = module.client
-    selection = vms.Selection(params).validate()
-    desired = params["strategy"] if params["state"] == "present" else None
-    kubevirt = kubevirt_cr(client)
-    cluster_default = cluster_eviction_strategy(kubevirt)
-    selected = vms.select(client, selection, module.warn)
-    vmis = vms.list_vmis(client, selection, selected)
-    if params["only_non_migratable"]:
-        selected = _select_non_migratable(client, selection, selected, vmis, kubevirt, module.warn)
-    changes = [VmChange(vm, vmis.get(vms.key(vm)), desired, cluster_default) for vm in selected]
-    if params["restart"]:
-        for change in changes:
-            change.decide_restart()
-        skipped = [c for c in changes if c.skipped_restart]
-        if skipped:
-            module.warn("Not restarted, as their run strategy would not start them again: %s. Their new eviction "
-                        "strategy applies from their next start." % ", ".join(
-                            "%s/%s (%s)" % (c.key + (c.skipped_restart,)) for c in skipped[:10]))
-    write = not module.check_mode
+def _decide_restarts(changes, warn):
+    for change in changes:
+        change.decide_restart()
+    skipped = [c for c in changes if c.skipped_restart]
+    if skipped:
+        warn("Not restarted, as their run strategy would not start them again: %s. Their new eviction "
+             "strategy applies from their next start." % ", ".join(
+                 "%s/%s (%s)" % (c.key + (c.skipped_restart,)) for c in skipped[:10]))
+
+
+def _apply_changes(client, changes, write):
+    """Patch and restart the VMs that change, in parallel; raises when any of them failed."""
     served = False
     if write and any(c.restart for c in changes):
         served = run_strategy.subresources_served(client)
@@ -166,14 +157,45 @@ def _vm_scope(module):
     results = [c.result() for c in changes]
     vms.raise_failures(outcomes, "Setting the eviction strategy", key_of=lambda c: c.key,
                        changed=any(o.error is None for o in outcomes), vms=results)
+
+
+def _wait_for_restarts(client, selection, restarted, timeout):
+    plans = []
+    for change in restarted:
+        plan = run_strategy.Plan(change.vm, change.vmi)
+        plan.vmi_request, plan.target = "restart", run_strategy.RUNNING
+        plans.append(plan)
+    run_strategy.wait_for_targets(client, selection, plans, timeout)
+
+
+def _vm_diff(changes):
+    changed = [c for c in changes if c.changed]
+    return {
+        "before": dict(("%s/%s" % c.key, {"evictionStrategy": c.before}) for c in changed),
+        "after": dict(("%s/%s" % c.key, dict({"evictionStrategy": c.after},
+                                             **({"restarted": True} if c.restarted else {}))) for c in changed),
+    }
+
+
+def _vm_scope(module):
+    params = module.params
+    client = module.client
+    selection = vms.Selection(params).validate()
+    desired = params["strategy"] if params["state"] == "present" else None
+    kubevirt = kubevirt_cr(client)
+    cluster_default = cluster_eviction_strategy(kubevirt)
+    selected = vms.select(client, selection, module.warn)
+    vmis = vms.list_vmis(client, selection, selected)
+    if params["only_non_migratable"]:
+        selected = _select_non_migratable(client, selection, selected, vmis, kubevirt, module.warn)
+    changes = [VmChange(vm, vmis.get(vms.key(vm)), desired, cluster_default) for vm in selected]
+    if params["restart"]:
+        _decide_restarts(changes, module.warn)
+    write = not module.check_mode
+    _apply_changes(client, changes, write)
     restarted = [c for c in changes if c.restarted]
     if write and restarted and params["wait"]:
-        plans = []
-        for change in restarted:
-            plan = run_strategy.Plan(change.vm, change.vmi)
-            plan.vmi_request, plan.target = "restart", run_strategy.RUNNING
-            plans.append(plan)
-        run_strategy.wait_for_targets(client, selection, plans, params["wait_timeout"])
+        _wait_for_restarts(client, selection, restarted, params["wait_timeout"])
     result = dict(
         changed=any(c.changed for c in changes),
         vms=[c.result() for c in changes],
@@ -181,12 +203,7 @@ def _vm_scope(module):
         restart_required=_restart_required(changes),
     )
     if module.diff_mode:
-        changed = [c for c in changes if c.changed]
-        result["diff"] = {
-            "before": dict(("%s/%s" % c.key, {"evictionStrategy": c.before}) for c in changed),
-            "after": dict(("%s/%s" % c.key, dict({"evictionStrategy": c.after},
-                                                 **({"restarted": True} if c.restarted else {}))) for c in changed),
-        }
+        result["diff"] = _vm_diff(changes)
     return result
 
 

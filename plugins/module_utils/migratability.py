@@ -86,26 +86,36 @@ def _template_annotations(vm):
     return ((((vm.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations")) or {}
 
 
+def _default_interface_blocks(vm, devices, rules):
+    """A VM without interfaces and networks: whether the pod network virt-api adds to it blocks."""
+    # virt-api's VMI mutator adds the pod network with the cluster's default binding
+    # unless autoattachPodInterface is false (on the cluster or the VM).
+    if devices.get("autoattachPodInterface") is False or rules.autoattach_pod_interface is False:
+        return False
+    binding = rules.default_interface
+    if binding == "masquerade":
+        return False
+    return not (binding == "bridge" and ALLOW_POD_BRIDGE_MIGRATION in _template_annotations(vm))
+
+
+def _pod_interface(interfaces, networks):
+    """The interface on the pod network, or None."""
+    pod_network = next((n for n in networks if "pod" in n), None)
+    if pod_network is None:
+        return None
+    return next((i for i in interfaces if i.get("name") == pod_network.get("name")), None)
+
+
 def _interface_blocks(vm, rules):
     spec = _template_spec(vm)
     devices = (spec.get("domain") or {}).get("devices") or {}
     interfaces = devices.get("interfaces") or []
     networks = spec.get("networks") or []
     if not interfaces and not networks:
-        # virt-api's VMI mutator adds the pod network with the cluster's default binding
-        # unless autoattachPodInterface is false (on the cluster or the VM).
-        if devices.get("autoattachPodInterface") is False or rules.autoattach_pod_interface is False:
-            return False
-        binding = rules.default_interface
-        if binding == "masquerade":
-            return False
-        return not (binding == "bridge" and ALLOW_POD_BRIDGE_MIGRATION in _template_annotations(vm))
+        return _default_interface_blocks(vm, devices, rules)
     if not interfaces:
         return False
-    pod_network = next((n for n in networks if "pod" in n), None)
-    if pod_network is None:
-        return False
-    pod_iface = next((i for i in interfaces if i.get("name") == pod_network.get("name")), None)
+    pod_iface = _pod_interface(interfaces, networks)
     if pod_iface is None or "masquerade" in pod_iface:
         return False
     if "bridge" in pod_iface and ALLOW_POD_BRIDGE_MIGRATION in _template_annotations(vm):

@@ -351,38 +351,14 @@ def _permissions_for_drain(plan, options, shutdown):
     return perms
 
 
-def enter_drain(module, result, plan, node, shutdown, options, deadline, progress):
-    params = module.params
-    client = module.client
-    name = plan.node
-    require(client, _permissions_for_drain(plan, options, shutdown), "drain node %s" % name)
-    before = nodes_mod.maintenance_view(node)
-    node_after, (patch, after, _record) = nodes_mod.update_node(
-        client, name, lambda current: nodes_mod.enter_changes(current, params.get("reason")), node=node)
-    result["changed"] = result["changed"] or patch is not None
-    if patch is not None:
-        progress.line("phase=Running cordoned, tainted %s:NoSchedule" % nodes_mod.DRAIN_TAINT["key"])
-    wait_only = restart_elsewhere.shut_down(client, shutdown)
-    if shutdown:
-        result["changed"] = True
-        progress.line("shut down %d VM%s that cannot migrate: %s" % (
-            len(shutdown), "" if len(shutdown) == 1 else "s",
-            ", ".join("%s/%s" % (vm["namespace"], vm["name"]) for vm in shutdown)))
-    drainer = Drainer(client, name, options.drain, deadline, progress=progress, wait_only=wait_only,
-                      watch_budgets=plan.budgets_matter(), non_migratable=params["non_migratable"],
-                      not_ready_grace=NOT_READY_GRACE)
-    outcome = drainer.run(wait=params["wait"])
-    if outcome.evicted:
-        result["changed"] = True
-    result["total_pods"] = outcome.total
-    result["eviction_pods"] = outcome.eviction
-    result["pending_pods"] = outcome.pending_keys
-    result["drain_progress"] = outcome.progress
-    explanations = dict((key, "its live migrations keep failing: %s" % why) for key, why in outcome.gave_up.items())
-    if outcome.shut_down:
-        progress.line("shut down %d VM%s whose live migrations kept failing: %s" % (
-            len(outcome.shut_down), "" if len(outcome.shut_down) == 1 else "s",
-            ", ".join("%s/%s" % vm for vm in outcome.shut_down)))
+def _vm_list_line(what, vms):
+    """'shut down 2 VMs that ...: ns/a, ns/b' for the progress log; ``vms`` are (namespace, name) pairs."""
+    return "shut down %d VM%s %s: %s" % (
+        len(vms), "" if len(vms) == 1 else "s", what, ", ".join("%s/%s" % vm for vm in vms))
+
+
+def _drain_phase(client, name, outcome, drainer, deadline, explanations, result):
+    """The phase and last error of the drain's outcome; explains the pods a timed-out drain left."""
     if outcome.refused:
         result["phase"] = "Failed"
         result["last_error"] = "Node %s has pods the drain options do not allow to evict: %s." % (
@@ -401,6 +377,37 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
             "; ".join(explanations[t.key] for t in pending))
     else:
         result["phase"] = "Succeeded" if not outcome.pending else "Running"
+
+
+def enter_drain(module, result, plan, node, shutdown, options, deadline, progress):
+    params = module.params
+    client = module.client
+    name = plan.node
+    require(client, _permissions_for_drain(plan, options, shutdown), "drain node %s" % name)
+    before = nodes_mod.maintenance_view(node)
+    node_after, (patch, after, _record) = nodes_mod.update_node(
+        client, name, lambda current: nodes_mod.enter_changes(current, params.get("reason")), node=node)
+    result["changed"] = result["changed"] or patch is not None
+    if patch is not None:
+        progress.line("phase=Running cordoned, tainted %s:NoSchedule" % nodes_mod.DRAIN_TAINT["key"])
+    wait_only = restart_elsewhere.shut_down(client, shutdown)
+    if shutdown:
+        result["changed"] = True
+        progress.line(_vm_list_line("that cannot migrate", [(vm["namespace"], vm["name"]) for vm in shutdown]))
+    drainer = Drainer(client, name, options.drain, deadline, progress=progress, wait_only=wait_only,
+                      watch_budgets=plan.budgets_matter(), non_migratable=params["non_migratable"],
+                      not_ready_grace=NOT_READY_GRACE)
+    outcome = drainer.run(wait=params["wait"])
+    if outcome.evicted:
+        result["changed"] = True
+    result["total_pods"] = outcome.total
+    result["eviction_pods"] = outcome.eviction
+    result["pending_pods"] = outcome.pending_keys
+    result["drain_progress"] = outcome.progress
+    explanations = dict((key, "its live migrations keep failing: %s" % why) for key, why in outcome.gave_up.items())
+    if outcome.shut_down:
+        progress.line(_vm_list_line("whose live migrations kept failing", outcome.shut_down))
+    _drain_phase(client, name, outcome, drainer, deadline, explanations, result)
     restarted = {}
     if params["wait"] and outcome.fatal is None and not outcome.refused:
         restarted = restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
@@ -444,6 +451,71 @@ def vm_report(client, plan, explanations, final=True, restarted=None):
     return vms
 
 
+def _cr_to_follow(client, name, cr_kind, ours_cr, reason, result, progress):
+    """(kind, CR) of the node's NodeMaintenance: ours when there is one, else a new one."""
+    if ours_cr is not None:
+        return ours_cr
+    cr = client.create(cr_kind, nm_cr.body(cr_kind, name, reason))
+    result["changed"] = True
+    progress.line("phase=Running created %s %s" % ("NodeMaintenance", cr["metadata"]["name"]))
+    return cr_kind, cr
+
+
+def _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress):
+    """(the NodeMaintenance once its phase is final, timed out), reporting the drain's progress meanwhile."""
+    cr_name = cr["metadata"]["name"]
+    vm_of_pod = dict((pod_key(p), "%s/%s" % (p["metadata"]["namespace"], kubevirt.launcher_vmi_name(p)))
+                     for p in plan.evict if kubevirt.is_launcher_pod(p) and kubevirt.launcher_vmi_name(p))
+    informer = Informer(client, kind, field_selector="metadata.name=%s" % cr_name)
+
+    def settled():
+        current = informer.get(cr_name)
+        if current is None:
+            return False
+        view = nm_cr.status_view(current, namespaces)
+        progress.update(view["total_pods"], view["eviction_pods"], len(view["pending_pods"]),
+                        sum(1 for p in view["pending_pods"] if "virt-launcher-" in p),
+                        vms=[vm_of_pod[p] for p in view["pending_pods"] if p in vm_of_pod],
+                        error=view["last_error"])
+        return current if view["phase"] in kubevirt.FINISHED_PHASES else False
+
+    try:
+        return wait_until(settled, [informer], deadline.remaining(), "NodeMaintenance %s" % cr_name,
+                          deadline=deadline), False
+    except WaitTimeoutError:
+        return informer.get(cr_name) or cr, True
+    finally:
+        informer.stop()
+
+
+def _cr_failure(client, name, plan, cr_name, view, timed_out, deadline, result):
+    """Mark the maintenance failed and say why; returns the explanations of the pods left."""
+    result["phase"] = "Failed"
+    pending = _pending_pods(client, name, plan)
+    explanations = dict(zip([pod_key(p) for p in pending], explain_pending(
+        client, name, pending, client.list("PodDisruptionBudget")[0])))
+    what = ("Timed out after %ds waiting for NodeMaintenance %s" % (round(deadline.seconds), cr_name)) if timed_out \
+        else "NodeMaintenance %s failed" % cr_name
+    detail = "; ".join(explanations[pod_key(p)] for p in pending)
+    result["last_error"] = "%s (phase %s%s)%s." % (
+        what, view["phase"], ", last error: %s" % view["last_error"].rstrip(".") if view["last_error"] else "",
+        ": %s" % detail if detail else "")
+    return explanations
+
+
+def _cr_view(plan, cr, namespaces, result):
+    """The NodeMaintenance's status into the result (the plan's pod counts while it has none)."""
+    view = nm_cr.status_view(cr, namespaces)
+    result.update(view)
+    if not view["eviction_pods"] and not view["total_pods"]:
+        result["eviction_pods"] = len(plan.evict)
+        result["total_pods"] = plan.total_pods
+    if view["phase"] == "Succeeded":
+        result["drain_progress"] = 100
+        result["pending_pods"] = []
+    return view
+
+
 def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress):
     params = module.params
     client = module.client
@@ -454,13 +526,7 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
         require(client, perms, "put node %s into maintenance" % name)
     node = nodes_mod.get_node(client, name)
     before = nodes_mod.maintenance_view(node)
-    if ours_cr is None:
-        kind = cr_kind
-        cr = client.create(kind, nm_cr.body(kind, name, params.get("reason")))
-        result["changed"] = True
-        progress.line("phase=Running created %s %s" % ("NodeMaintenance", cr["metadata"]["name"]))
-    else:
-        kind, cr = ours_cr
+    kind, cr = _cr_to_follow(client, name, cr_kind, ours_cr, params.get("reason"), result, progress)
     cr_name = cr["metadata"]["name"]
     if shutdown:
         wait_for_object(client, "Node", name, lambda n: n is not None and nodes_mod.is_cordoned(n),
@@ -468,53 +534,15 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
         restart_elsewhere.shut_down(client, shutdown)
         result["changed"] = True
     namespaces = dict((p["metadata"]["name"], p["metadata"]["namespace"]) for p in plan.evict)
-    vm_of_pod = dict((pod_key(p), "%s/%s" % (p["metadata"]["namespace"], kubevirt.launcher_vmi_name(p)))
-                     for p in plan.evict if kubevirt.is_launcher_pod(p) and kubevirt.launcher_vmi_name(p))
     timed_out = False
     if params["wait"]:
-        informer = Informer(client, kind, field_selector="metadata.name=%s" % cr_name)
-
-        def settled():
-            current = informer.get(cr_name)
-            if current is None:
-                return False
-            view = nm_cr.status_view(current, namespaces)
-            progress.update(view["total_pods"], view["eviction_pods"], len(view["pending_pods"]),
-                            sum(1 for p in view["pending_pods"] if "virt-launcher-" in p),
-                            vms=[vm_of_pod[p] for p in view["pending_pods"] if p in vm_of_pod],
-                            error=view["last_error"])
-            return current if view["phase"] in kubevirt.FINISHED_PHASES else False
-
-        try:
-            cr = wait_until(settled, [informer], deadline.remaining(), "NodeMaintenance %s" % cr_name,
-                            deadline=deadline)
-        except WaitTimeoutError:
-            timed_out = True
-            cr = informer.get(cr_name) or cr
-        finally:
-            informer.stop()
+        cr, timed_out = _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress)
     else:
         cr = client.get_or_none(kind, cr_name) or cr
-    view = nm_cr.status_view(cr, namespaces)
-    result.update(view)
-    if not view["eviction_pods"] and not view["total_pods"]:
-        result["eviction_pods"] = len(plan.evict)
-        result["total_pods"] = plan.total_pods
-    if view["phase"] == "Succeeded":
-        result["drain_progress"] = 100
-        result["pending_pods"] = []
+    view = _cr_view(plan, cr, namespaces, result)
     explanations = {}
     if timed_out or view["phase"] == "Failed":
-        result["phase"] = "Failed"
-        pending = _pending_pods(client, name, plan)
-        explanations = dict(zip([pod_key(p) for p in pending], explain_pending(
-            client, name, pending, client.list("PodDisruptionBudget")[0])))
-        what = ("Timed out after %ds waiting for NodeMaintenance %s" % (round(deadline.seconds), cr_name)) if timed_out \
-            else "NodeMaintenance %s failed" % cr_name
-        detail = "; ".join(explanations[pod_key(p)] for p in pending)
-        result["last_error"] = "%s (phase %s%s)%s." % (
-            what, view["phase"], ", last error: %s" % view["last_error"].rstrip(".") if view["last_error"] else "",
-            ": %s" % detail if detail else "")
+        explanations = _cr_failure(client, name, plan, cr_name, view, timed_out, deadline, result)
     restarted = {}
     if params["wait"] and view["phase"] in ("Succeeded", "Running"):
         restarted = restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
@@ -532,12 +560,8 @@ def _pending_pods(client, name, plan):
 
 # -- leaving maintenance ----------------------------------------------------------------------
 
-def leave(module):
-    params = module.params
-    deadline = Deadline(params["wait_timeout"])
-    client = module.client
-    name = params["name"]
-    node = nodes_mod.get_node(client, name)
+def _ours_cr_to_leave(client, name):
+    """Our NodeMaintenance of the node (or None); one created by someone else is refused."""
     snapshot = Snapshot(client)
     for kind in NODE_MAINTENANCE_KINDS:
         if snapshot.served(kind):
@@ -547,19 +571,90 @@ def leave(module):
         raise BlockedError("Node %s is held by NodeMaintenance %s, which this collection did not create; delete "
                            "that CR to end its maintenance." % (name, foreign[0][1]["metadata"]["name"]),
                            node=name)
+    return ours_cr
+
+
+def _leave_method_reason(name, ours_cr):
+    if ours_cr:
+        return "state=absent deletes NodeMaintenance %s, through which node %s is in maintenance." % (
+            ours_cr[1]["metadata"]["name"], name)
+    return "state=absent removes what a drain by this collection added to node %s (no NodeMaintenance of this " \
+        "collection holds it)." % name
+
+
+def _view_after_cr(after):
+    """The node's maintenance view once the operator released it after its NodeMaintenance is deleted."""
+    return dict(after, unschedulable=False, labels={nodes_mod.EXCLUDE_LABEL: None}, taints=[
+        t for t in after["taints"] if t.get("key") not in [m["key"] for m in nodes_mod.MAINTENANCE_TAINTS]])
+
+
+def _planned_leave(client, name, marked, migrations, pauses, result):
+    """The result of a check run, or of a node with nothing to undo: what leaving would do."""
+    how = evacuation.CANCEL_ACTION if marked and evacuation.uses_cancel_action(client) else "status"
+    result["evacuations_cancelled"] = [{"namespace": v["metadata"].get("namespace"), "name": v["metadata"]["name"],
+                                        "node": name, "how": how} for v in marked]
+    result["migrations_deleted"] = ["%s/%s" % (m["metadata"].get("namespace"), m["metadata"]["name"])
+                                    for m in migrations]
+    result["remediation_restored"] = [remediation.entry(kind, check, remediation.how(kind))
+                                      for kind, check in pauses]
+    result["msg"] = ("Node %s is not in maintenance by this collection. " % name if not result["changed"]
+                     else "") + MOVE_BACK_NOTE
+    return result
+
+
+def _wait_for_release(client, name, cr, deadline, result):
+    def released(current):
+        return current is not None and not nodes_mod.is_cordoned(current) and \
+            not nodes_mod.has_taint(current, nodes_mod.DRAIN_TAINT)
+    try:
+        return wait_for_object(client, "Node", name, released, deadline.remaining(),
+                               "the node-maintenance operator to release node %s" % name)
+    except WaitTimeoutError as exc:
+        raise WaitTimeoutError("NodeMaintenance %s was deleted, but node %s is still cordoned after %ds: is "
+                               "the node-maintenance operator running?" % (
+                                   cr["metadata"]["name"], name, round(deadline.seconds)),
+                               **dict(((k, v) for k, v in result.items() if k != "msg"), changed=True)
+                               ) from exc
+
+
+def _leave_cr(module, name, ours_cr, node, marked, result, progress, in_maintenance, deadline):
+    client = module.client
+    kind, cr = ours_cr
+    require(client, [Permission("delete", "nodemaintenances", group=nm_cr.API_VERSIONS[kind].split("/")[0])],
+            "end the maintenance of node %s" % name)
+    client.delete(kind, cr["metadata"]["name"])
+    if module.params["wait"]:
+        node = _wait_for_release(client, name, cr, deadline, result)
+    # The operator no longer drains: what its drain left marked for evacuation is cancelled.
+    _cancel_evacuations(module, name, marked, result, progress, in_maintenance)
+    # Anything this collection recorded itself (an earlier drain) goes too.
+    if nodes_mod.maintenance_record(node) is not None:
+        nodes_mod.update_node(client, name, nodes_mod.leave_changes)
+
+
+def _leave_drain(module, name, node, marked, result, progress, in_maintenance):
+    client = module.client
+    require(client, [Permission("patch", "nodes")], "end the maintenance of node %s" % name)
+    # Cancelled before the uncordon, so no VM keeps leaving a node that is back in service.
+    _cancel_evacuations(module, name, marked, result, progress, in_maintenance)
+    nodes_mod.update_node(client, name, nodes_mod.leave_changes, node=None if marked else node)
+
+
+def leave(module):
+    params = module.params
+    deadline = Deadline(params["wait_timeout"])
+    client = module.client
+    name = params["name"]
+    node = nodes_mod.get_node(client, name)
+    ours_cr = _ours_cr_to_leave(client, name)
     method = "cr" if ours_cr else "drain"
     result = base_result(name, method)
-    result["method_reason"] = (
-        "state=absent deletes NodeMaintenance %s, through which node %s is in maintenance." % (
-            ours_cr[1]["metadata"]["name"], name) if ours_cr else
-        "state=absent removes what a drain by this collection added to node %s (no NodeMaintenance of this "
-        "collection holds it)." % name)
+    result["method_reason"] = _leave_method_reason(name, ours_cr)
     result["msg"] = MOVE_BACK_NOTE
     before = nodes_mod.maintenance_view(node)
     patch, after, kept_cordon = nodes_mod.leave_changes(node)
     if ours_cr:
-        after = dict(after, unschedulable=False, labels={nodes_mod.EXCLUDE_LABEL: None}, taints=[
-            t for t in after["taints"] if t.get("key") not in [m["key"] for m in nodes_mod.MAINTENANCE_TAINTS]])
+        after = _view_after_cr(after)
     # Evacuations are cancelled only on a node in maintenance (ours, or cordoned by hand): on
     # another node they belong to someone else (the descheduler marks VMIs the same way).
     in_maintenance = bool(ours_cr) or nodes_mod.marked_for_maintenance(node) or nodes_mod.is_cordoned(node)
@@ -575,48 +670,15 @@ def leave(module):
         module.warn("Node %s was already cordoned before this collection's maintenance began, so it stays cordoned."
                     % name)
     if module.check_mode or not result["changed"]:
-        how = evacuation.CANCEL_ACTION if marked and evacuation.uses_cancel_action(client) else "status"
-        result["evacuations_cancelled"] = [{"namespace": v["metadata"].get("namespace"), "name": v["metadata"]["name"],
-                                            "node": name, "how": how} for v in marked]
-        result["migrations_deleted"] = ["%s/%s" % (m["metadata"].get("namespace"), m["metadata"]["name"])
-                                        for m in migrations]
-        result["remediation_restored"] = [remediation.entry(kind, check, remediation.how(kind))
-                                          for kind, check in pauses]
-        result["msg"] = ("Node %s is not in maintenance by this collection. " % name if not result["changed"]
-                         else "") + MOVE_BACK_NOTE
-        return result
+        return _planned_leave(client, name, marked, migrations, pauses, result)
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
     perms = evacuation.permissions(client, marked, migrations) + remediation.permissions(pauses)
     if perms:
         require(client, perms, "end the maintenance of node %s" % name)
     if ours_cr:
-        kind, cr = ours_cr
-        require(client, [Permission("delete", "nodemaintenances", group=nm_cr.API_VERSIONS[kind].split("/")[0])],
-                "end the maintenance of node %s" % name)
-        client.delete(kind, cr["metadata"]["name"])
-        if params["wait"]:
-            def released(current):
-                return current is not None and not nodes_mod.is_cordoned(current) and \
-                    not nodes_mod.has_taint(current, nodes_mod.DRAIN_TAINT)
-            try:
-                node = wait_for_object(client, "Node", name, released, deadline.remaining(),
-                                       "the node-maintenance operator to release node %s" % name)
-            except WaitTimeoutError as exc:
-                raise WaitTimeoutError("NodeMaintenance %s was deleted, but node %s is still cordoned after %ds: is "
-                                       "the node-maintenance operator running?" % (
-                                           cr["metadata"]["name"], name, round(deadline.seconds)),
-                                       **dict(((k, v) for k, v in result.items() if k != "msg"), changed=True)
-                                       ) from exc
-        # The operator no longer drains: what its drain left marked for evacuation is cancelled.
-        _cancel_evacuations(module, name, marked, result, progress, in_maintenance)
-        # Anything this collection recorded itself (an earlier drain) goes too.
-        if nodes_mod.maintenance_record(node) is not None:
-            nodes_mod.update_node(client, name, nodes_mod.leave_changes)
+        _leave_cr(module, name, ours_cr, node, marked, result, progress, in_maintenance, deadline)
     else:
-        require(client, [Permission("patch", "nodes")], "end the maintenance of node %s" % name)
-        # Cancelled before the uncordon, so no VM keeps leaving a node that is back in service.
-        _cancel_evacuations(module, name, marked, result, progress, in_maintenance)
-        nodes_mod.update_node(client, name, nodes_mod.leave_changes, node=None if marked else node)
+        _leave_drain(module, name, node, marked, result, progress, in_maintenance)
     _restore_remediation(client, name, progress, result)
     result["duration_seconds"] = round(deadline.elapsed(), 1)
     result["msg"] = "Node %s left maintenance. %s" % (name, MOVE_BACK_NOTE)

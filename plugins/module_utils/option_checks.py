@@ -55,8 +55,7 @@ def label_value(option, value):
                                   "ending with a letter or digit, at most 63 characters)")
 
 
-def check(params):
-    """Raise InvalidInputError for the first option whose value cannot be right."""
+def _check_names(params):
     if params.get("name") is not None:
         name("name", params["name"])
     if params.get("namespace") is not None:
@@ -64,15 +63,25 @@ def check(params):
     for node in params.get("nodes") or []:
         if isinstance(node, str):
             name("nodes", node)
+
+
+def _check_timeouts(params):
     for option in TIMEOUT_OPTIONS:
         value = params.get(option)
         if value is not None and not 1 <= value <= MAX_TIMEOUT:
             raise _bad(option, value, "is not a usable timeout: give seconds from 1 to %d (7 days)" % MAX_TIMEOUT)
+
+
+def _check_references(params):
     for option in REFERENCE_OPTIONS:
         reference = params.get(option)
         if reference:
             name("%s.name" % option, reference.get("name"))
             name("%s.namespace" % option, reference.get("namespace"), NAMESPACE_NAME)
+
+
+def _check_durations(params):
+    """The watch, the settle timeout and the grace period, each with a range of its own."""
     watch = params.get("reregistration_watch")
     if watch is not None and not 0 <= watch <= MAX_WATCH:
         raise _bad("reregistration_watch", watch,
@@ -84,16 +93,36 @@ def check(params):
     grace = params.get("grace_period")
     if grace is not None and grace < -1:
         raise _bad("grace_period", grace, "is not a grace period: give -1 (each pod's own) or seconds from 0")
+
+
+def _check_selectors(params):
     for option in SELECTOR_OPTIONS:
         if params.get(option):
             parse_label_selector(params[option], option)
     if params.get("mark"):
         label_value("mark", params["mark"])
+
+
+def _check_lock(params):
     lock = params.get("lock")
     if isinstance(lock, dict) and lock.get("name"):
         name("lock.name", lock["name"])
         if lock.get("namespace") is not None:
             name("lock.namespace", lock["namespace"], NAMESPACE_NAME)
+
+
+def _check_cpu_models(params):
     for model in params.get("cpu_models") or []:
         if not (model or "").strip():
             raise _bad("cpu_models", params["cpu_models"], "holds an empty CPU model name")
+
+
+# In this order: the first option that cannot be right is the one reported.
+_CHECKS = (_check_names, _check_timeouts, _check_references, _check_durations, _check_selectors, _check_lock,
+           _check_cpu_models)
+
+
+def check(params):
+    """Raise InvalidInputError for the first option whose value cannot be right."""
+    for check_some in _CHECKS:
+        check_some(params)

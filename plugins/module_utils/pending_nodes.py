@@ -73,16 +73,39 @@ def plan(nodes, wanted, mark):
     return changes
 
 
-def set_pending(module):
-    params = module.params
-    state, mark = params["state"], params.get("mark")
-    wanted = list(dict.fromkeys(params.get("nodes") or []))
+def _check_options(state, mark, wanted):
     if state == "present" and not mark:
         raise InvalidInputError("Option mark is required with state=present: give the run's mark, "
                                 "the value of the taint on the nodes still to do.", option="mark")
     if state == "absent" and wanted:
         raise InvalidInputError("Option nodes is not taken with state=absent: the taint goes from every node.",
                                 option="nodes")
+
+
+def _pending_result(state, mark, wanted, changes):
+    return {
+        "changed": bool(changes),
+        "pending": sorted(wanted),
+        "added": sorted(name for name, (before, after) in changes.items() if after and not before),
+        "removed": sorted(name for name, (before, after) in changes.items() if before and not after),
+        "stale": sorted(name for name, (before, _after) in changes.items()
+                        if state == "present" and any(m != mark for m in before)),
+        "taint": {"key": PENDING_TAINT_KEY, "value": mark if state == "present" else None, "effect": PENDING_EFFECT},
+    }
+
+
+def _pending_diff(changes):
+    return {
+        "before": {"pending": dict((name, (before or [None])[0]) for name, (before, _a) in sorted(changes.items()))},
+        "after": {"pending": dict((name, after) for name, (_b, after) in sorted(changes.items()))},
+    }
+
+
+def set_pending(module):
+    params = module.params
+    state, mark = params["state"], params.get("mark")
+    wanted = list(dict.fromkeys(params.get("nodes") or []))
+    _check_options(state, mark, wanted)
     nodes, _rv = module.client.list("Node")
     by_name = dict((node_name(n), n) for n in nodes)
     missing = [name for name in wanted if name not in by_name]
@@ -94,18 +117,7 @@ def set_pending(module):
             continue
         update_node(module.client, name, lambda current: (taint_changes(current, changes[name][1]),),
                     node=by_name[name])
-    result = {
-        "changed": bool(changes),
-        "pending": sorted(wanted),
-        "added": sorted(name for name, (before, after) in changes.items() if after and not before),
-        "removed": sorted(name for name, (before, after) in changes.items() if before and not after),
-        "stale": sorted(name for name, (before, _after) in changes.items()
-                        if state == "present" and any(m != mark for m in before)),
-        "taint": {"key": PENDING_TAINT_KEY, "value": mark if state == "present" else None, "effect": PENDING_EFFECT},
-    }
+    result = _pending_result(state, mark, wanted, changes)
     if module.diff_mode:
-        result["diff"] = {
-            "before": {"pending": dict((name, (before or [None])[0]) for name, (before, _a) in sorted(changes.items()))},
-            "after": {"pending": dict((name, after) for name, (_b, after) in sorted(changes.items()))},
-        }
+        result["diff"] = _pending_diff(changes)
     return result

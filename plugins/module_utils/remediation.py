@@ -114,32 +114,41 @@ def paused_by_others(kind, obj, node):
 
 # -- what covers a node --------------------------------------------------------------------------
 
+def _node_health_checks(client, node):
+    if not client.kind_served(NODE_HEALTH_CHECK):
+        return []
+    return [(NODE_HEALTH_CHECK, check) for check in client.list(NODE_HEALTH_CHECK)[0]
+            if selector_matches((check.get("spec") or {}).get("selector") or {}, labels_of(node))]
+
+
+def _check_selects_machine(check, machine, cluster_label):
+    """Whether a MachineHealthCheck selects the machine (same namespace, same cluster, matching labels)."""
+    spec = check.get("spec") or {}
+    labels = _meta(machine).get("labels") or {}
+    if _meta(machine).get("namespace") != _meta(check).get("namespace"):
+        return False
+    if cluster_label and labels.get(cluster_label) != spec.get("clusterName"):
+        return False
+    return selector_matches(spec.get("selector") or {}, labels)
+
+
+def _machine_health_checks(client, name, kind, machine_kind, cluster_label):
+    if not (client.kind_served(kind) and client.kind_served(machine_kind)):
+        return []
+    machines = [m for m in client.list(machine_kind)[0]
+                if (((m.get("status") or {}).get("nodeRef") or {}).get("name")) == name]
+    if not machines:
+        return []
+    return [(kind, check) for check in client.list(kind)[0]
+            if any(_check_selects_machine(check, machine, cluster_label) for machine in machines)]
+
+
 def covering(client, node):
     """[(kind, check)] of the health checks that would remediate ``node`` (served kinds only)."""
-    found = []
+    found = _node_health_checks(client, node)
     name = _meta(node).get("name")
-    if client.kind_served(NODE_HEALTH_CHECK):
-        for check in client.list(NODE_HEALTH_CHECK)[0]:
-            if selector_matches((check.get("spec") or {}).get("selector") or {}, labels_of(node)):
-                found.append((NODE_HEALTH_CHECK, check))
     for kind, machine_kind, cluster_label in MACHINE_HEALTH_CHECKS:
-        if not (client.kind_served(kind) and client.kind_served(machine_kind)):
-            continue
-        machines = [m for m in client.list(machine_kind)[0]
-                    if (((m.get("status") or {}).get("nodeRef") or {}).get("name")) == name]
-        if not machines:
-            continue
-        for check in client.list(kind)[0]:
-            spec = check.get("spec") or {}
-            for machine in machines:
-                labels = _meta(machine).get("labels") or {}
-                if _meta(machine).get("namespace") != _meta(check).get("namespace"):
-                    continue
-                if cluster_label and labels.get(cluster_label) != spec.get("clusterName"):
-                    continue
-                if selector_matches(spec.get("selector") or {}, labels):
-                    found.append((kind, check))
-                    break
+        found.extend(_machine_health_checks(client, name, kind, machine_kind, cluster_label))
     return found
 
 

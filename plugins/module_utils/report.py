@@ -142,46 +142,43 @@ def _number(value):
         return None
 
 
-def build(run, records):
-    """Normalise the run and node records into the report model (datetimes, durations, totals)."""
-    run = dict(run or {})
-    nodes = []
-    seen = set()
-    for record in records or []:
-        phases = _phases(record)
-        start = parse_time_utc(record.get("started")) or (phases[0]["start"] if phases else None)
-        ends = [p["end"] for p in phases if p["end"]]
-        end = parse_time_utc(record.get("finished")) or (max(ends) if ends else None)
-        vms = record.get("vms") or {}
-        status = record.get("status") or "done"
-        if status == "failed" and phases and not any(p["failed"] for p in phases):
-            phases[-1]["failed"] = True  # the phase that was running when it failed
-        node = {
-            "node": record.get("node"),
-            "index": record.get("index"),
-            "status": status,
-            "started": start,
-            "finished": end,
-            "seconds": seconds_between(start, end),
-            "predicted_seconds": _number(record.get("predicted_seconds")),
-            "phases": phases,
-            "pods_evicted": int(record.get("pods_evicted") or 0),
-            "total_pods": int(record.get("total_pods") or 0),
-            "migrations": _migrations(record),
-            "shut_down": list(vms.get("shut_down") or []),
-            "blocked": list(vms.get("blocked") or []),
-            "not_running": list(record.get("not_running") or []),
-            "method": record.get("method"),
-            "error": record.get("error"),
-        }
-        nodes.append(node)
-        seen.add(node["node"])
-    planned = list(run.get("nodes") or [n["node"] for n in nodes])
-    untouched = [name for name in planned if name not in seen]
-    started = parse_time_utc(run.get("started")) or (min(n["started"] for n in nodes if n["started"]) if any(
-        n["started"] for n in nodes) else None)
-    finished = parse_time_utc(run.get("finished")) or (max(n["finished"] for n in nodes if n["finished"]) if any(
-        n["finished"] for n in nodes) else None)
+def _node(record):
+    """One node record -> the node entry of the model."""
+    phases = _phases(record)
+    start = parse_time_utc(record.get("started")) or (phases[0]["start"] if phases else None)
+    ends = [p["end"] for p in phases if p["end"]]
+    end = parse_time_utc(record.get("finished")) or (max(ends) if ends else None)
+    vms = record.get("vms") or {}
+    status = record.get("status") or "done"
+    if status == "failed" and phases and not any(p["failed"] for p in phases):
+        phases[-1]["failed"] = True  # the phase that was running when it failed
+    return {
+        "node": record.get("node"),
+        "index": record.get("index"),
+        "status": status,
+        "started": start,
+        "finished": end,
+        "seconds": seconds_between(start, end),
+        "predicted_seconds": _number(record.get("predicted_seconds")),
+        "phases": phases,
+        "pods_evicted": int(record.get("pods_evicted") or 0),
+        "total_pods": int(record.get("total_pods") or 0),
+        "migrations": _migrations(record),
+        "shut_down": list(vms.get("shut_down") or []),
+        "blocked": list(vms.get("blocked") or []),
+        "not_running": list(record.get("not_running") or []),
+        "method": record.get("method"),
+        "error": record.get("error"),
+    }
+
+
+def _run_bound(recorded, moments, pick):
+    """The run's start or end: as recorded, else the earliest (``min``) or latest (``max``) of the nodes'."""
+    moments = [m for m in moments if m]
+    return parse_time_utc(recorded) or (pick(moments) if moments else None)
+
+
+def _totals(nodes, planned, untouched, moves):
     totals = {
         "nodes_planned": len(planned),
         "nodes_done": sum(1 for n in nodes if n["status"] == "done"),
@@ -192,13 +189,27 @@ def build(run, records):
         "vms_shut_down": sum(len(n["shut_down"]) for n in nodes),
         "vms_not_running": sum(len(n["not_running"]) for n in nodes),
     }
-    moves = vm_moves(nodes, planned)
     totals.update(vm_moves=moves["total"], vm_moves_minimum=moves["minimum"], vm_moves_avoidable=moves["avoidable"])
     durations = [n["seconds"] for n in nodes if n["status"] == "done" and n["seconds"] is not None]
     totals["average_node_seconds"] = round(sum(durations) / len(durations), 1) if durations else None
     for name in PHASE_NAMES:
         totals["%s_seconds" % name] = round(sum(
             seconds_between(p["start"], p["end"]) or 0 for n in nodes for p in n["phases"] if p["name"] == name), 1)
+    return totals
+
+
+def build(run, records):
+    """Normalise the run and node records into the report model (datetimes, durations, totals)."""
+    run = dict(run or {})
+    nodes = [_node(record) for record in records or []]
+    seen = set(n["node"] for n in nodes)
+    planned = list(run.get("nodes") or [n["node"] for n in nodes])
+    untouched = [name for name in planned if name not in seen]
+    started = _run_bound(run.get("started"), [n["started"] for n in nodes], min)
+    finished = _run_bound(run.get("finished"), [n["finished"] for n in nodes], max)
+    moves = vm_moves(nodes, planned)
+    totals = _totals(nodes, planned, untouched, moves)
+    preflight = run.get("preflight") or {}
     return {
         "title": run.get("title") or "Rolling maintenance",
         "status": run.get("status") or ("failed" if totals["nodes_failed"] else "succeeded"),
@@ -210,8 +221,8 @@ def build(run, records):
         "started": started,
         "finished": finished,
         "seconds": seconds_between(started, finished),
-        "preflight": {"start": parse_time_utc((run.get("preflight") or {}).get("start")),
-                      "end": parse_time_utc((run.get("preflight") or {}).get("end"))},
+        "preflight": {"start": parse_time_utc(preflight.get("start")),
+                      "end": parse_time_utc(preflight.get("end"))},
         "planned": planned,
         "untouched": untouched,
         "remaining": run.get("remaining"),
@@ -279,11 +290,8 @@ def _md(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(model, timeline_file=None):
+def _md_facts(model):
     t = model["totals"]
-    lines = ["# %s: %s" % (model["title"], model["status"]), ""]
-    if model["message"]:
-        lines += [model["message"], ""]
     facts = [
         ("Started", format_seconds(model["started"]) or "-"),
         ("Finished", format_seconds(model["finished"]) or "-"),
@@ -306,55 +314,87 @@ def to_markdown(model, timeline_file=None):
         facts.append(("Policy: %s" % key, value))
     if model["lock"]:
         facts.append(("Lock", model["lock"]))
-    lines += ["| | |", "|---|---|"] + ["| %s | %s |" % (_md(k), _md(v)) for k, v in facts] + [""]
-    if timeline_file:
-        lines += ["![Timeline](%s)" % timeline_file, ""]
-    lines += ["## Nodes", "",
-              "| # | Node | Status | Start | Total | " + " | ".join(PHASE_LABELS[p].split(" (")[0] for p in PHASE_NAMES)
-              + " | Pods evicted | VMs migrated | VMs shut down |",
-              "|---" * (8 + len(PHASE_NAMES)) + "|"]
-    for n in model["nodes"]:
-        by_name = dict((p["name"], p) for p in n["phases"])
-        cells = [human_duration(seconds_between(by_name[p]["start"], by_name[p]["end"])) if p in by_name else "-"
-                 for p in PHASE_NAMES]
-        lines.append("| %s | %s | %s | %s | %s | %s | %d | %d | %d |" % (
-            n["index"] or "", _md(n["node"]), n["status"].upper() if n["status"] == "failed" else n["status"],
-            n["started"].strftime("%H:%M:%S") if n["started"] else "-", human_duration(n["seconds"]) + (
-                " (predicted %s)" % human_duration(n["predicted_seconds"]) if n["predicted_seconds"] is not None else ""),
-            " | ".join(cells), n["pods_evicted"], len(n["migrations"]), len(n["shut_down"])))
+    return ["| | |", "|---|---|"] + ["| %s | %s |" % (_md(k), _md(v)) for k, v in facts] + [""]
+
+
+def _md_node_row(n):
+    by_name = dict((p["name"], p) for p in n["phases"])
+    cells = [human_duration(seconds_between(by_name[p]["start"], by_name[p]["end"])) if p in by_name else "-"
+             for p in PHASE_NAMES]
+    return "| %s | %s | %s | %s | %s | %s | %d | %d | %d |" % (
+        n["index"] or "", _md(n["node"]), n["status"].upper() if n["status"] == "failed" else n["status"],
+        n["started"].strftime("%H:%M:%S") if n["started"] else "-", human_duration(n["seconds"]) + (
+            " (predicted %s)" % human_duration(n["predicted_seconds"]) if n["predicted_seconds"] is not None else ""),
+        " | ".join(cells), n["pods_evicted"], len(n["migrations"]), len(n["shut_down"]))
+
+
+def _md_node_table(model):
+    lines = ["## Nodes", "",
+             "| # | Node | Status | Start | Total | " + " | ".join(PHASE_LABELS[p].split(" (")[0] for p in PHASE_NAMES)
+             + " | Pods evicted | VMs migrated | VMs shut down |",
+             "|---" * (8 + len(PHASE_NAMES)) + "|"]
+    lines += [_md_node_row(n) for n in model["nodes"]]
     for name in model["untouched"]:
         lines.append("| | %s | not started | - | - | %s | 0 | 0 | 0 |" % (_md(name), " | ".join("-" for _phase in PHASE_NAMES)))
     lines.append("")
+    return lines
+
+
+def _md_node_details(n):
+    details = []
+    if n["error"]:
+        details.append("- **Failed:** %s" % _md(n["error"]))
+    for m in n["migrations"]:
+        details.append("- migrated %s: %s -> %s%s" % (
+            _vm_name(m), m["source"] or n["node"], m["target"] or "?",
+            " in %s" % human_duration(m["seconds"]) if m["seconds"] is not None else ""))
+    for vm in n["shut_down"]:
+        details.append("- shut down %s%s" % (_vm_name(vm), (" (%s)" % vm["reason"]) if vm.get("reason") else ""))
+    for vm in n["blocked"]:
+        details.append("- blocked by %s: %s" % (_vm_name(vm), vm.get("reason") or "not migratable"))
+    for vm in n["not_running"]:
+        details.append("- **not running after maintenance:** %s" % _md(_vm_name(vm) if isinstance(vm, dict) else vm))
+    if not details:
+        return []
+    return ["### %s" % n["node"], ""] + details + [""]
+
+
+def _md_moves(moves):
+    if not moves["total"]:
+        return []
+    lines = ["## VM moves", "", "| VM | Moves |", "|---|---|"]
+    lines += ["| %s | %d |" % (_md(vm), count) for vm, count in moves["per_vm"].items()] + [""]
+    lines += ["- avoidable: %s moved again because %s" % (_md(a["vm"]), _md(a["reason"]))
+              for a in moves["avoidable_moves"]]
+    lines += ["%d moves, the minimum for this run is %d: %s." % (
+        moves["total"], moves["minimum"],
+        "no avoidable move" if not moves["avoidable"] else "%d avoidable" % moves["avoidable"]), ""]
+    return lines
+
+
+def _md_remains(model):
+    if not (model["remaining"] or model["resume"]):
+        return []
+    lines = ["## What remains", ""]
+    if model["remaining"]:
+        lines += [model["remaining"], ""]
+    if model["resume"]:
+        lines += ["Resume with:", "", "```", model["resume"], "```", ""]
+    return lines
+
+
+def to_markdown(model, timeline_file=None):
+    lines = ["# %s: %s" % (model["title"], model["status"]), ""]
+    if model["message"]:
+        lines += [model["message"], ""]
+    lines += _md_facts(model)
+    if timeline_file:
+        lines += ["![Timeline](%s)" % timeline_file, ""]
+    lines += _md_node_table(model)
     for n in model["nodes"]:
-        details = []
-        if n["error"]:
-            details.append("- **Failed:** %s" % _md(n["error"]))
-        for m in n["migrations"]:
-            details.append("- migrated %s: %s -> %s%s" % (
-                _vm_name(m), m["source"] or n["node"], m["target"] or "?",
-                " in %s" % human_duration(m["seconds"]) if m["seconds"] is not None else ""))
-        for vm in n["shut_down"]:
-            details.append("- shut down %s%s" % (_vm_name(vm), (" (%s)" % vm["reason"]) if vm.get("reason") else ""))
-        for vm in n["blocked"]:
-            details.append("- blocked by %s: %s" % (_vm_name(vm), vm.get("reason") or "not migratable"))
-        for vm in n["not_running"]:
-            details.append("- **not running after maintenance:** %s" % _md(_vm_name(vm) if isinstance(vm, dict) else vm))
-        if details:
-            lines += ["### %s" % n["node"], ""] + details + [""]
-    if moves["total"]:
-        lines += ["## VM moves", "", "| VM | Moves |", "|---|---|"]
-        lines += ["| %s | %d |" % (_md(vm), count) for vm, count in moves["per_vm"].items()] + [""]
-        lines += ["- avoidable: %s moved again because %s" % (_md(a["vm"]), _md(a["reason"]))
-                  for a in moves["avoidable_moves"]]
-        lines += ["%d moves, the minimum for this run is %d: %s." % (
-            moves["total"], moves["minimum"],
-            "no avoidable move" if not moves["avoidable"] else "%d avoidable" % moves["avoidable"]), ""]
-    if model["remaining"] or model["resume"]:
-        lines += ["## What remains", ""]
-        if model["remaining"]:
-            lines += [model["remaining"], ""]
-        if model["resume"]:
-            lines += ["Resume with:", "", "```", model["resume"], "```", ""]
+        lines += _md_node_details(n)
+    lines += _md_moves(model["moves"])
+    lines += _md_remains(model)
     return "\n".join(lines)
 
 
@@ -383,30 +423,41 @@ def _clock_label(seconds):
     return "%d:%02d" % (seconds // 60, seconds % 60)
 
 
-def to_svg(model):
-    """One row per node: coloured phases, migrations as ticks, shut-downs as crosses, a legend."""
-    nodes = model["nodes"]
-    rows = [("node", n) for n in nodes] + [("untouched", name) for name in model["untouched"]]
+class _Timeline(object):
+    """The geometry of the timeline: where the plot is and where a moment falls on it."""
+
+    width, left, right, top, row_h, bar_h = 1160, 150, 280, 86, 60, 24
+
+    def __init__(self, model, rows):
+        nodes = model["nodes"]
+        preflight = model["preflight"]
+        starts = [p["start"] for n in nodes for p in n["phases"]] + [n["started"] for n in nodes if n["started"]]
+        starts += [preflight["start"]] if preflight["start"] else []
+        ends = [p["end"] or p["start"] for n in nodes for p in n["phases"]] + [n["finished"] for n in nodes if n["finished"]]
+        ends += [m["end"] for n in nodes for m in n["migrations"] if m["end"]]
+        self.origin = min(starts) if starts else (model["started"] or utc_now())
+        self.last = max(ends) if ends else self.origin
+        self.span = max(10.0, (self.last - self.origin).total_seconds())
+        self.rows = len(rows)
+        self.plot_w = self.width - self.left - self.right
+        self.legend_top = self.top + max(1, len(rows)) * self.row_h + 34
+        self.height = self.legend_top + 104
+        self.scale = self.plot_w / self.span
+
+    def x(self, moment):
+        return self.left + max(0.0, min(self.span, (moment - self.origin).total_seconds())) * self.scale
+
+
+def _svg_rows(model):
+    rows = [("node", n) for n in model["nodes"]] + [("untouched", name) for name in model["untouched"]]
     preflight = model["preflight"]
     if preflight["start"] and preflight["end"]:
         rows.insert(0, ("preflight", preflight))
-    starts = [p["start"] for n in nodes for p in n["phases"]] + [n["started"] for n in nodes if n["started"]]
-    starts += [preflight["start"]] if preflight["start"] else []
-    ends = [p["end"] or p["start"] for n in nodes for p in n["phases"]] + [n["finished"] for n in nodes if n["finished"]]
-    ends += [m["end"] for n in nodes for m in n["migrations"] if m["end"]]
-    origin = min(starts) if starts else (model["started"] or utc_now())
-    last = max(ends) if ends else origin
-    span = max(10.0, (last - origin).total_seconds())
+    return rows
 
-    width, left, right, top, row_h, bar_h = 1160, 150, 280, 86, 60, 24
-    plot_w = width - left - right
-    legend_top = top + max(1, len(rows)) * row_h + 34
-    height = legend_top + 104
-    scale = plot_w / span
 
-    def x(moment):
-        return left + max(0.0, min(span, (moment - origin).total_seconds())) * scale
-
+def _svg_heading(model, g):
+    width, height = g.width, g.height
     out = [
         '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
         'font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="13">' % (width, height, width, height),
@@ -421,93 +472,140 @@ def to_svg(model):
         format_seconds(model["started"]) or "-", human_duration(model["seconds"]), t["nodes_done"], t["nodes_planned"],
         t["pods_evicted"], t["vms_migrated"], t["vms_shut_down"])
     out.append('<text x="20" y="52" fill="#555555">%s</text>' % _esc(subtitle))
+    return out
 
-    # Time axis with a grid.
-    step = _tick_step(span)
+
+def _svg_axis(g):
+    """Time axis with a grid."""
+    left, top = g.left, g.top
+    step = _tick_step(g.span)
     axis_y = top - 10
-    out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#999999"/>' % (left, axis_y, left + plot_w, axis_y))
+    out = ['<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#999999"/>' % (left, axis_y, left + g.plot_w, axis_y)]
     tick = 0
-    while tick <= span + 0.001:
-        tx = left + tick * scale
+    while tick <= g.span + 0.001:
+        tx = left + tick * g.scale
         out.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#e8e8e8"/>' % (
-            tx, axis_y, tx, top + len(rows) * row_h))
+            tx, axis_y, tx, top + g.rows * g.row_h))
         out.append('<text x="%.1f" y="%d" text-anchor="middle" font-size="11" fill="#666666">%s</text>' % (
             tx, axis_y - 6, _clock_label(tick)))
         tick += step
     out.append('<text x="%d" y="%d" font-size="11" fill="#666666" text-anchor="end">elapsed</text>' % (
         left - 22, axis_y - 6))
+    return out
 
-    for i, (kind, item) in enumerate(rows):
-        y = top + i * row_h
-        bar_y = y + 8
-        if i % 2:
-            out.append('<rect x="0" y="%d" width="%d" height="%d" fill="#f7f7f7"/>' % (y, width, row_h))
-        if kind == "preflight":
-            x1, x2 = x(item["start"]), x(item["end"])
-            out.append('<text x="%d" y="%.1f" text-anchor="end" fill="#555555">preflight + lock</text>' % (
-                left - 10, bar_y + 17))
-            out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"/>' % (
-                x1, bar_y, max(2.0, x2 - x1), bar_h, PREFLIGHT_COLOUR))
-            out.append('<text x="%d" y="%.1f" fill="#444444" font-size="12">%s</text>' % (
-                left + plot_w + 14, bar_y + 16, human_duration(seconds_between(item["start"], item["end"]))))
-            continue
-        if kind == "untouched":
-            out.append('<text x="%d" y="%.1f" text-anchor="end" fill="#999999">%s</text>' % (
-                left - 10, bar_y + 17, _esc(item)))
-            out.append('<rect x="%d" y="%.1f" width="%d" height="%d" fill="%s" rx="3"/>' % (
-                left, bar_y, plot_w, bar_h, UNTOUCHED_COLOUR))
-            out.append('<text x="%d" y="%.1f" fill="#888888" font-size="12">not started</text>' % (
-                left + 8, bar_y + 16))
-            continue
-        n = item
-        label_colour = FAILED_COLOUR if n["status"] == "failed" else "#222222"
-        out.append('<text x="%d" y="%.1f" text-anchor="end" fill="%s" font-weight="bold">%s</text>' % (
-            left - 10, bar_y + 17, label_colour, _esc(n["node"])))
-        for p in n["phases"]:
-            x1 = x(p["start"])
-            x2 = x(p["end"] or last)
-            w = max(2.0, x2 - x1)
-            stroke = ' stroke="%s" stroke-width="3"' % FAILED_COLOUR if p["failed"] else ""
-            out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"%s><title>%s: %s</title></rect>' % (
-                x1, bar_y, w, bar_h, PHASE_COLOURS[p["name"]], stroke, _esc(PHASE_LABELS[p["name"]]),
-                human_duration(seconds_between(p["start"], p["end"]))))
-            if w > 36:
-                out.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11" fill="#ffffff">%s</text>' % (
-                    x1 + w / 2.0, bar_y + 16, human_duration(seconds_between(p["start"], p["end"]))))
-        # Under the bar, one thin lane per migration: a line while it ran, a dot when it completed.
-        lanes = 5
-        strip_y = bar_y + bar_h + 5
-        timed = [m for m in n["migrations"] if m["end"]]
-        for k, m in enumerate(timed):
-            ly = strip_y + (k % lanes) * 4
-            mx = x(m["end"])
-            if m["start"]:
-                out.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" opacity="0.6"/>'
-                           % (x(m["start"]), ly, mx, ly, MIGRATION_COLOUR))
-            out.append('<circle cx="%.1f" cy="%.1f" r="2.6" fill="%s"><title>migrated %s to %s</title></circle>' % (
-                mx, ly, MIGRATION_COLOUR, _esc(_vm_name(m)), _esc(m["target"] or "?")))
-        drain = [p for p in n["phases"] if p["name"] == "drain"]
-        if n["shut_down"] and drain:
-            sx = x(drain[0]["end"] or last)
-            for k, vm in enumerate(n["shut_down"]):
-                cx, cy = sx - 5 - 11 * k, strip_y + 8
-                out.append('<path d="M %.1f %.1f l 7 7 m 0 -7 l -7 7" stroke="%s" stroke-width="2">'
-                           '<title>shut down %s</title></path>' % (cx - 3.5, cy - 3.5, SHUTDOWN_COLOUR, _esc(_vm_name(vm))))
-        first = human_duration(n["seconds"])
-        if n["status"] == "failed":
-            first = "FAILED after %s" % first
-        second = "%s, %s migrated" % (_count(n["pods_evicted"], "pod"), _count(len(n["migrations"]), "VM"))
-        if n["shut_down"]:
-            second += ", %d shut down" % len(n["shut_down"])
-        tx = left + plot_w + 14
-        out.append('<text x="%d" y="%.1f" fill="%s" font-size="13" font-weight="bold">%s</text>' % (
-            tx, bar_y + 12, label_colour, _esc(first)))
-        out.append('<text x="%d" y="%.1f" fill="#444444" font-size="12">%s</text>' % (tx, bar_y + 29, _esc(second)))
 
-    # Legend.
+def _svg_preflight_row(item, g, bar_y):
+    x1, x2 = g.x(item["start"]), g.x(item["end"])
+    return [
+        '<text x="%d" y="%.1f" text-anchor="end" fill="#555555">preflight + lock</text>' % (g.left - 10, bar_y + 17),
+        '<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"/>' % (
+            x1, bar_y, max(2.0, x2 - x1), g.bar_h, PREFLIGHT_COLOUR),
+        '<text x="%d" y="%.1f" fill="#444444" font-size="12">%s</text>' % (
+            g.left + g.plot_w + 14, bar_y + 16, human_duration(seconds_between(item["start"], item["end"]))),
+    ]
+
+
+def _svg_untouched_row(name, g, bar_y):
+    return [
+        '<text x="%d" y="%.1f" text-anchor="end" fill="#999999">%s</text>' % (g.left - 10, bar_y + 17, _esc(name)),
+        '<rect x="%d" y="%.1f" width="%d" height="%d" fill="%s" rx="3"/>' % (
+            g.left, bar_y, g.plot_w, g.bar_h, UNTOUCHED_COLOUR),
+        '<text x="%d" y="%.1f" fill="#888888" font-size="12">not started</text>' % (g.left + 8, bar_y + 16),
+    ]
+
+
+def _svg_phases(n, g, bar_y):
+    out = []
+    for p in n["phases"]:
+        x1 = g.x(p["start"])
+        x2 = g.x(p["end"] or g.last)
+        w = max(2.0, x2 - x1)
+        stroke = ' stroke="%s" stroke-width="3"' % FAILED_COLOUR if p["failed"] else ""
+        out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"%s><title>%s: %s</title></rect>' % (
+            x1, bar_y, w, g.bar_h, PHASE_COLOURS[p["name"]], stroke, _esc(PHASE_LABELS[p["name"]]),
+            human_duration(seconds_between(p["start"], p["end"]))))
+        if w > 36:
+            out.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11" fill="#ffffff">%s</text>' % (
+                x1 + w / 2.0, bar_y + 16, human_duration(seconds_between(p["start"], p["end"]))))
+    return out
+
+
+def _svg_migrations(n, g, strip_y):
+    # Under the bar, one thin lane per migration: a line while it ran, a dot when it completed.
+    out = []
+    lanes = 5
+    timed = [m for m in n["migrations"] if m["end"]]
+    for k, m in enumerate(timed):
+        ly = strip_y + (k % lanes) * 4
+        mx = g.x(m["end"])
+        if m["start"]:
+            out.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" opacity="0.6"/>'
+                       % (g.x(m["start"]), ly, mx, ly, MIGRATION_COLOUR))
+        out.append('<circle cx="%.1f" cy="%.1f" r="2.6" fill="%s"><title>migrated %s to %s</title></circle>' % (
+            mx, ly, MIGRATION_COLOUR, _esc(_vm_name(m)), _esc(m["target"] or "?")))
+    return out
+
+
+def _svg_shutdowns(n, g, strip_y):
+    drain = [p for p in n["phases"] if p["name"] == "drain"]
+    if not (n["shut_down"] and drain):
+        return []
+    out = []
+    sx = g.x(drain[0]["end"] or g.last)
+    for k, vm in enumerate(n["shut_down"]):
+        cx, cy = sx - 5 - 11 * k, strip_y + 8
+        out.append('<path d="M %.1f %.1f l 7 7 m 0 -7 l -7 7" stroke="%s" stroke-width="2">'
+                   '<title>shut down %s</title></path>' % (cx - 3.5, cy - 3.5, SHUTDOWN_COLOUR, _esc(_vm_name(vm))))
+    return out
+
+
+def _svg_node_summary(n, g, bar_y, label_colour):
+    first = human_duration(n["seconds"])
+    if n["status"] == "failed":
+        first = "FAILED after %s" % first
+    second = "%s, %s migrated" % (_count(n["pods_evicted"], "pod"), _count(len(n["migrations"]), "VM"))
+    if n["shut_down"]:
+        second += ", %d shut down" % len(n["shut_down"])
+    tx = g.left + g.plot_w + 14
+    return [
+        '<text x="%d" y="%.1f" fill="%s" font-size="13" font-weight="bold">%s</text>' % (
+            tx, bar_y + 12, label_colour, _esc(first)),
+        '<text x="%d" y="%.1f" fill="#444444" font-size="12">%s</text>' % (tx, bar_y + 29, _esc(second)),
+    ]
+
+
+def _svg_node_row(n, g, bar_y):
+    label_colour = FAILED_COLOUR if n["status"] == "failed" else "#222222"
+    out = ['<text x="%d" y="%.1f" text-anchor="end" fill="%s" font-weight="bold">%s</text>' % (
+        g.left - 10, bar_y + 17, label_colour, _esc(n["node"]))]
+    out += _svg_phases(n, g, bar_y)
+    strip_y = bar_y + g.bar_h + 5
+    out += _svg_migrations(n, g, strip_y)
+    out += _svg_shutdowns(n, g, strip_y)
+    out += _svg_node_summary(n, g, bar_y, label_colour)
+    return out
+
+
+_SVG_ROWS = {"preflight": _svg_preflight_row, "untouched": _svg_untouched_row, "node": _svg_node_row}
+
+
+def _svg_legend_mark(shape, colour, ix, iy):
+    if shape == "box":
+        return ['<rect x="%d" y="%d" width="16" height="12" fill="%s" rx="2"/>' % (ix, iy, colour)]
+    if shape == "failed":
+        return ['<rect x="%d" y="%d" width="16" height="12" fill="#ffffff" stroke="%s" stroke-width="3"/>'
+                % (ix, iy, colour)]
+    if shape == "migration":
+        return ['<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2" opacity="0.6"/>'
+                % (ix, iy + 6, ix + 14, iy + 6, colour),
+                '<circle cx="%d" cy="%d" r="2.6" fill="%s"/>' % (ix + 14, iy + 6, colour)]
+    return ['<path d="M %d %d l 8 8 m 0 -8 l -8 8" stroke="%s" stroke-width="2"/>' % (ix + 4, iy + 2, colour)]
+
+
+def _svg_legend(g):
     lx = 20
-    ly = legend_top
-    out.append('<text x="%d" y="%d" font-weight="bold" fill="#333333">Legend</text>' % (lx, ly))
+    ly = g.legend_top
+    out = ['<text x="%d" y="%d" font-weight="bold" fill="#333333">Legend</text>' % (lx, ly)]
     items = [(PHASE_COLOURS[name], PHASE_LABELS[name], "box") for name in PHASE_NAMES]
     items += [(MIGRATION_COLOUR, "VM live migration (line: running, dot: done)", "migration"),
               (SHUTDOWN_COLOUR, "VM shut down by the drain", "cross"),
@@ -518,18 +616,23 @@ def to_svg(model):
     for k, (colour, label, shape) in enumerate(items):
         ix = lx + (k % per_row) * col_w
         iy = ly + 14 + (k // per_row) * 20
-        if shape == "box":
-            out.append('<rect x="%d" y="%d" width="16" height="12" fill="%s" rx="2"/>' % (ix, iy, colour))
-        elif shape == "failed":
-            out.append('<rect x="%d" y="%d" width="16" height="12" fill="#ffffff" stroke="%s" stroke-width="3"/>'
-                       % (ix, iy, colour))
-        elif shape == "migration":
-            out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2" opacity="0.6"/>'
-                       % (ix, iy + 6, ix + 14, iy + 6, colour))
-            out.append('<circle cx="%d" cy="%d" r="2.6" fill="%s"/>' % (ix + 14, iy + 6, colour))
-        else:
-            out.append('<path d="M %d %d l 8 8 m 0 -8 l -8 8" stroke="%s" stroke-width="2"/>' % (ix + 4, iy + 2, colour))
+        out += _svg_legend_mark(shape, colour, ix, iy)
         out.append('<text x="%d" y="%d" font-size="12" fill="#333333">%s</text>' % (ix + 22, iy + 11, _esc(label)))
+    return out
+
+
+def to_svg(model):
+    """One row per node: coloured phases, migrations as ticks, shut-downs as crosses, a legend."""
+    rows = _svg_rows(model)
+    g = _Timeline(model, rows)
+    out = _svg_heading(model, g)
+    out += _svg_axis(g)
+    for i, (kind, item) in enumerate(rows):
+        y = g.top + i * g.row_h
+        if i % 2:
+            out.append('<rect x="0" y="%d" width="%d" height="%d" fill="#f7f7f7"/>' % (y, g.width, g.row_h))
+        out += _SVG_ROWS[kind](item, g, y + 8)
+    out += _svg_legend(g)
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

@@ -187,8 +187,8 @@ def _lock_problem(client, lock):
     return "Another maintenance run is in progress: %s." % lock_mod.held_text(lock, state)
 
 
-def preflight(client, params):
-    """Check every selected node before any change; returns the ordered plan of the run."""
+def _check_selection(params):
+    """(nodes, label_selector, order) of the run; refuses a selection that is missing or ambiguous."""
     names, label_selector = params.get("nodes"), params.get("label_selector")
     if not names and not label_selector:
         raise InvalidInputError("Give the nodes to maintain: a list in 'nodes' or a 'label_selector'.")
@@ -197,6 +197,141 @@ def preflight(client, params):
     order = params.get("order") or "given"
     if order not in ORDERS:
         raise InvalidInputError("Order '%s' is not one of %s." % (order, ", ".join(ORDERS)))
+    return names, label_selector, order
+
+
+def _settled_notice(settled, settle_seconds):
+    return "Waited %ds for %d live migration%s in flight to end before planning: %s." % (
+        round(settle_seconds), len(settled), "" if len(settled) == 1 else "s",
+        ", ".join("%s (VMI %s, %s)" % (_key(m["namespace"], m["name"]), m["vmi"], m["phase"]) for m in settled))
+
+
+def _resumed_maintenances(snapshot, selected, run_mark):
+    """{node: (ours, reason, phase)} of the selected nodes an earlier run left in maintenance.
+
+    This run finishes them before any other node, so the plans of the other nodes count the
+    ones left by a run of ours as back in service.
+    """
+    resumed = {}
+    for name in selected:
+        in_maintenance, phase = plan_mod.maintenance_state(snapshot, name)
+        if in_maintenance:
+            reason = maintenance_reason(snapshot.node(name), snapshot.maintenances_of(name)) or ""
+            resumed[name] = (reason.startswith(run_mark), reason, phase)
+    for name, (ours, _reason, _phase) in resumed.items():
+        if ours:
+            snapshot.replace_node(name, back_in_service(snapshot.node(name)))
+    return resumed
+
+
+def _run_order(snapshot, selected, resumed, order):
+    """The nodes in the order the run takes them: the resumed nodes of ours first."""
+    position = dict((name, i) for i, name in enumerate(selected))
+
+    def order_key(name):
+        ours_resumed = name in resumed and resumed[name][0]
+        vms = len([v for v in snapshot.vmis_by_node.get(name, []) if kubevirt.vmi_is_active(v)])
+        return (not ours_resumed, vms if order == "fewest_vms_first" else 0, position[name])
+
+    return sorted(selected, key=order_key)
+
+
+def _maintenance_check(name, node, resumed, problems, warnings):
+    """Whether the run resumes the node; a node in someone else's maintenance or cordon is a problem."""
+    if name not in resumed:
+        if nodes_mod.is_cordoned(node):
+            problems.append("Node %s is cordoned by someone else; uncordon it or leave it out." % name)
+        return False
+    ours, reason, phase = resumed[name]
+    if ours:
+        warnings.append("Node %s was left in maintenance by an earlier run (%s); this run finishes it first."
+                        % (name, reason))
+        return True
+    problems.append("Node %s is already in maintenance (phase %s%s), not by a rolling maintenance run; "
+                    "end that maintenance or leave the node out." % (
+                        name, phase or "unknown", ", reason: %s" % reason if reason else ""))
+    return False
+
+
+def _expected_stopped(name, vms, policy, warnings):
+    """The VMs of the node that stay stopped after they leave it (with a notice for each)."""
+    expected_stopped = []
+    for vm in vms:
+        if fates.under_policy(vm["outcome"], vm.get("run_strategy"), policy) in fates.STOPPED_OUTCOMES:
+            expected_stopped.append({"namespace": vm["namespace"], "name": vm["name"], "node": name,
+                                     "run_strategy": vm.get("run_strategy")})
+            warnings.append("VM %s on node %s will stay stopped after it leaves the node (run strategy %s); "
+                            "start it again when you want it back." % (
+                                _key(vm["namespace"], vm["name"]), name, vm.get("run_strategy") or "none"))
+    return expected_stopped
+
+
+def _node_entry(name, node, summary, resume, expected_stopped):
+    vms = summary["plan"]["vms"]
+    return {
+        "name": name,
+        "ready": summary["ready"],
+        "schedulable": summary["schedulable"] and not resume,
+        "in_maintenance": summary["in_maintenance"] or resume,
+        "resume": resume,
+        "control_plane": summary["control_plane"],
+        "simulated": (node["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") == "fake",
+        "internal_ip": _internal_ip(node),
+        "pods": len(summary["plan"]["evict"]),
+        "vms": len(vms),
+        "vms_migrating": sum(1 for vm in vms if vm["outcome"] == fates.MIGRATE),
+        "vms_shut_down": sum(1 for vm in vms if vm["outcome"] != fates.MIGRATE),
+        "expected_stopped": expected_stopped,
+        "plan": summary["plan"],
+    }
+
+
+def _plan_nodes(snapshot, ordered, plan_params, resumed, problems, warnings):
+    """The entry of each node, planned in the run's order and cumulatively.
+
+    What leaves a node runs where its plan put it when the next node is planned, and the nodes
+    done are preferred as targets (as the pending_nodes taint makes the scheduler do).
+    """
+    policy, options, prefer_done = plan_params
+    entries = []
+    done = set()
+    for name in ordered:
+        node = snapshot.node(name)
+        # One plan per node (on 1,000 nodes each costs a few milliseconds).
+        plan = plan_mod.compute_plan(snapshot, name, options, prefer=done if prefer_done else None)
+        summary = plan_mod.node_summary(snapshot, name, options, plan=plan)
+        resume = _maintenance_check(name, node, resumed, problems, warnings)
+        for blocker in plan.fatal_blockers(policy):
+            if resume and blocker.kind == plan_mod.NODE:
+                continue  # a node left in maintenance may be down for its repair; the run waits for Ready
+            problems.append(blocker.text)
+        expected_stopped = _expected_stopped(name, summary["plan"]["vms"], policy, warnings)
+        entries.append(_node_entry(name, node, summary, resume, expected_stopped))
+        snapshot.apply_plan(plan)
+        done.add(name)
+    return entries
+
+
+def _others_notice(snapshot, selected):
+    others = sorted(n for n, node in snapshot.nodes.items()
+                    if n not in selected and (nodes_mod.is_cordoned(node) or nodes_mod.marked_for_maintenance(node)))
+    if not others:
+        return None
+    return "Nodes outside this run are cordoned or in maintenance (%s); capacity was checked without them." \
+        % ", ".join(others)
+
+
+def _preflight_blocked(problems, result):
+    count = len(problems)
+    return BlockedError(
+        "Preflight found %d problem%s, so nothing was changed: %s" % (
+            count, "" if count == 1 else "s", " ".join("(%d) %s" % (i + 1, p) for i, p in enumerate(problems))),
+        blockers=problems, nodes=result["nodes"], details=result["details"])
+
+
+def preflight(client, params):
+    """Check every selected node before any change; returns the ordered plan of the run."""
+    names, label_selector, order = _check_selection(params)
     policy = params.get("non_migratable") or "fail"
     options = plan_mod.PlanOptions.from_params(params)
     run_mark = params.get("run_mark") or DEFAULT_RUN_MARK
@@ -209,91 +344,19 @@ def preflight(client, params):
     selected, problems = select_nodes(client, snapshot, names, label_selector)
     warnings = []
     if settled:
-        warnings.append("Waited %ds for %d live migration%s in flight to end before planning: %s." % (
-            round(settle_seconds), len(settled), "" if len(settled) == 1 else "s",
-            ", ".join("%s (VMI %s, %s)" % (_key(m["namespace"], m["name"]), m["vmi"], m["phase"]) for m in settled)))
-    entries = []
-    # First which nodes an earlier run left in maintenance: this run finishes them before any
-    # other node, so the plans of the other nodes count them as back in service.
-    resumed = {}
-    for name in selected:
-        in_maintenance, phase = plan_mod.maintenance_state(snapshot, name)
-        if in_maintenance:
-            reason = maintenance_reason(snapshot.node(name), snapshot.maintenances_of(name)) or ""
-            resumed[name] = (reason.startswith(run_mark), reason, phase)
-    for name, (ours, _reason, _phase) in resumed.items():
-        if ours:
-            snapshot.replace_node(name, back_in_service(snapshot.node(name)))
-    # The nodes in the order the run takes them, planned in that order and cumulatively: what
-    # leaves a node runs where its plan put it when the next node is planned, and the nodes done
-    # are preferred as targets (as the pending_nodes taint makes the scheduler do).
-    position = dict((name, i) for i, name in enumerate(selected))
-
-    def order_key(name):
-        ours_resumed = name in resumed and resumed[name][0]
-        vms = len([v for v in snapshot.vmis_by_node.get(name, []) if kubevirt.vmi_is_active(v)])
-        return (not ours_resumed, vms if order == "fewest_vms_first" else 0, position[name])
-
-    done = set()
-    prefer_done = params.get("prefer_done_nodes", True)
-    for name in sorted(selected, key=order_key):
-        node = snapshot.node(name)
-        # One plan per node (on 1,000 nodes each costs a few milliseconds).
-        plan = plan_mod.compute_plan(snapshot, name, options, prefer=done if prefer_done else None)
-        summary = plan_mod.node_summary(snapshot, name, options, plan=plan)
-        resume = False
-        if name in resumed:
-            ours, reason, phase = resumed[name]
-            if ours:
-                resume = True
-                warnings.append("Node %s was left in maintenance by an earlier run (%s); this run finishes it first."
-                                % (name, reason))
-            else:
-                problems.append("Node %s is already in maintenance (phase %s%s), not by a rolling maintenance run; "
-                                "end that maintenance or leave the node out." % (
-                                    name, phase or "unknown", ", reason: %s" % reason if reason else ""))
-        elif nodes_mod.is_cordoned(node):
-            problems.append("Node %s is cordoned by someone else; uncordon it or leave it out." % name)
-        for blocker in plan.fatal_blockers(policy):
-            if resume and blocker.kind == plan_mod.NODE:
-                continue  # a node left in maintenance may be down for its repair; the run waits for Ready
-            problems.append(blocker.text)
-        vms = summary["plan"]["vms"]
-        expected_stopped = []
-        for vm in vms:
-            if fates.under_policy(vm["outcome"], vm.get("run_strategy"), policy) in fates.STOPPED_OUTCOMES:
-                expected_stopped.append({"namespace": vm["namespace"], "name": vm["name"], "node": name,
-                                         "run_strategy": vm.get("run_strategy")})
-                warnings.append("VM %s on node %s will stay stopped after it leaves the node (run strategy %s); "
-                                "start it again when you want it back." % (
-                                    _key(vm["namespace"], vm["name"]), name, vm.get("run_strategy") or "none"))
-        entries.append({
-            "name": name,
-            "ready": summary["ready"],
-            "schedulable": summary["schedulable"] and not resume,
-            "in_maintenance": summary["in_maintenance"] or resume,
-            "resume": resume,
-            "control_plane": summary["control_plane"],
-            "simulated": (node["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") == "fake",
-            "internal_ip": _internal_ip(node),
-            "pods": len(summary["plan"]["evict"]),
-            "vms": len(vms),
-            "vms_migrating": sum(1 for vm in vms if vm["outcome"] == fates.MIGRATE),
-            "vms_shut_down": sum(1 for vm in vms if vm["outcome"] != fates.MIGRATE),
-            "expected_stopped": expected_stopped,
-            "plan": summary["plan"],
-        })
-        snapshot.apply_plan(plan)
-        done.add(name)
+        warnings.append(_settled_notice(settled, settle_seconds))
+    # First which nodes an earlier run left in maintenance, then the others after them.
+    resumed = _resumed_maintenances(snapshot, selected, run_mark)
+    ordered = _run_order(snapshot, selected, resumed, order)
+    plan_params = (policy, options, params.get("prefer_done_nodes", True))
+    entries = _plan_nodes(snapshot, ordered, plan_params, resumed, problems, warnings)
     problems.extend(migration_problems)
     lock_problem = _lock_problem(client, params.get("lock"))
     if lock_problem:
         problems.append(lock_problem)
-    others = sorted(n for n, node in snapshot.nodes.items()
-                    if n not in selected and (nodes_mod.is_cordoned(node) or nodes_mod.marked_for_maintenance(node)))
+    others = _others_notice(snapshot, selected)
     if others:
-        warnings.append("Nodes outside this run are cordoned or in maintenance (%s); capacity was checked without "
-                        "them." % ", ".join(others))
+        warnings.append(others)
 
     vms_running = running_vms(snapshot.vmis) if snapshot.kubevirt else []
     result = {
@@ -311,11 +374,7 @@ def preflight(client, params):
         "selection": ("nodes %s" % ", ".join(names)) if names else ("label selector %s" % label_selector),
     }
     if problems and params.get("fail_on_problems", True):
-        count = len(problems)
-        raise BlockedError(
-            "Preflight found %d problem%s, so nothing was changed: %s" % (
-                count, "" if count == 1 else "s", " ".join("(%d) %s" % (i + 1, p) for i, p in enumerate(problems))),
-            blockers=problems, nodes=result["nodes"], details=entries)
+        raise _preflight_blocked(problems, result)
     return result
 
 
@@ -362,123 +421,155 @@ def migrations_from(vmis, node, since=None):
     return sorted(result, key=lambda m: (m["end"] or "", m["namespace"], m["name"]))
 
 
-def verify(client, params):
-    """Wait until the node (when named) is Ready and schedulable and every VM that ran runs again."""
-    name = params.get("name")
-    want_schedulable = params.get("schedulable", True)
-    expected = [_vm_key(v) for v in params.get("running_vms") or []]
-    may_stop = set(_vm_key(v) for v in params.get("expected_stopped") or [])
-    timeout = params.get("timeout") or 600
-    since = parse_time_utc(params.get("migrations_since"))
-    if since is not None:
-        # migrationState timestamps have whole seconds; do not lose a migration that began in the same second.
-        since -= datetime.timedelta(seconds=1)
-    if not name and not expected:
-        raise InvalidInputError("Give a node to wait for ('name') or VMs that must run ('running_vms').")
-    informers = []
-    node_informer = None
-    if name:
-        nodes_mod.get_node(client, name)
-        node_informer = Informer(client, "Node", field_selector="metadata.name=%s" % name)
-        informers.append(node_informer)
-    vmi_informer = None
-    vm_informer = None
-    if expected or (since is not None and name):
-        if client.kind_served("VirtualMachineInstance"):
-            vmi_informer = Informer(client, "VirtualMachineInstance")
-            informers.append(vmi_informer)
-            if expected:
-                # A VM its owner deleted meanwhile was not lost: it is not waited for.
-                vm_informer = Informer(client, "VirtualMachine")
-                informers.append(vm_informer)
-        elif expected:
-            raise InvalidInputError("VMs were expected to run, but KubeVirt is not installed on this cluster.")
-    owned = dict((_vm_key(v), bool(v.get("vm", True))) for v in params.get("running_vms") or [] if isinstance(v, dict))
+class _Verification(object):
+    """What verify waits for, watched through informers: the node and the VMs that must run again."""
 
-    def deleted():
+    def __init__(self, client, params):
+        self.name = params.get("name")
+        self.want_schedulable = params.get("schedulable", True)
+        self.expected = [_vm_key(v) for v in params.get("running_vms") or []]
+        self.may_stop = set(_vm_key(v) for v in params.get("expected_stopped") or [])
+        self.timeout = params.get("timeout") or 600
+        self.since = parse_time_utc(params.get("migrations_since"))
+        if self.since is not None:
+            # migrationState timestamps have whole seconds; do not lose a migration that began in the same second.
+            self.since -= datetime.timedelta(seconds=1)
+        if not self.name and not self.expected:
+            raise InvalidInputError("Give a node to wait for ('name') or VMs that must run ('running_vms').")
+        self.owned = dict((_vm_key(v), bool(v.get("vm", True)))
+                          for v in params.get("running_vms") or [] if isinstance(v, dict))
+        self.informers = []
+        self.node_informer = None
+        self.vmi_informer = None
+        self.vm_informer = None
+        if self.name:
+            nodes_mod.get_node(client, self.name)
+            self.node_informer = self._watch(Informer(client, "Node", field_selector="metadata.name=%s" % self.name))
+        if self.expected or self.wants_migrations():
+            self._watch_vms(client)
+
+    def _watch(self, informer):
+        self.informers.append(informer)
+        return informer
+
+    def _watch_vms(self, client):
+        if not client.kind_served("VirtualMachineInstance"):
+            if self.expected:
+                raise InvalidInputError("VMs were expected to run, but KubeVirt is not installed on this cluster.")
+            return
+        self.vmi_informer = self._watch(Informer(client, "VirtualMachineInstance"))
+        if self.expected:
+            # A VM its owner deleted meanwhile was not lost: it is not waited for.
+            self.vm_informer = self._watch(Informer(client, "VirtualMachine"))
+
+    def wants_migrations(self):
+        return self.since is not None and bool(self.name)
+
+    def running(self, ready=True):
+        return _running_keys(self.vmi_informer.items(), ready=ready) if self.vmi_informer else {}
+
+    def deleted(self):
         """Expected VMs whose VirtualMachine no longer exists (or is being deleted)."""
-        if vm_informer is None:
+        if self.vm_informer is None:
             return []
         gone = []
-        for key in expected:
-            if not owned.get(key, True):
+        for key in self.expected:
+            if not self.owned.get(key, True):
                 continue  # a stand-alone VMI that stopped is lost: nothing would start it again
             namespace, vm_name = key.split("/", 1)
-            vm = vm_informer.get(vm_name, namespace)
+            vm = self.vm_informer.get(vm_name, namespace)
             if vm is None or (vm.get("metadata") or {}).get("deletionTimestamp"):
                 gone.append(key)
         return gone
 
-    def node_ok():
-        if node_informer is None:
+    def node_ok(self):
+        if self.node_informer is None:
             return True
-        node = node_informer.get(name)
+        node = self.node_informer.get(self.name)
         if node is None or not nodes_mod.is_ready(node):
             return False
-        if want_schedulable and (nodes_mod.is_cordoned(node) or nodes_mod.marked_for_maintenance(node)):
+        if self.want_schedulable and (nodes_mod.is_cordoned(node) or nodes_mod.marked_for_maintenance(node)):
             return False
         return True
 
-    def missing():
-        running = _running_keys(vmi_informer.items()) if vmi_informer else {}
-        gone = set(deleted())
-        return [k for k in expected if k not in running and k not in may_stop and k not in gone]
+    def missing(self):
+        running = self.running()
+        gone = set(self.deleted())
+        return [k for k in self.expected if k not in running and k not in self.may_stop and k not in gone]
 
-    def check():
-        return node_ok() and not missing()
+    def check(self):
+        return self.node_ok() and not self.missing()
 
-    def pending():
-        parts = []
-        if node_informer is not None:
-            node = node_informer.get(name)
-            if node is None:
-                parts.append("node %s is gone" % name)
-            elif not nodes_mod.is_ready(node):
-                parts.append("node %s is not Ready (%s)" % (name, nodes_mod.not_ready_reason(node)))
-            elif not node_ok():
-                parts.append("node %s is still cordoned or marked for maintenance" % name)
-        lost = missing()
+    def _node_pending(self):
+        """What the node still lacks, as a list of at most one sentence."""
+        if self.node_informer is None:
+            return []
+        node = self.node_informer.get(self.name)
+        if node is None:
+            return ["node %s is gone" % self.name]
+        if not nodes_mod.is_ready(node):
+            return ["node %s is not Ready (%s)" % (self.name, nodes_mod.not_ready_reason(node))]
+        if not self.node_ok():
+            return ["node %s is still cordoned or marked for maintenance" % self.name]
+        return []
+
+    def pending(self):
+        parts = self._node_pending()
+        lost = self.missing()
         if lost:
             # A VMI in phase Running whose Ready condition is not True is not back in service yet.
-            unready = _running_keys(vmi_informer.items(), ready=False) if vmi_informer else {}
+            unready = self.running(ready=False)
             parts.append("%d VM%s that ran before %s not running: %s" % (
                 len(lost), "" if len(lost) == 1 else "s", "is" if len(lost) == 1 else "are",
                 ", ".join(k + (" (Running on node %s, not Ready)" % unready[k] if k in unready else "")
                           for k in lost[:10])))
         return "; ".join(parts)
 
-    if name:
-        what = "node %s to be Ready%s" % (name, " and schedulable" if want_schedulable else "")
-        if expected:
+    def what(self):
+        if not self.name:
+            return "every VM that ran before to run"
+        what = "node %s to be Ready%s" % (self.name, " and schedulable" if self.want_schedulable else "")
+        if self.expected:
             what += " and every VM that ran before to run"
-    else:
-        what = "every VM that ran before to run"
-    try:
-        wait_until(check, informers, timeout, what, describe_pending=pending)
-    except WaitTimeoutError as exc:
-        lost = missing() if vmi_informer else []
-        raise BlockedError(exc.msg, node=name, not_running=lost) from exc
-    finally:
-        for informer in informers:
-            informer.stop()
-    vmis = vmi_informer.items() if vmi_informer else []
-    running = _running_keys(vmis)
-    result = {
-        "changed": False,
-        "node": None,
-        "vms": {
-            "expected": len(expected),
-            "running": sum(1 for k in expected if k in running),
-            "stopped_as_expected": sorted(k for k in expected if k in may_stop and k not in running),
-            "deleted": sorted(k for k in deleted() if k not in running),
-            "not_running": [],
-            "on_node": sorted(k for k, where in running.items() if name and where == name),
-            "where": dict((k, running[k]) for k in expected if k in running),
-        },
-        "migrations": migrations_from(vmis, name, since) if (since is not None and name) else [],
-    }
-    if name:
-        node = node_informer.get(name)
-        result["node"] = {"name": name, "ready": nodes_mod.is_ready(node), "schedulable": not nodes_mod.is_cordoned(node),
-                          "in_maintenance": nodes_mod.marked_for_maintenance(node)}
-    return result
+        return what
+
+    def wait(self):
+        try:
+            wait_until(self.check, self.informers, self.timeout, self.what(), describe_pending=self.pending)
+        except WaitTimeoutError as exc:
+            lost = self.missing() if self.vmi_informer else []
+            raise BlockedError(exc.msg, node=self.name, not_running=lost) from exc
+        finally:
+            for informer in self.informers:
+                informer.stop()
+
+    def _node_state(self):
+        node = self.node_informer.get(self.name)
+        return {"name": self.name, "ready": nodes_mod.is_ready(node), "schedulable": not nodes_mod.is_cordoned(node),
+                "in_maintenance": nodes_mod.marked_for_maintenance(node)}
+
+    def result(self):
+        name, expected = self.name, self.expected
+        vmis = self.vmi_informer.items() if self.vmi_informer else []
+        running = _running_keys(vmis)
+        return {
+            "changed": False,
+            "node": self._node_state() if name else None,
+            "vms": {
+                "expected": len(expected),
+                "running": sum(1 for k in expected if k in running),
+                "stopped_as_expected": sorted(k for k in expected if k in self.may_stop and k not in running),
+                "deleted": sorted(k for k in self.deleted() if k not in running),
+                "not_running": [],
+                "on_node": sorted(k for k, where in running.items() if name and where == name),
+                "where": dict((k, running[k]) for k in expected if k in running),
+            },
+            "migrations": migrations_from(vmis, name, self.since) if self.wants_migrations() else [],
+        }
+
+
+def verify(client, params):
+    """Wait until the node (when named) is Ready and schedulable and every VM that ran runs again."""
+    verification = _Verification(client, params)
+    verification.wait()
+    return verification.result()

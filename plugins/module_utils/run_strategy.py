@@ -297,6 +297,31 @@ def wait_for_targets(client, selection, plans, timeout):
         informer.stop()
 
 
+def _refuse(plans):
+    """Nothing is changed when any VM refuses its plan."""
+    refused = [p for p in plans if p.error]
+    if refused:
+        more = " (and %d more)" % (len(refused) - 3) if len(refused) > 3 else ""
+        raise InvalidInputError("Nothing was changed: %s%s" % (" ".join(p.error for p in refused[:3]), more),
+                                refused=["%s/%s" % p.key for p in refused])
+
+
+def _plans_diff(changing):
+    diffs = dict(("%s/%s" % p.key, p.diff()) for p in changing)
+    return {"before": dict((k, v[0]) for k, v in diffs.items()),
+            "after": dict((k, v[1]) for k, v in diffs.items())}
+
+
+def _execute_plans(client, selection, plans, changing, params):
+    served = subresources_served(client) if any(p.vmi_request for p in changing) else False
+    outcomes = vms.run_parallel(lambda p: execute(client, p, served), changing)
+    vms.raise_failures(outcomes, "Changing the run strategy", key_of=lambda p: p.key,
+                       changed=any(o.error is None for o in outcomes),
+                       vms=[p.result() for p in plans])
+    if params.get("wait"):
+        wait_for_targets(client, selection, changing, params["wait_timeout"])
+
+
 def run(module):
     """vm_run_strategy: set a run strategy or apply an action to the selected VMs."""
     params = module.params
@@ -308,24 +333,12 @@ def run(module):
         plans = [plan_run_strategy(vm, vmis.get(vms.key(vm)), params["run_strategy"]) for vm in selected]
     else:
         plans = [plan_action(vm, vmis.get(vms.key(vm)), params["action"]) for vm in selected]
-    refused = [p for p in plans if p.error]
-    if refused:
-        more = " (and %d more)" % (len(refused) - 3) if len(refused) > 3 else ""
-        raise InvalidInputError("Nothing was changed: %s%s" % (" ".join(p.error for p in refused[:3]), more),
-                                refused=["%s/%s" % p.key for p in refused])
+    _refuse(plans)
     changing = [p for p in plans if p.changed]
     result = {"changed": bool(changing)}
     if module.diff_mode:
-        diffs = dict(("%s/%s" % p.key, p.diff()) for p in changing)
-        result["diff"] = {"before": dict((k, v[0]) for k, v in diffs.items()),
-                          "after": dict((k, v[1]) for k, v in diffs.items())}
+        result["diff"] = _plans_diff(changing)
     if changing and not module.check_mode:
-        served = subresources_served(client) if any(p.vmi_request for p in changing) else False
-        outcomes = vms.run_parallel(lambda p: execute(client, p, served), changing)
-        vms.raise_failures(outcomes, "Changing the run strategy", key_of=lambda p: p.key,
-                           changed=any(o.error is None for o in outcomes),
-                           vms=[p.result() for p in plans])
-        if params.get("wait"):
-            wait_for_targets(client, selection, changing, params["wait_timeout"])
+        _execute_plans(client, selection, plans, changing, params)
     result["vms"] = [p.result() for p in plans]
     return result
