@@ -28,10 +28,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods impo
     matching_pdbs,
     pod_key,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.snapshot import Snapshot
-
-# rolling.py and the plan tests name the snapshot ``plan.Snapshot``; the class is snapshot.py's.
-__all__ = ["Snapshot"]
 
 
 class PlanOptions:

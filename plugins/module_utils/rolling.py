@@ -5,7 +5,7 @@
 
 The preflight first waits (bounded by ``settle_timeout``) until no live migration is in
 flight, since a migration moves a VM and holds room on two nodes; then it reads the cluster
-once (``plan.Snapshot``) and asks the same ``compute_plan`` that check mode and
+once (``snapshot.Snapshot``) and asks the same ``compute_plan`` that check mode and
 node_maintenance_info use, for every selected node, before anything changes. Everything that
 would stop the run is collected and reported at once: nodes that do not exist or are not
 Ready, nodes already in someone else's maintenance, migrations still in flight at the
@@ -28,6 +28,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fa
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock as lock_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import snapshot as snapshot_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     BlockedError,
     InvalidInputError,
@@ -340,7 +341,7 @@ def preflight(client, params):
     settle_timeout = params.get("settle_timeout")
     settled, settle_seconds, migration_problems = settle_migrations(
         client, DEFAULT_SETTLE_TIMEOUT if settle_timeout is None else settle_timeout)
-    snapshot = plan_mod.Snapshot.load(client)
+    snapshot = snapshot_mod.Snapshot.load(client)
     selected, problems = select_nodes(client, snapshot, names, label_selector)
     warnings = []
     if settled:

@@ -5,6 +5,7 @@ plans made node after node."""
 from drain_cluster import cluster, launcher, node, pod, vm, vmi
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import snapshot as snapshot_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import rolling
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import format_amount, pod_requests
@@ -13,7 +14,7 @@ HOST = "kubernetes.io/hostname"
 
 
 def plan_for(client, name="worker-1", **allow):
-    snapshot = plan_mod.Snapshot.load(client, [name])
+    snapshot = snapshot_mod.Snapshot.load(client, [name])
     return plan_mod.compute_plan(snapshot, name, plan_mod.PlanOptions(DrainOptions(), **allow))
 
 
@@ -179,7 +180,7 @@ def test_plans_are_cumulative_and_prefer_the_nodes_done():
     client, server = cluster(workers=3, cpu="2")
     add_vm(server, "a", "worker-1")
     add_vm(server, "b", "worker-2")
-    snapshot = plan_mod.Snapshot.load(client)
+    snapshot = snapshot_mod.Snapshot.load(client)
     options = plan_mod.PlanOptions(DrainOptions())
     first = plan_mod.compute_plan(snapshot, "worker-1", options)
     assert first.targets == {"ns1/virt-launcher-a-abcde": "worker-3"}  # the most free memory

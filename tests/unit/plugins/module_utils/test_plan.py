@@ -5,13 +5,14 @@ import pytest
 from drain_cluster import cluster, kubevirt_cr, launcher, node, pdb, pod, vm, vmi
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import snapshot as snapshot_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
 
 
 def plan_for(client, name="worker-1", **options):
     allow = dict((k, options.pop(k)) for k in ("allow_control_plane", "allow_last_schedulable_node") if k in options)
-    snapshot = plan_mod.Snapshot.load(client, [name])
+    snapshot = snapshot_mod.Snapshot.load(client, [name])
     return plan_mod.compute_plan(snapshot, name, plan_mod.PlanOptions(DrainOptions(**options), **allow))
 
 
@@ -182,7 +183,7 @@ def test_info_summary_for_every_node_reads_the_cluster_once():
     client, server = cluster(workers=3)
     add_vm(server, "vm1")
     before = len(server.requests)
-    snapshot = plan_mod.Snapshot.load(client)
+    snapshot = snapshot_mod.Snapshot.load(client)
     options = plan_mod.PlanOptions(DrainOptions())
     summaries = [plan_mod.node_summary(snapshot, n, options) for n in sorted(snapshot.nodes)]
     assert len(server.requests) - before <= 12
