@@ -82,6 +82,7 @@ SUBRESOURCE_APIS = {
 }
 
 _TRANSIENT_STATUS = (500, 502, 503, 504)
+_VERBS = {"GET": "get", "POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
 
 # Writes ``update_guarded`` makes before it gives up on an object that keeps changing.
 GUARDED_ATTEMPTS = 5
@@ -219,21 +220,9 @@ class KubeClient:
         The layer's own building block: other files use the methods below (a unit test reads
         the sources to keep it so), which name the object in every error.
         """
-        url = self.settings.host + path
-        fields = {k: v for k, v in (params or {}).items() if v is not None}
-        if fields:
-            url += "?" + urlencode(fields)
-        # One header line per impersonated group, as the API server expects.
-        headers = self._header_dict(self.headers)
-        if accept:
-            headers["Accept"] = accept
-        for group in self.impersonate_groups:
-            headers.add("Impersonate-Group", group)
-        data = None
-        if body is not None:
-            headers["Content-Type"] = content_type
-            data = json.dumps(body).encode("utf-8")
-        verb = verb or {"GET": "get", "POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
+        url = self._url(path, params)
+        headers, data = self._headers_and_body(body, content_type, accept)
+        verb = verb or _VERBS[method]
         deadline = time.monotonic() + self.retry_budget
         attempt = 0
         renewed = False
@@ -243,32 +232,16 @@ class KubeClient:
         maybe_applied = False
         while True:
             attempt += 1
-            self.requests_made += 1
-            authorization = self._authorization()
-            if authorization:
-                headers["Authorization"] = authorization
             try:
-                if stream:
-                    read_timeout = timeout
-                else:
-                    read_timeout = timeout or self.request_timeout
-                resp = self._pool.request(
-                    method, url, body=data, headers=headers, preload_content=not stream,
-                    timeout=self._urllib3.Timeout(connect=10.0, read=read_timeout),
-                )
+                resp = self._send(method, url, data, headers, stream, timeout)
             except self._urllib3.exceptions.SSLError as exc:
-                raise ConnectionFailedError(
-                    "Cannot %s %s: TLS verification of %s failed (wrong CA certificate or server name?): %s."
-                    % (verb, obj, self.settings.host, _short(exc)), host=self.settings.host) from exc
+                raise self._tls_failed(verb, obj, exc) from exc
             except (self._urllib3.exceptions.HTTPError, OSError) as exc:
-                if method == "POST" and not isinstance(exc, self._urllib3.exceptions.ConnectTimeoutError):
-                    maybe_applied = True
+                maybe_applied = maybe_applied or self._lost_after_sending(method, exc)
                 if time.monotonic() < deadline:
                     _backoff(attempt, deadline)
                     continue
-                raise ConnectionFailedError(
-                    "Cannot %s %s: the API server %s is unreachable (%s)." % (verb, obj, self.settings.host, _short(exc)),
-                    host=self.settings.host) from exc
+                raise self._unreachable(verb, obj, exc) from exc
             if stream and resp.status < 300:
                 return resp
             status = resp.status
@@ -281,15 +254,64 @@ class KubeClient:
                 if self._renew_credentials():
                     continue
             retry_after = _retry_after(resp)
-            transient = status in _TRANSIENT_STATUS or (status == 429 and retry_429)
-            if transient and time.monotonic() < deadline:
-                if method == "POST" and status in (500, 504):
-                    maybe_applied = True
+            if _is_transient(status, retry_429) and time.monotonic() < deadline:
+                maybe_applied = maybe_applied or _gateway_may_have_applied(method, status)
                 _backoff(attempt, deadline, retry_after)
                 continue
             error = api_error(status, verb, obj, raw, retry_after=retry_after)
             error.maybe_applied_before = maybe_applied
             raise error
+
+    def _url(self, path, params):
+        """The full URL of ``path`` with the query parameters that have a value."""
+        url = self.settings.host + path
+        fields = {k: v for k, v in (params or {}).items() if v is not None}
+        if fields:
+            url += "?" + urlencode(fields)
+        return url
+
+    def _headers_and_body(self, body, content_type, accept):
+        """The request headers (without Authorization, set per attempt) and the encoded body."""
+        # One header line per impersonated group, as the API server expects.
+        headers = self._header_dict(self.headers)
+        if accept:
+            headers["Accept"] = accept
+        for group in self.impersonate_groups:
+            headers.add("Impersonate-Group", group)
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body).encode("utf-8")
+        return headers, data
+
+    def _send(self, method, url, data, headers, stream, timeout):
+        """One attempt: counts it, sets the current Authorization and returns urllib3's response."""
+        self.requests_made += 1
+        authorization = self._authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        if stream:
+            read_timeout = timeout
+        else:
+            read_timeout = timeout or self.request_timeout
+        return self._pool.request(
+            method, url, body=data, headers=headers, preload_content=not stream,
+            timeout=self._urllib3.Timeout(connect=10.0, read=read_timeout),
+        )
+
+    def _lost_after_sending(self, method, exc):
+        """True when a create failed in a way that may have reached the server (not a connect timeout)."""
+        return method == "POST" and not isinstance(exc, self._urllib3.exceptions.ConnectTimeoutError)
+
+    def _tls_failed(self, verb, obj, exc):
+        return ConnectionFailedError(
+            "Cannot %s %s: TLS verification of %s failed (wrong CA certificate or server name?): %s."
+            % (verb, obj, self.settings.host, _short(exc)), host=self.settings.host)
+
+    def _unreachable(self, verb, obj, exc):
+        return ConnectionFailedError(
+            "Cannot %s %s: the API server %s is unreachable (%s)." % (verb, obj, self.settings.host, _short(exc)),
+            host=self.settings.host)
 
     # -- resources -------------------------------------------------------------------
 
@@ -562,6 +584,16 @@ class KubeClient:
             return  # the caller re-lists and re-watches
         finally:
             resp.release_conn()
+
+
+def _is_transient(status, retry_429):
+    """A status worth retrying: a server or gateway failure, or throttling when allowed."""
+    return status in _TRANSIENT_STATUS or (status == 429 and retry_429)
+
+
+def _gateway_may_have_applied(method, status):
+    """A create answered by an internal error or a gateway timeout may still have been applied."""
+    return method == "POST" and status in (500, 504)
 
 
 def _retry_after(resp):
