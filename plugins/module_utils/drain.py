@@ -524,54 +524,81 @@ class Drainer:
                 with self.changed:
                     seen = self._generation()
                     self._refresh()
-                    for target in [t for t in result.targets if t.key in inflight and t.state != "inflight"]:
-                        inflight.discard(target.key)
-                    for target in self._stuck_vms():
-                        if self.non_migratable == "fail":
-                            result.fatal = MaintenanceError(
-                                "VM %s cannot leave node %s: %s (non_migratable=fail; shutdown would shut it down "
-                                "so that its run strategy restarts it elsewhere)."
-                                % (target.vm, self.node, result.gave_up[target.key]), node=self.node)
-                            break
-                        target.state = "inflight"
-                        inflight.add(target.key)
-                        pool.submit(self._shut_down, target)
+                    self._forget_finished(inflight)
+                    self._shut_down_stuck_vms(pool, inflight)
                     if result.fatal is None and self.not_ready_grace is not None:
                         result.fatal = self._node_not_ready(time.monotonic())
                     if result.fatal is not None:
                         break
                     now = time.monotonic()
-                    room = self.workers - len(inflight)
-                    for target in (self._due(now, room) if room > 0 else []):
-                        target.state = "inflight"
-                        target.attempts += 1
-                        inflight.add(target.key)
-                        pool.submit(self._evict, target)
+                    self._start_due_evictions(pool, inflight, now)
                     self._report()
                     pending = result.pending
-                    if not pending or result.fatal is not None:
+                    if self._done(wait, inflight, pending):
                         break
-                    if not wait and not inflight and all(t.attempts or t.wait_only for t in pending):
-                        break
-                    if self.deadline.expired():
-                        result.timed_out = True
-                        break
-                    wake = self.deadline.remaining()
-                    retries = [t.next_try - now for t in pending if t.state == "blocked"]
-                    if retries:
-                        wake = min(wake, max(0.0, min(retries)))
-                    if self.pods.error is not None and self.pods.synced.is_set():
-                        wake = min(wake, 5.0)  # the informer is re-listing; look again soon
-                    if self.not_ready_grace is not None:
-                        wake = min(wake, max(0.01, self._next_node_check - now))
                     if self._generation() == seen:
-                        self.changed.wait(max(0.01, min(wake, 30.0)))
-            # Leave no eviction running behind the caller's back.
-            for target in result.targets:
-                if target.state == "inflight":
-                    target.state = "blocked"
+                        self.changed.wait(max(0.01, min(self._wake_in(now, pending), 30.0)))
+            self._abandon_inflight()
         self._report()
         return result
+
+    def _forget_finished(self, inflight):
+        """Drop from ``inflight`` the targets whose eviction or shutdown has come back."""
+        for target in [t for t in self.result.targets if t.key in inflight and t.state != "inflight"]:
+            inflight.discard(target.key)
+
+    def _shut_down_stuck_vms(self, pool, inflight):
+        """Shut down the VMs that cannot migrate (or, with non_migratable=fail, record the failure)."""
+        result = self.result
+        for target in self._stuck_vms():
+            if self.non_migratable == "fail":
+                result.fatal = MaintenanceError(
+                    "VM %s cannot leave node %s: %s (non_migratable=fail; shutdown would shut it down "
+                    "so that its run strategy restarts it elsewhere)."
+                    % (target.vm, self.node, result.gave_up[target.key]), node=self.node)
+                return
+            target.state = "inflight"
+            inflight.add(target.key)
+            pool.submit(self._shut_down, target)
+
+    def _start_due_evictions(self, pool, inflight, now):
+        """Submit the evictions that are due, as many as there are free workers."""
+        room = self.workers - len(inflight)
+        for target in (self._due(now, room) if room > 0 else []):
+            target.state = "inflight"
+            target.attempts += 1
+            inflight.add(target.key)
+            pool.submit(self._evict, target)
+
+    def _done(self, wait, inflight, pending):
+        """True when the loop ends: nothing pending, a fatal error, every try made (no wait), or time up."""
+        result = self.result
+        if not pending or result.fatal is not None:
+            return True
+        if not wait and not inflight and all(t.attempts or t.wait_only for t in pending):
+            return True
+        if self.deadline.expired():
+            result.timed_out = True
+            return True
+        return False
+
+    def _wake_in(self, now, pending):
+        """Seconds until the loop must look again even without a change: a retry, a re-list or a node check."""
+        wake = self.deadline.remaining()
+        retries = [t.next_try - now for t in pending if t.state == "blocked"]
+        if retries:
+            wake = min(wake, max(0.0, min(retries)))
+        if self.pods.error is not None and self.pods.synced.is_set():
+            wake = min(wake, 5.0)  # the informer is re-listing; look again soon
+        if self.not_ready_grace is not None:
+            wake = min(wake, max(0.01, self._next_node_check - now))
+        return wake
+
+    def _abandon_inflight(self):
+        """Leave no eviction running behind the caller's back."""
+        for target in self.result.targets:
+            if target.state == "inflight":
+                target.state = "blocked"
 
     def pdb_items(self):
         """The PodDisruptionBudgets as last seen (read now when they were not watched)."""
