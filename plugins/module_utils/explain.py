@@ -24,6 +24,25 @@ def explain_pending(client, node, pods, pdbs, reasons=None, vmis=None):
     after a timeout).
     """
     reasons = reasons or {}
+    vmis_by_uid, migrations, cluster_default = _launcher_context(client, pods, vmis)
+    sentences = []
+    for pod in pods:
+        key = pod_key(pod)
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            sentences.append("pod %s is terminating since %s (the node must confirm it stopped)"
+                             % (key, meta["deletionTimestamp"]))
+        elif kubevirt.is_launcher_pod(pod):
+            sentences.append(_explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_default,
+                                               reasons.get(key)))
+        else:
+            sentences.append(_explain_plain_pod(pod, pdbs, reasons.get(key)))
+    return sentences
+
+
+def _launcher_context(client, pods, vmis):
+    """(VMIs by UID, migrations by (namespace, VMI name), cluster eviction strategy) for the
+    namespaces of the virt-launcher pods; what could be read when the API fails."""
     launcher_namespaces = sorted(set(p["metadata"]["namespace"] for p in pods if kubevirt.is_launcher_pod(p)))
     vmis_by_uid = dict(vmis or {})
     migrations = {}
@@ -42,26 +61,18 @@ def explain_pending(client, node, pods, pdbs, reasons=None, vmis=None):
             cluster_default = kubevirt.cluster_eviction_strategy(cr)
         except MaintenanceError:
             pass  # an explanation must not fail the report of the real problem
-    sentences = []
-    for pod in pods:
-        key = pod_key(pod)
-        meta = pod["metadata"]
-        if meta.get("deletionTimestamp"):
-            sentences.append("pod %s is terminating since %s (the node must confirm it stopped)"
-                             % (key, meta["deletionTimestamp"]))
-            continue
-        if kubevirt.is_launcher_pod(pod):
-            sentences.append(_explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_default,
-                                               reasons.get(key)))
-            continue
-        zero = [p for p in matching_pdbs(pod, pdbs) if ((p.get("status") or {}).get("disruptionsAllowed") or 0) < 1]
-        if zero:
-            sentences.append("pod %s: %s" % (key, "; ".join(describe_pdb(p) for p in zero)))
-        elif reasons.get(key):
-            sentences.append("pod %s: %s" % (key, reasons[key].rstrip(".")))
-        else:
-            sentences.append("pod %s is still on the node" % key)
-    return sentences
+    return vmis_by_uid, migrations, cluster_default
+
+
+def _explain_plain_pod(pod, pdbs, last_reason):
+    """A pod that is no virt-launcher: its blocking budgets, else the last eviction answer."""
+    key = pod_key(pod)
+    zero = [p for p in matching_pdbs(pod, pdbs) if ((p.get("status") or {}).get("disruptionsAllowed") or 0) < 1]
+    if zero:
+        return "pod %s: %s" % (key, "; ".join(describe_pdb(p) for p in zero))
+    if last_reason:
+        return "pod %s: %s" % (key, last_reason.rstrip("."))
+    return "pod %s is still on the node" % key
 
 
 def _explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_default, last_reason):

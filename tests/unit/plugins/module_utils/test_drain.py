@@ -366,3 +366,15 @@ def test_a_not_ready_blip_shorter_than_the_grace_does_not_stop_the_drain(monkeyp
     threading.Timer(0.3, lambda: node["status"]["conditions"][0].update(status="True")).start()
     result = Drainer(client, "worker-1", DrainOptions(), Deadline(1.5), not_ready_grace=1.0).run()
     assert result.fatal is None and result.timed_out
+
+
+def test_explains_terminating_pods_last_answers_and_plain_pending_pods():
+    terminating = pod("web-a")
+    terminating["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    sentences = explain_pending(None, "worker-1", [terminating, pod("web-b"), pod("web-c")], [],
+                                reasons={"ns1/web-b": "Cannot evict pod as it would violate the budget."})
+    assert sentences == [
+        "pod ns1/web-a is terminating since 2024-01-01T00:00:00Z (the node must confirm it stopped)",
+        "pod ns1/web-b: Cannot evict pod as it would violate the budget",
+        "pod ns1/web-c is still on the node",
+    ]
