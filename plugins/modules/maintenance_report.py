@@ -137,7 +137,7 @@ report:
 
 import os
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report, report_files
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
 
 
@@ -153,7 +153,7 @@ def write_report(module):
         changed = True
     else:
         before = _snapshot(params["dest"], params["basename"])
-        files, model, data = report.write(params["run"], params["nodes"], params["dest"], formats, params["basename"])
+        files, model, data = report_files.write(params["run"], params["nodes"], params["dest"], formats, params["basename"])
         changed = before != _snapshot(params["dest"], params["basename"])
     return {
         "changed": changed,

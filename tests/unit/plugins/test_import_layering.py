@@ -29,6 +29,10 @@ SIDEWAYS = {
     ("eviction_strategy", "hco"),
     ("eviction_strategy", "run_strategy"),
     ("node_maintenance", "lock"),
+    # The report's renderers and files read the model the module also builds on its own in check mode.
+    ("report_files", "report"),
+    ("report_markdown", "report"),
+    ("report_svg", "report"),
     ("restart_elsewhere", "run_strategy"),
     ("rolling", "lock"),
 }

@@ -85,11 +85,11 @@ def test_guest_memory_of_a_vmi():
 
 
 def test_the_report_shows_the_prediction_beside_the_real_duration():
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report, report_markdown
     records = [dict(record("w1", 0, 100, 160), predicted_seconds=None),
                dict(record("w2", 200, 150, 230), predicted_seconds="260")]
     model = report.build({"nodes": ["w1", "w2"]}, records)
     data = report.to_json_data(model)
     assert [n["predicted_seconds"] for n in data["nodes"]] == [None, 260.0]
-    rows = [line for line in report.to_markdown(model).splitlines() if "| w2 |" in line]
+    rows = [line for line in report_markdown.to_markdown(model).splitlines() if "| w2 |" in line]
     assert rows and "3m50s (predicted 4m20s)" in rows[0], rows

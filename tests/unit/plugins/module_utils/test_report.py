@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report, timeutil
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report, report_files, report_markdown, report_svg, timeutil
 
 
 def phases(base_minute, drain, tasks, ready=3, uncordon=1, verify=2, failed=None):
@@ -94,7 +94,7 @@ def test_failed_phase_defaults_to_the_last_one_started():
 
 
 def test_markdown_lists_nodes_migrations_and_what_remains(model):
-    text = report.to_markdown(model, "report-timeline.svg")
+    text = report_markdown.to_markdown(model, "report-timeline.svg")
     assert "# Rolling maintenance: failed" in text
     assert "| 3 | worker-3 | FAILED |" in text
     assert "| | worker-4 | not started |" in text
@@ -105,7 +105,7 @@ def test_markdown_lists_nodes_migrations_and_what_remains(model):
 
 
 def test_svg_is_valid_xml_with_one_row_per_node_and_a_legend(model):
-    svg = report.to_svg(model)
+    svg = report_svg.to_svg(model)
     root = ET.fromstring(svg)
     texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
     for name in ("worker-1", "worker-2", "worker-3", "worker-4", "Legend", "not started", "preflight + lock"):
@@ -116,25 +116,25 @@ def test_svg_is_valid_xml_with_one_row_per_node_and_a_legend(model):
 
 
 def test_svg_escapes_names():
-    svg = report.to_svg(report.build({"title": "a<b & \"c\""}, [{"node": "n<1>", "phases": phases(0, 5, 5)}]))
+    svg = report_svg.to_svg(report.build({"title": "a<b & \"c\""}, [{"node": "n<1>", "phases": phases(0, 5, 5)}]))
     ET.fromstring(svg)
 
 
 def test_empty_run_still_renders():
     model = report.build({"status": "window_closed", "message": "Outside the window.", "nodes": ["a", "b"]}, [])
-    ET.fromstring(report.to_svg(model))
+    ET.fromstring(report_svg.to_svg(model))
     assert report.summary_lines(model)[-1] == "Outside the window."
 
 
 def test_write_creates_the_three_files(tmp_path, model):
-    files, _model, data = report.write(RUN, RECORDS, str(tmp_path / "out"))
+    files, _model, data = report_files.write(RUN, RECORDS, str(tmp_path / "out"))
     assert sorted(files) == ["json", "markdown", "svg"]
     for path in files.values():
         assert os.path.getsize(path) > 100
     with open(files["json"]) as handle:
         assert json.load(handle) == json.loads(json.dumps(data))
     if os.environ.get("REPORT_SAMPLE_DIR"):  # to look at the picture while changing the renderer
-        report.write(RUN, RECORDS, os.environ["REPORT_SAMPLE_DIR"])
+        report_files.write(RUN, RECORDS, os.environ["REPORT_SAMPLE_DIR"])
 
 
 def test_summary_lines(model):
@@ -180,7 +180,7 @@ def test_a_landing_on_a_node_still_to_do_while_one_was_done_is_an_avoidable_move
     assert (moves["total"], moves["minimum"], moves["avoidable"]) == (4, 3, 1)
     assert moves["avoidable_moves"] == [{"vm": "prod/b", "node": "worker-3", "done": ["worker-1"], "reason":
                                          "it had landed on worker-3, still to do, while worker-1 was done"}]
-    text = report.to_markdown(model)
+    text = report_markdown.to_markdown(model)
     assert "| VM moves | 4 (minimum for this run 3, avoidable 1) |" in text
     assert "- avoidable: prod/b moved again because it had landed on worker-3" in text
     assert report.summary_lines(model)[0].endswith("; 4 VM moves (minimum 3, 1 avoidable).")
