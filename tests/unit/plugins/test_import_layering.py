@@ -28,6 +28,7 @@ SIDEWAYS = {
     ("decommission", "node_maintenance"),
     ("eviction_strategy", "hco"),
     ("eviction_strategy", "run_strategy"),
+    ("nm_leave", "lock"),
     ("node_maintenance", "lock"),
     ("restart_elsewhere", "run_strategy"),
     ("rolling", "lock"),
