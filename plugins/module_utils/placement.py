@@ -33,26 +33,46 @@ def _last_node(plan, snapshot, node):
     if not plan.checks_last_node or not nodes_mod.is_ready(node) or nodes_mod.is_cordoned(node):
         return
     name = plan.node
-    others = [n for other, n in snapshot.nodes.items()
-              if other != name and nodes_mod.is_ready(n) and not nodes_mod.is_cordoned(n)]
+    others = _other_schedulable_nodes(snapshot, name)
     movers = [p for p in plan.evict if _moves(p, plan)]
     if movers:
-        vm_by_pod = dict((id(vm["_pod"]), vm) for vm in plan.vms if vm["_pod"] is not None)
-        tolerations = {}
-        for pod in movers:
-            spec = _next_pod_spec(pod, vm_by_pod.get(id(pod)))
-            tolerations.setdefault(repr(spec.get("tolerations")), spec.get("tolerations"))
-        if any(not untolerated_taints(n, tol) for tol in tolerations.values() for n in others):
+        if _some_node_tolerated(plan, movers, others):
             return
         takes = "has only taints one of its %d pod%s to move tolerates" % (len(movers), "" if len(movers) == 1 else "s")
     else:
-        own = set(format_taint(t) for t in nodes_mod.blocking_taints(node))
-        if any(set(format_taint(t) for t in nodes_mod.blocking_taints(n)) <= own for n in others):
+        if _some_node_no_more_tainted(node, others):
             return
         takes = "has no taint this node lacks"
     plan.blockers.append(Blocker(SAFETY, (
         "Node %s is the last schedulable node for its workloads: no other node that is Ready and uncordoned %s, so "
         "they would have nowhere to go; set allow_last_schedulable_node=true to proceed anyway." % (name, takes))))
+
+
+def _other_schedulable_nodes(snapshot, name):
+    """The Ready, uncordoned nodes other than ``name``."""
+    return [n for other, n in snapshot.nodes.items()
+            if other != name and nodes_mod.is_ready(n) and not nodes_mod.is_cordoned(n)]
+
+
+def _vm_by_pod(plan):
+    """The plan's VMs by the id of their launcher pod."""
+    return dict((id(vm["_pod"]), vm) for vm in plan.vms if vm["_pod"] is not None)
+
+
+def _some_node_tolerated(plan, movers, others):
+    """Whether one of ``others`` has only taints that the next pod of one of ``movers`` tolerates."""
+    vm_by_pod = _vm_by_pod(plan)
+    tolerations = {}
+    for pod in movers:
+        spec = _next_pod_spec(pod, vm_by_pod.get(id(pod)))
+        tolerations.setdefault(repr(spec.get("tolerations")), spec.get("tolerations"))
+    return any(not untolerated_taints(n, tol) for tol in tolerations.values() for n in others)
+
+
+def _some_node_no_more_tainted(node, others):
+    """Whether one of ``others`` has only blocking taints that ``node`` has too."""
+    own = set(format_taint(t) for t in nodes_mod.blocking_taints(node))
+    return any(set(format_taint(t) for t in nodes_mod.blocking_taints(n)) <= own for n in others)
 
 
 def _moves(pod, plan):
@@ -152,43 +172,18 @@ def _placement(plan, snapshot, name, prefer=None):
     plan.leaving_ids = frozenset(id(p) for p in plan.evict)
     movers = [p for p in plan.evict if _moves(p, plan)]
     movers.sort(key=lambda p: (-_requests(p)["memory"], pod_key(p)))
-    vm_by_pod = dict((id(vm["_pod"]), vm) for vm in plan.vms if vm["_pod"] is not None)
+    vm_by_pod = _vm_by_pod(plan)
     room_short = []
     preferred_first = {}  # id of an eligible_nodes list -> the same nodes, those in ``prefer`` first
     for pod in movers:
         need = _requests(pod)
         vm = vm_by_pod.get(id(pod))
         spec = _next_pod_spec(pod, vm)
-        eligible = snapshot.eligible_nodes(spec)
-        if prefer:
-            key = id(eligible)
-            if key not in preferred_first:
-                preferred_first[key] = [n for n in eligible if n in prefer] + [n for n in eligible if n not in prefer]
-            eligible = preferred_first[key]
+        eligible = _eligible_in_order(snapshot, spec, prefer, preferred_first)
         neighbours = _neighbours(snapshot, plan, pod, spec, vm is not None and vm["outcome"] == fates.MIGRATE)
-        target, fits_alone, ruled_out = None, False, None
-        for candidate in eligible:
-            if candidate == name or not _fits(free[candidate], need):
-                continue
-            why = neighbours.why_not(candidate) if neighbours is not None else None
-            if why is not None:
-                ruled_out = ruled_out or "%s: %s" % (candidate, why)
-                continue
-            fits_alone = True
-            taken = used.get(candidate)
-            if taken is None or _fits(dict((r, free[candidate].get(r, 0.0) - taken.get(r, 0.0)) for r in need), need):
-                target = candidate
-                break
+        target, fits_alone, ruled_out = _first_fit(eligible, name, free, used, need, neighbours)
         if target is not None:
-            bucket = used.setdefault(target, {})
-            for resource, amount in need.items():
-                bucket[resource] = bucket.get(resource, 0.0) + amount
-            plan.targets[pod_key(pod)] = target
-            plan.placed.append((pod, target, spec))
-            if required_pod_terms(spec, "podAntiAffinity"):
-                plan.placed_holders.append((target, dict(pod, spec=spec)))
-            if vm is not None:
-                vm["target"] = target
+            _place(plan, used, pod, vm, spec, need, target)
         elif fits_alone:
             room_short.append(pod)
         elif vm is not None:
@@ -204,14 +199,63 @@ def _placement(plan, snapshot, name, prefer=None):
             plan.pending.append((pod_key(pod), ruled_out or "no other node accepts it (%s)" % _why_nowhere(
                 snapshot, spec, need, name)))
     if room_short:
-        plan.capacity_ok = False
-        total = {}
-        for pod in room_short:
-            for resource, amount in _requests(pod).items():
-                total[resource] = total.get(resource, 0.0) + amount
-        shown = [format_amount(r, total[r]) for r in RESOURCE_NAMES] + [
-            format_amount(r, total[r]) for r in sorted(total) if r not in RESOURCE_NAMES + ("pods",)]
-        plan.blockers.append(Blocker(CAPACITY, (
-            "The other nodes lack room for everything node %s runs: %d pod%s (%s) would find no node, "
-            "for example %s." % (name, len(room_short), "" if len(room_short) == 1 else "s", ", ".join(shown),
-                                 ", ".join(pod_key(p) for p in room_short[:3])))))
+        _no_room_for_all(plan, name, room_short)
+
+
+def _eligible_in_order(snapshot, spec, prefer, preferred_first):
+    """The nodes the spec may go to, those in ``prefer`` first; ``preferred_first`` caches the
+    reordered lists by the id of the eligible_nodes list they come from."""
+    eligible = snapshot.eligible_nodes(spec)
+    if prefer:
+        key = id(eligible)
+        if key not in preferred_first:
+            preferred_first[key] = [n for n in eligible if n in prefer] + [n for n in eligible if n not in prefer]
+        eligible = preferred_first[key]
+    return eligible
+
+
+def _first_fit(eligible, name, free, used, need, neighbours):
+    """The first of ``eligible`` (not ``name``) with room for ``need`` next to what this plan
+    already put there: (target or None, whether some node had room on its own, the first node its
+    neighbours ruled out with why)."""
+    fits_alone, ruled_out = False, None
+    for candidate in eligible:
+        if candidate == name or not _fits(free[candidate], need):
+            continue
+        why = neighbours.why_not(candidate) if neighbours is not None else None
+        if why is not None:
+            ruled_out = ruled_out or "%s: %s" % (candidate, why)
+            continue
+        fits_alone = True
+        taken = used.get(candidate)
+        if taken is None or _fits(dict((r, free[candidate].get(r, 0.0) - taken.get(r, 0.0)) for r in need), need):
+            return candidate, fits_alone, ruled_out
+    return None, fits_alone, ruled_out
+
+
+def _place(plan, used, pod, vm, spec, need, target):
+    """Record that the pod (and its VM) goes to ``target`` and takes ``need`` of its room."""
+    bucket = used.setdefault(target, {})
+    for resource, amount in need.items():
+        bucket[resource] = bucket.get(resource, 0.0) + amount
+    plan.targets[pod_key(pod)] = target
+    plan.placed.append((pod, target, spec))
+    if required_pod_terms(spec, "podAntiAffinity"):
+        plan.placed_holders.append((target, dict(pod, spec=spec)))
+    if vm is not None:
+        vm["target"] = target
+
+
+def _no_room_for_all(plan, name, room_short):
+    """The capacity blocker for the pods that would each fit somewhere but not all at once."""
+    plan.capacity_ok = False
+    total = {}
+    for pod in room_short:
+        for resource, amount in _requests(pod).items():
+            total[resource] = total.get(resource, 0.0) + amount
+    shown = [format_amount(r, total[r]) for r in RESOURCE_NAMES] + [
+        format_amount(r, total[r]) for r in sorted(total) if r not in RESOURCE_NAMES + ("pods",)]
+    plan.blockers.append(Blocker(CAPACITY, (
+        "The other nodes lack room for everything node %s runs: %d pod%s (%s) would find no node, "
+        "for example %s." % (name, len(room_short), "" if len(room_short) == 1 else "s", ", ".join(shown),
+                             ", ".join(pod_key(p) for p in room_short[:3])))))

@@ -368,6 +368,89 @@ def _node_label(nodes, name, key):
     return ((nodes.get(name) or {}).get("metadata", {}).get("labels") or {}).get(key)
 
 
+def _affinity_rules(pod, nodes, present, namespace_labels):
+    """Per required pod affinity term of ``pod``: its topology key, the domains with a pod it
+    selects, whether it selects a pod anywhere, and whether it selects ``pod`` itself."""
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    rules = []
+    for term in required_pod_terms(pod.get("spec") or {}, "podAffinity"):
+        key = term.get("topologyKey")
+        names = [name for name, other in present if term_selects(term, namespace, other, namespace_labels)]
+        rules.append((key, set(_node_label(nodes, n, key) for n in names) - {None}, bool(names),
+                      term_selects(term, namespace, pod, namespace_labels)))
+    return rules
+
+
+def _own_anti_affinity_rules(pod, nodes, present, namespace_labels):
+    """Per required pod anti-affinity term of ``pod``: its topology key and the first pod it
+    selects in each domain."""
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    rules = []
+    for term in required_pod_terms(pod.get("spec") or {}, "podAntiAffinity"):
+        key = term.get("topologyKey")
+        found = {}
+        for name, other in present:
+            domain = _node_label(nodes, name, key)
+            if domain is not None and domain not in found and \
+                    term_selects(term, namespace, other, namespace_labels):
+                found[domain] = other
+        rules.append((key, found, "with"))
+    return rules
+
+
+def _holders_anti_affinity_rules(pod, nodes, anti_holders, namespace_labels):
+    """The required pod anti-affinity terms of running pods that select ``pod``, each with the
+    domain of its pod."""
+    rules = []
+    for name, holder in anti_holders:
+        for term in required_pod_terms(holder.get("spec") or {}, "podAntiAffinity"):
+            key = term.get("topologyKey")
+            domain = _node_label(nodes, name, key)
+            if domain is not None and term_selects(term, holder["metadata"].get("namespace"), pod, namespace_labels):
+                rules.append((key, {domain: holder}, "of"))
+    return rules
+
+
+def _spread_rules(pod, nodes, present):
+    """Per hard topology spread constraint of ``pod``: the constraint, the matching pods per
+    domain, and whether ``pod`` itself matches (1 or 0)."""
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace")
+    rules = []
+    for constraint in hard_spread_constraints(spec):
+        domain_of = _spread_domains(constraint, spec, nodes)
+        counts = dict((domain, 0) for domain in domain_of.values())
+        selector = constraint.get("labelSelector")
+        for name, other in present:
+            if name in domain_of and other["metadata"].get("namespace") == namespace and \
+                    not other["metadata"].get("deletionTimestamp") and \
+                    selector_matches(selector, other["metadata"].get("labels")):
+                counts[domain_of[name]] += 1
+        own = 1 if selector_matches(selector, meta.get("labels")) else 0
+        rules.append((constraint, counts, own))
+    return rules
+
+
+def _spread_domains(constraint, spec, nodes):
+    """{node name: domain} of the nodes that count for the spread constraint."""
+    key = constraint.get("topologyKey")
+    # The domains: every node with the key that the pod's node selection allows (nodeAffinityPolicy
+    # Honor, the default) - cordoned nodes included; taints only with nodeTaintsPolicy Honor.
+    domain_of = {}
+    for name, node in nodes.items():
+        domain = _node_label(nodes, name, key)
+        if domain is None:
+            continue
+        if (constraint.get("nodeAffinityPolicy") or "Honor") == "Honor" and \
+                not node_passes_selection(spec, node):
+            continue
+        if constraint.get("nodeTaintsPolicy") == "Honor" and untolerated_taints(node, spec.get("tolerations")):
+            continue
+        domain_of[name] = domain
+    return domain_of
+
+
 class PodNeighbours:
     """What the scheduler's InterPodAffinity and PodTopologySpread filters say about one pod, given
     where the other pods run: :meth:`why_not` answers per candidate node without another pass
@@ -379,57 +462,14 @@ class PodNeighbours:
 
     def __init__(self, pod, nodes, present, anti_holders, namespace_labels=None):
         self.nodes = nodes
-        spec = pod.get("spec") or {}
-        meta = pod.get("metadata") or {}
-        namespace = meta.get("namespace")
         present = list(present)
-        self.affinity = []   # (key, domains with a matching pod, whether a matching pod exists anywhere, self-match)
-        for term in required_pod_terms(spec, "podAffinity"):
-            key = term.get("topologyKey")
-            names = [name for name, other in present if term_selects(term, namespace, other, namespace_labels)]
-            self.affinity.append((key, set(_node_label(nodes, n, key) for n in names) - {None}, bool(names),
-                                  term_selects(term, namespace, pod, namespace_labels)))
-        self.anti = []       # (key, {domain: the matching pod there}, whose term: "with" / "of")
-        for term in required_pod_terms(spec, "podAntiAffinity"):
-            key = term.get("topologyKey")
-            found = {}
-            for name, other in present:
-                domain = _node_label(nodes, name, key)
-                if domain is not None and domain not in found and \
-                        term_selects(term, namespace, other, namespace_labels):
-                    found[domain] = other
-            self.anti.append((key, found, "with"))
-        for name, holder in anti_holders:
-            for term in required_pod_terms(holder.get("spec") or {}, "podAntiAffinity"):
-                key = term.get("topologyKey")
-                domain = _node_label(nodes, name, key)
-                if domain is not None and term_selects(term, holder["metadata"].get("namespace"), pod, namespace_labels):
-                    self.anti.append((key, {domain: holder}, "of"))
-        self.spread = []     # (constraint, {node: domain}, {domain: count}, own)
-        for constraint in hard_spread_constraints(spec):
-            key = constraint.get("topologyKey")
-            # The domains: every node with the key that the pod's node selection allows (nodeAffinityPolicy
-            # Honor, the default) - cordoned nodes included; taints only with nodeTaintsPolicy Honor.
-            domain_of = {}
-            for name, node in nodes.items():
-                domain = _node_label(nodes, name, key)
-                if domain is None:
-                    continue
-                if (constraint.get("nodeAffinityPolicy") or "Honor") == "Honor" and \
-                        not node_passes_selection(spec, node):
-                    continue
-                if constraint.get("nodeTaintsPolicy") == "Honor" and untolerated_taints(node, spec.get("tolerations")):
-                    continue
-                domain_of[name] = domain
-            counts = dict((domain, 0) for domain in domain_of.values())
-            selector = constraint.get("labelSelector")
-            for name, other in present:
-                if name in domain_of and other["metadata"].get("namespace") == namespace and \
-                        not other["metadata"].get("deletionTimestamp") and \
-                        selector_matches(selector, other["metadata"].get("labels")):
-                    counts[domain_of[name]] += 1
-            own = 1 if selector_matches(selector, meta.get("labels")) else 0
-            self.spread.append((constraint, counts, own))
+        # (key, domains with a matching pod, whether a matching pod exists anywhere, self-match)
+        self.affinity = _affinity_rules(pod, nodes, present, namespace_labels)
+        # (key, {domain: the matching pod there}, whose term: "with" / "of")
+        self.anti = _own_anti_affinity_rules(pod, nodes, present, namespace_labels) + \
+            _holders_anti_affinity_rules(pod, nodes, anti_holders, namespace_labels)
+        # (constraint, {domain: count}, own)
+        self.spread = _spread_rules(pod, nodes, present)
 
     def why_not(self, candidate):
         """None when the pod may run on node ``candidate`` as far as other pods go, else a short reason."""

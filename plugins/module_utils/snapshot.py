@@ -48,8 +48,14 @@ def _no_sharing(value):
 
 def _slim_pod(pod, share=_no_sharing):
     """The parts of a pod the plan and the drain look at (keeps memory flat on big clusters)."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    return {"metadata": _slim_metadata(pod.get("metadata") or {}, share),
+            "spec": share(_slim_spec(pod.get("spec") or {})),
+            "status": share({"phase": status.get("phase")})}
+
+
+def _slim_metadata(meta, share):
+    """The pod's name, owners, labels and versions, and the mirror-pod annotation only."""
     annotations = meta.get("annotations") or {}
     slim_meta = dict((k, meta[k]) for k in ("name", "namespace", "uid", "labels", "ownerReferences",
                                             "deletionTimestamp", "resourceVersion") if k in meta)
@@ -58,27 +64,31 @@ def _slim_pod(pod, share=_no_sharing):
     for key in ("labels", "ownerReferences"):
         if key in slim_meta:
             slim_meta[key] = share(slim_meta[key])
+    return slim_meta
 
-    def requests_only(containers):
-        return [{"resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
-                for c in containers or []]
 
+def _requests_only(containers):
+    return [{"resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
+            for c in containers or []]
+
+
+def _slim_spec(spec):
+    """The pod's node, requests, emptyDir volumes and placement rules."""
     slim_spec = {
         "nodeName": spec.get("nodeName"),
-        "containers": requests_only(spec.get("containers")),
+        "containers": _requests_only(spec.get("containers")),
         "volumes": [{"name": v.get("name"), "emptyDir": {}} for v in spec.get("volumes") or [] if "emptyDir" in v],
     }
     for key in ("nodeSelector", "tolerations", "overhead", "topologySpreadConstraints"):
         if spec.get(key):
             slim_spec[key] = spec[key]
     if spec.get("initContainers"):
-        slim_spec["initContainers"] = requests_only(spec["initContainers"])
+        slim_spec["initContainers"] = _requests_only(spec["initContainers"])
     affinity = dict((k, v) for k, v in (spec.get("affinity") or {}).items()
                     if k in ("nodeAffinity", "podAffinity", "podAntiAffinity") and v)
     if affinity:
         slim_spec["affinity"] = affinity
-    status = pod.get("status") or {}
-    return {"metadata": slim_meta, "spec": share(slim_spec), "status": share({"phase": status.get("phase")})}
+    return slim_spec
 
 
 def _requests(pod):
@@ -122,51 +132,71 @@ class Snapshot:
         snap = cls(client)
         items, _rv = client.list("Node")
         snap.nodes = dict((n["metadata"]["name"], n) for n in items)
-        share = _Shared()
-        pods, _rv = client.list("Pod", transform=lambda pod: _slim_pod(pod, share), drop_managed_fields=True)
-        for pod in pods:
-            snap.pods_by_node.setdefault(pod["spec"].get("nodeName") or "", []).append(pod)
+        snap._read_pods()
         snap.kubevirt = snap.served("VirtualMachineInstance")
         if snap.kubevirt:
-            vmis, _rv = client.list("VirtualMachineInstance")
-            snap.vmis = [v for v in vmis if kubevirt.vmi_is_active(v) or kubevirt.vmi_node(v)]
-            snap.vmis_by_uid = dict((v["metadata"].get("uid"), v) for v in snap.vmis)
-            for vmi in snap.vmis:
-                snap.vmis_by_node.setdefault(kubevirt.vmi_node(vmi), []).append(vmi)
-            if snap.served("KubeVirt"):
-                crs, _rv = client.list("KubeVirt")
-                for cr in crs:
-                    value = kubevirt.cluster_eviction_strategy(cr)
-                    if value:
-                        snap.cluster_eviction_strategy = value
-                        break
-            wanted = None
-            if node_names is not None:
-                wanted = set(node_names)
-            namespaces = sorted(set(v["metadata"]["namespace"] for v in snap.vmis
-                                    if wanted is None or kubevirt.vmi_node(v) in wanted))
-            if wanted is None or len(namespaces) > 3:
-                vms, _rv = client.list("VirtualMachine")
-            else:
-                vms = []
-                for namespace in namespaces:
-                    vms.extend(client.list("VirtualMachine", namespace=namespace)[0])
-            snap.vms = dict(((v["metadata"]["namespace"], v["metadata"]["name"]), v) for v in vms)
-        snap.pdbs, _rv = client.list("PodDisruptionBudget")
-        for pdb in snap.pdbs:
-            if not kubevirt.is_vmi_pdb(pdb):
-                snap.pdbs_by_namespace.setdefault(pdb["metadata"].get("namespace"), []).append(pdb)
+            snap._read_kubevirt(node_names)
+        snap._read_pdbs()
         for kind in NODE_MAINTENANCE_KINDS:
             if snap.served(kind):
                 snap.maintenances.extend((kind, cr) for cr in client.list(kind)[0])
         planned = snap.nodes.values() if node_names is None else [snap.nodes[n] for n in node_names if n in snap.nodes]
         if any(nodes_mod.is_control_plane(n) for n in planned):
-            try:
-                snap.etcd_guard = client.get_or_none("PodDisruptionBudget", nodes_mod.ETCD_GUARD_PDB[1],
-                                                     nodes_mod.ETCD_GUARD_PDB[0])
-            except ApiError:
-                snap.etcd_guard = None  # not allowed to read it: the quorum count still applies
+            snap._read_etcd_guard()
         return snap
+
+    def _read_pods(self):
+        share = _Shared()
+        pods, _rv = self.client.list("Pod", transform=lambda pod: _slim_pod(pod, share), drop_managed_fields=True)
+        for pod in pods:
+            self.pods_by_node.setdefault(pod["spec"].get("nodeName") or "", []).append(pod)
+
+    def _read_kubevirt(self, node_names):
+        """The VMIs, the cluster-wide eviction strategy and the VMs."""
+        vmis, _rv = self.client.list("VirtualMachineInstance")
+        self.vmis = [v for v in vmis if kubevirt.vmi_is_active(v) or kubevirt.vmi_node(v)]
+        self.vmis_by_uid = dict((v["metadata"].get("uid"), v) for v in self.vmis)
+        for vmi in self.vmis:
+            self.vmis_by_node.setdefault(kubevirt.vmi_node(vmi), []).append(vmi)
+        if self.served("KubeVirt"):
+            self._read_cluster_eviction_strategy()
+        self._read_vms(node_names)
+
+    def _read_cluster_eviction_strategy(self):
+        crs, _rv = self.client.list("KubeVirt")
+        for cr in crs:
+            value = kubevirt.cluster_eviction_strategy(cr)
+            if value:
+                self.cluster_eviction_strategy = value
+                break
+
+    def _read_vms(self, node_names):
+        """All VMs, or those of the namespaces with VMIs on the planned nodes when there are few."""
+        wanted = None
+        if node_names is not None:
+            wanted = set(node_names)
+        namespaces = sorted(set(v["metadata"]["namespace"] for v in self.vmis
+                                if wanted is None or kubevirt.vmi_node(v) in wanted))
+        if wanted is None or len(namespaces) > 3:
+            vms, _rv = self.client.list("VirtualMachine")
+        else:
+            vms = []
+            for namespace in namespaces:
+                vms.extend(self.client.list("VirtualMachine", namespace=namespace)[0])
+        self.vms = dict(((v["metadata"]["namespace"], v["metadata"]["name"]), v) for v in vms)
+
+    def _read_pdbs(self):
+        self.pdbs, _rv = self.client.list("PodDisruptionBudget")
+        for pdb in self.pdbs:
+            if not kubevirt.is_vmi_pdb(pdb):
+                self.pdbs_by_namespace.setdefault(pdb["metadata"].get("namespace"), []).append(pdb)
+
+    def _read_etcd_guard(self):
+        try:
+            self.etcd_guard = self.client.get_or_none("PodDisruptionBudget", nodes_mod.ETCD_GUARD_PDB[1],
+                                                      nodes_mod.ETCD_GUARD_PDB[0])
+        except ApiError:
+            self.etcd_guard = None  # not allowed to read it: the quorum count still applies
 
     def node(self, name):
         node = self.nodes.get(name)

@@ -28,6 +28,7 @@ SIDEWAYS = {
     ("decommission", "node_maintenance"),
     ("eviction_strategy", "hco"),
     ("eviction_strategy", "run_strategy"),
+    ("nm_leave", "lock"),
     ("node_maintenance", "lock"),
     # The report's renderers and files read the model the module also builds on its own in check mode.
     ("report_files", "report"),

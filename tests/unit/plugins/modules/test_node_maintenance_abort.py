@@ -132,7 +132,7 @@ def test_pause_remediation_false_leaves_the_checks_alone(api, capsys):
 
 
 def test_a_failed_drain_restores_the_pause(api, capsys, monkeypatch):
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import node_maintenance as engine
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nm_enter as engine
     from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError
 
     api.add("NodeHealthCheck", nhc("workers", {}))
