@@ -210,18 +210,40 @@ def remove_node(k8s, name):
             raise
 
 
-def vms_start_on(k8s, namespace, pair, names, memory, guarded=False):
+def vms_start_on(k8s, namespace, pair, names, memory, guarded=False, annotations=None):
     """VMs that start on the first node of ``pair`` and may go to the second one only; with
-    ``guarded`` also a Deployment "guarded" (3 pods, PodDisruptionBudget minAvailable 2) there."""
+    ``guarded`` also a Deployment "guarded" (3 pods, PodDisruptionBudget minAvailable 2) there.
+    ``annotations``: {VM name: annotations} for some of them.
+
+    The second node is cordoned while they start. A kube-scheduler whose node watch is still
+    reconnecting (right after an API server restart) may not have seen the cordon yet and place a VM
+    there: such a VM's VMI is deleted (its run strategy starts it again) until every VM runs on the
+    first node."""
     first, second = pair
     core = client.CoreV1Api(k8s)
     core.patch_node(second, {"spec": {"unschedulable": True}})
     try:
         for name in names:
-            create_vm(k8s, namespace, name, memory=memory, nodes=[first, second])
+            create_vm(k8s, namespace, name, memory=memory, nodes=[first, second],
+                      annotations=(annotations or {}).get(name))
         if guarded:
             create_guarded_deployment(k8s, namespace, "guarded", replicas=3, min_available=2, nodes=[first, second])
         wait_vms_running(k8s, namespace, names, timeout=300)
+
+        def all_on_first():
+            misplaced = [name for name, node in vm_nodes(k8s, namespace).items() if name in names and node != first]
+            for name in misplaced:
+                try:
+                    client.CustomObjectsApi(k8s).delete_namespaced_custom_object(
+                        GROUP, VERSION, namespace, "virtualmachineinstances", name)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+            if misplaced:
+                return False
+            return len([n for n in names if n in vm_nodes(k8s, namespace)]) == len(names)
+
+        wait_for(all_on_first, 300, "VMs %s to run on %s" % (", ".join(names), first), interval=2)
     finally:
         core.patch_node(second, {"spec": {"unschedulable": None}})
 

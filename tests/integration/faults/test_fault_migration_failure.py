@@ -22,14 +22,9 @@ def test_failed_migration_stops_the_run_naming_vm_and_reason(k8s, lab, pair, fau
     a, b = pair
     figure = reliability.fault("a live migration fails during the rolling run", group="kubevirt")
     core = client.CoreV1Api(k8s)
-    core.patch_node(b, {"spec": {"unschedulable": True}})  # both VMs start on A
-    try:
-        workloads.create_vm(k8s, fault_namespace, "stubborn", memory="1Gi", nodes=[a, b],
-                            annotations={FAIL_MIGRATION: "true"})
-        workloads.create_vm(k8s, fault_namespace, "willing", memory="1Gi", nodes=[a, b])
-        workloads.wait_vms_running(k8s, fault_namespace, ["stubborn", "willing"])
-    finally:
-        core.patch_node(b, {"spec": {"unschedulable": None}})
+    # Both VMs start on A.
+    workloads.vms_start_on(k8s, fault_namespace, (a, b), ["stubborn", "willing"], "1Gi",
+                           annotations={"stubborn": {FAIL_MIGRATION: "true"}})
     workloads.annotate_vm(k8s, fault_namespace, "stubborn", {FAIL_MIGRATION: "true"})
     vm_check = safety.VmSafety(k8s, [fault_namespace])
     extra = {

@@ -22,14 +22,9 @@ def test_node_not_ready_mid_drain_stops_it_with_a_sentence(k8s, lab, pair, fault
     a, b = pair
     figure = reliability.fault("the node being drained goes NotReady during a live migration", group="nodes")
     core = client.CoreV1Api(k8s)
-    core.patch_node(b, {"spec": {"unschedulable": True}})
-    try:
-        # Held: its migration stays Running until the annotation goes, so the drain is under way.
-        workloads.create_vm(k8s, fault_namespace, "held", memory="1Gi", nodes=[a, b],
-                            annotations={HOLD_MIGRATION: "true"})
-        workloads.wait_vms_running(k8s, fault_namespace, ["held"])
-    finally:
-        core.patch_node(b, {"spec": {"unschedulable": None}})
+    # Held: its migration stays Running until the annotation goes, so the drain is under way.
+    workloads.vms_start_on(k8s, fault_namespace, (a, b), ["held"], "1Gi",
+                           annotations={"held": {HOLD_MIGRATION: "true"}})
     vm_check = safety.VmSafety(k8s, [fault_namespace])
     outcome = {}
 
