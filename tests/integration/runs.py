@@ -216,6 +216,23 @@ class Started:
                 pass
 
 
+def rolling_vars(nodes, lock, tmp_path, **extra):
+    """Extra vars of a rolling run over ``nodes`` by drain, for the fault tests: its own lock, generous
+    timeouts, the report under ``tmp_path``; ``extra`` adds or overrides."""
+    values = {
+        "rolling_maintenance_nodes": list(nodes),
+        "rolling_maintenance_method": "drain",
+        "rolling_maintenance_lock_name": lock,
+        "rolling_maintenance_lock_ttl": 600,
+        "rolling_maintenance_drain_timeout": 300,
+        "rolling_maintenance_ready_timeout": 120,
+        "rolling_maintenance_verify_timeout": 180,
+        "rolling_maintenance_report_dir": str(tmp_path / "reports"),
+    }
+    values.update(extra)
+    return values
+
+
 def start_playbook(kubeconfig, playbook_path, extra_vars=None, env=None, verbosity=0):
     """Start a playbook in the background; returns a Started."""
     extra = dict(env or {})

@@ -231,7 +231,8 @@ def vms_start_on(k8s, namespace, pair, names, memory, guarded=False, annotations
         wait_vms_running(k8s, namespace, names, timeout=300)
 
         def all_on_first():
-            misplaced = [name for name, node in vm_nodes(k8s, namespace).items() if name in names and node != first]
+            placed = vm_nodes(k8s, namespace)
+            misplaced = [name for name in names if name in placed and placed[name] != first]
             for name in misplaced:
                 try:
                     client.CustomObjectsApi(k8s).delete_namespaced_custom_object(
@@ -239,9 +240,7 @@ def vms_start_on(k8s, namespace, pair, names, memory, guarded=False, annotations
                 except ApiException as exc:
                     if exc.status != 404:
                         raise
-            if misplaced:
-                return False
-            return len([n for n in names if n in vm_nodes(k8s, namespace)]) == len(names)
+            return not misplaced and all(name in placed for name in names)
 
         wait_for(all_on_first, 300, "VMs %s to run on %s" % (", ".join(names), first), interval=2)
     finally:

@@ -169,19 +169,8 @@ def in_maintenance(k8s, node):
 def chain_extra(a, b, tmp_path):
     tasks = tmp_path / "node-tasks.yml"
     tasks.write_text(yaml.safe_dump([{"name": NODE_TASK, "ansible.builtin.wait_for": {"timeout": 2}}]))
-    extra = {
-        "rolling_maintenance_nodes": [a, b],
-        "rolling_maintenance_method": "drain",
-        "rolling_maintenance_node_tasks": str(tasks),
-        "rolling_maintenance_node_tasks_timeout": 60,
-        "rolling_maintenance_lock_name": LOCK,
-        "rolling_maintenance_lock_ttl": 600,
-        "rolling_maintenance_drain_timeout": 300,
-        "rolling_maintenance_ready_timeout": 120,
-        "rolling_maintenance_verify_timeout": 180,
-        "rolling_maintenance_report_dir": str(tmp_path / "reports"),
-    }
-    return extra
+    return runs.rolling_vars([a, b], LOCK, tmp_path, rolling_maintenance_node_tasks=str(tasks),
+                             rolling_maintenance_node_tasks_timeout=60)
 
 
 @pytest.fixture

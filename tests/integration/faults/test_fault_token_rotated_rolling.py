@@ -43,16 +43,7 @@ def test_token_rotated_during_a_rolling_run(k8s, lab, pair, fault_namespace, res
     counter = tmp_path / "invocations"
     token_file, user = credential_plugin(plugin_dir, first.token, counter, ttl=TTL)
     kubeconfig = write(tmp_path / "kubeconfig", dict(lab_context(lab), users=[user]))
-    extra = {
-        "rolling_maintenance_nodes": [a, b],
-        "rolling_maintenance_method": "drain",
-        "rolling_maintenance_lock_name": LOCK,
-        "rolling_maintenance_lock_ttl": 600,
-        "rolling_maintenance_drain_timeout": 300,
-        "rolling_maintenance_ready_timeout": 120,
-        "rolling_maintenance_verify_timeout": 180,
-        "rolling_maintenance_report_dir": str(tmp_path / "reports"),
-    }
+    extra = runs.rolling_vars([a, b], LOCK, tmp_path)
     with safety.PdbWatcher(k8s) as watcher:
         run = runs.start_playbook(kubeconfig, PLAYBOOK, extra_vars=extra)
         try:
