@@ -64,8 +64,8 @@ def test_failed_migration_stops_the_run_naming_vm_and_reason(k8s, lab, pair, fau
         runs.module(lab.kubeconfig, "node_maintenance", {"name": a, "state": "absent"})
 
 
-def test_failing_migrations_with_real_backoff_end_in_the_shutdown_policy(k8s, lab, pair, fault_namespace, tmp_path,
-                                                                          restore_nodes):
+def test_failing_migrations_with_real_backoff_end_in_the_shutdown_policy(k8s, lab, pair, fault_namespace,
+                                                                         tmp_path, restore_nodes):
     """Every migration of one VM fails on the real virt-controller, which holds each new
     evacuation migration back (20 s, then 40 s: handleMigrationBackoff in
     pkg/virt-controller/watch/migration/migration.go). The drain rides the backoff out, gives the

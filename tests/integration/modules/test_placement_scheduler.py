@@ -165,3 +165,81 @@ def test_topology_spread_verdicts_match_the_scheduler(k8s, namespace, run_module
         run_module("node_maintenance", {"name": first, "state": "absent"})
     # Back in service, the node takes the pod again (the only place the rule allows).
     wait_for(lambda: running_nodes(k8s, namespace, "spread") == nodes, 120, "the pending pod to run on %s" % first)
+
+
+HUGEPAGES = "hugepages-2Mi"
+
+
+def offer_hugepages(k8s, node, amount):
+    """The node reports ``amount`` of 2 MiB huge pages (None: none), as a kubelet would; kwok keeps
+    the capacity a node reports."""
+    core(k8s).patch_node_status(node, {"status": {"capacity": {HUGEPAGES: amount},
+                                                  "allocatable": {HUGEPAGES: amount}}})
+
+
+def test_hugepages_verdicts_match_the_scheduler(k8s, namespace, run_module):
+    """A VM backed by huge pages: its launcher pod requests them (virt-controller's template), and
+    only nodes that offer them take it. The plan's verdict, and the node it names once a second
+    node offers them, are the scheduler's."""
+    first, second = workers(k8s)[0], workers(k8s)[1]
+    offer_hugepages(k8s, first, "1Gi")
+    try:
+        spec = {"domain": {"devices": {}, "memory": {"hugepages": {"pageSize": "2Mi"}},
+                           "resources": {"requests": {"memory": "256Mi", "cpu": "50m"}}},
+                "evictionStrategy": "LiveMigrate", "terminationGracePeriodSeconds": 0}
+        custom(k8s).create_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachines", {
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "huge"},
+            "spec": {"runStrategy": "Always", "template": {"spec": spec}}})
+        # Only the first node offers huge pages: the scheduler puts the VM there.
+        wait_for(lambda: vmi_node(k8s, namespace, "huge") == first, 180, "VM huge to run on %s" % first)
+        launchers = core(k8s).list_namespaced_pod(namespace, label_selector="kubevirt.io=virt-launcher").items
+        (launcher,) = [p for p in launchers if p.spec.node_name == first]
+        requested = [c.resources.requests.get(HUGEPAGES) for c in launcher.spec.containers
+                     if c.resources and c.resources.requests and c.resources.requests.get(HUGEPAGES)]
+        assert requested, "virt-controller's launcher pod requests no %s: %s" % (HUGEPAGES, launcher.spec.containers)
+        # The plan: no other node offers huge pages.
+        plan = plan_of(run_module, first)
+        (entry,) = [v for v in plan["vms"] if v["namespace"] == namespace]
+        assert entry["target"] is None and plan["capacity_ok"] is False, plan
+        (blocker,) = [b for b in plan["blockers"] if b.startswith("VM %s/huge" % namespace)]
+        assert HUGEPAGES in blocker, blocker
+
+        # The scheduler agrees: a migration's target pod stays Pending for want of huge pages.
+        custom(k8s).create_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachineinstancemigrations", {
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": "judge"}, "spec": {"vmiName": "huge"}})
+
+        def target_pod_verdict():
+            for pod in core(k8s).list_namespaced_pod(namespace, label_selector="kubevirt.io/migrationJobUID").items:
+                message = unschedulable_message(pod)
+                if message is not None:
+                    return message
+            return None
+
+        wait_for(target_pod_verdict, 120, "the migration's target pod to be found unschedulable")
+        assert HUGEPAGES in target_pod_verdict()
+        custom(k8s).delete_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachineinstancemigrations",
+                                                    "judge")
+        wait_for(lambda: not core(k8s).list_namespaced_pod(
+            namespace, label_selector="kubevirt.io/migrationJobUID").items, 120, "the target pod to go")
+
+        # A second node offers huge pages: the plan names it, and the drain puts the VM there.
+        offer_hugepages(k8s, second, "1Gi")
+        plan = plan_of(run_module, first)
+        (entry,) = [v for v in plan["vms"] if v["namespace"] == namespace]
+        assert entry["target"] == second and not [b for b in plan["blockers"] if namespace in b], plan
+        try:
+            done = run_module("node_maintenance", {"name": first, "method": "drain", "wait_timeout": 300})
+            assert not done.get("failed"), done
+            assert vmi_node(k8s, namespace, "huge") == second
+        finally:
+            run_module("node_maintenance", {"name": first, "state": "absent"})
+    finally:
+        # The VM goes first, then the huge pages of both nodes (other tests share the lab).
+        try:
+            custom(k8s).delete_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachines", "huge")
+        except ApiException:
+            pass
+        wait_for(lambda: vmi_node(k8s, namespace, "huge") is None, 120, "VM huge to stop")
+        offer_hugepages(k8s, first, None)
+        offer_hugepages(k8s, second, None)
