@@ -48,8 +48,8 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity 
     REMEDIATION_RECORD_ANNOTATION,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kinds import RESOURCES, api_version_of
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_selectors import selector_matches
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nodes import EXCLUDE_LABEL, labels_of
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import selector_matches
 
 NODE_HEALTH_CHECK = "NodeHealthCheck"
 # (check kind, machine kind, label a Machine carries with the check's spec.clusterName or None)
