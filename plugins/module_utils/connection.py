@@ -7,7 +7,7 @@ library's own loaders.
 Kubeconfig files merged as kubectl merges KUBECONFIG, contexts, exec credential plugins and
 auth providers (their tokens renewed when they expire during a run), ``tls-server-name``,
 ``proxy-url``, client certificates, and the in-cluster service account. The requests
-themselves are client.py's.
+themselves are client.py's (transport.py sends them).
 """
 
 from __future__ import absolute_import, division, print_function

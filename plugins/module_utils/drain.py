@@ -9,6 +9,10 @@ PodDisruptionBudgets tells when a budget allows a disruption again, and exactly 
 many blocked pods are retried at once. A 429 without such news is retried with
 exponential backoff (there is no per-pod polling and no fixed sleep). Progress is kept
 as the NodeMaintenance operator keeps it (total, eviction, pending, percent).
+
+This file is the loop; the pods it follows and its result are drain_targets.py's, the
+eviction of one pod pod_eviction.py's, the budgets' allowances drain_budgets.py's, and the
+VMs whose live migrations keep failing drain_migrations.py's.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,26 +24,25 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt, restart_elsewhere
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
-    ApiError,
-    MaintenanceError,
-    NotFoundError,
-    TooManyRequestsError,
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain_budgets import Allowances, due_targets, hold_back
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain_migrations import FailingMigrations, shut_down_vm
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain_targets import (
+    DrainResult,
+    DrainTarget,
+    refresh_targets,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.explain import VIRT_API_DOWN_START, describe_failures
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import MaintenanceError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.explain import VIRT_API_DOWN_START
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pod_eviction import evict_pod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import (
     EVICT,
-    FINISHED_LAUNCHER,
     REFUSE,
     classify_pod,
-    describe_pdb,
-    is_finished,
     matching_pdbs,
     pod_key,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import percent
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Informer
 
 WORKERS = 8
@@ -58,58 +61,6 @@ EVACUATION_RECHECK = 60.0
 # failed live migrations of one VM during a drain, the VM counts as unable to leave the
 # node, and the non_migratable policy decides: fail the drain, shut the VM down, or wait.
 MIGRATION_ATTEMPTS = 3
-
-
-class _Target:
-    """One pod the drain must see gone."""
-
-    def __init__(self, pod, wait_only=False):
-        meta = pod["metadata"]
-        self.key = pod_key(pod)
-        self.namespace = meta.get("namespace")
-        self.name = meta.get("name")
-        self.uid = meta.get("uid")
-        self.pod = pod
-        self.launcher = kubevirt.is_launcher_pod(pod)
-        self.wait_only = wait_only or bool(meta.get("deletionTimestamp"))
-        self.vm = None  # namespace/name of the VM of a launcher pod whose migrations keep failing
-        self.state = "waiting" if self.wait_only else "todo"  # todo|inflight|blocked|granted|waiting|gone
-        self.attempts = 0
-        self.next_try = 0.0
-        self.reason = None
-        self.pdb_versions = {}  # PDB key -> resourceVersion seen when the last attempt was refused
-
-
-class DrainResult:
-    def __init__(self):
-        self.total = 0
-        self.eviction = 0
-        self.targets = []
-        self.refused = []  # (pod key, reason) the drain cannot evict with these options
-        self.timed_out = False
-        self.fatal = None
-        self.evicted = 0
-        self.pdbs = []
-        self.gave_up = {}  # pod key -> why its VM cannot leave (its live migrations keep failing)
-        self.shut_down = []  # (namespace, VMI name) shut down because their migrations kept failing
-
-    @property
-    def pending(self):
-        return [t for t in self.targets if t.state != "gone"]
-
-    @property
-    def pending_keys(self):
-        return [t.key for t in self.pending]
-
-    @property
-    def progress(self):
-        return percent(self.eviction, len(self.pending))
-
-    @property
-    def done(self):
-        return not self.pending and not self.refused and self.fatal is None
-
-
 NODE_CHECK_INTERVAL = 5.0  # seconds between two looks at the node's readiness during a drain
 NOT_READY_GRACE = 60  # seconds a node may be NotReady during node_maintenance's drain before it stops
 
@@ -144,10 +95,9 @@ class Drainer:
         self.pods = Informer(client, "Pod", field_selector="spec.nodeName=%s" % node, changed=self.changed)
         self.pdbs = None
         self.watch_budgets = watch_budgets
-        self._spent = {}  # PDB key -> (resourceVersion, disruptions handed out at that version)
+        self.allowances = Allowances()  # what each PodDisruptionBudget allows (drain_budgets.py)
         self.non_migratable = non_migratable
-        self.migrations = []  # one Informer per namespace of the VMs being migrated
-        self._failed_before = None  # UIDs of migrations that had failed before this drain
+        self.failing = FailingMigrations(client, self.changed, MIGRATION_ATTEMPTS)  # drain_migrations.py
         self._virt_api_down = False  # the last answer to a launcher pod's eviction came without virt-api
         self.last_error = None  # the last refusal (but KubeVirt's "evacuation under way") or failure, for progress
         self.result = DrainResult()
@@ -157,11 +107,16 @@ class Drainer:
 
     # -- informers ---------------------------------------------------------------------------
 
+    @property
+    def migrations(self):
+        """One Informer per namespace of the VMs being migrated (drain_migrations.py)."""
+        return self.failing.informers
+
     def _generation(self):
         gen = self.pods.generation + self.events
         if self.pdbs is not None:
             gen += self.pdbs.generation
-        return gen + sum(m.generation for m in self.migrations)
+        return gen + self.failing.generation
 
     def _await_sync(self, informer):
         if not informer.wait_synced(self.deadline):
@@ -173,49 +128,12 @@ class Drainer:
         self.pods.stop()
         if self.pdbs is not None:
             self.pdbs.stop()
-        for informer in self.migrations:
-            informer.stop()
+        self.failing.stop()
 
     # -- one eviction -------------------------------------------------------------------------
 
     def _evict(self, target):
-        grace = self.options.grace_period
-        try:
-            if self.options.disable_eviction:
-                body = {"apiVersion": "v1", "kind": "DeleteOptions"}
-                if grace >= 0:
-                    body["gracePeriodSeconds"] = grace
-                self.client.delete("Pod", target.name, target.namespace, body=body, missing_ok=False)
-            else:
-                body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                        "metadata": {"name": target.name, "namespace": target.namespace}}
-                if grace >= 0:
-                    body["deleteOptions"] = {"gracePeriodSeconds": grace}
-                self.client.create("Pod", body, namespace=target.namespace, subresource="eviction", name=target.name,
-                                   retry_429=False, verb="evict")
-            outcome, reason = "granted", None
-        except NotFoundError:
-            outcome, reason = "gone", None
-        except TooManyRequestsError as exc:
-            outcome, reason = "blocked", exc.details.get("server_message") or exc.msg
-        except ApiError as exc:
-            message = exc.details.get("server_message") or exc.msg
-            if exc.status in (403, 400, 422) and "admission webhook" in (message or ""):
-                outcome, reason = "blocked", message  # KubeVirt's webhook said no: a retry may succeed
-            elif exc.status == 403 and "being terminated" in (message or ""):
-                # NamespaceTerminating: no eviction can be created there, but the namespace
-                # controller is deleting the pod anyway; wait for it, as kubectl drain does.
-                outcome, reason = "blocked", message
-            elif exc.status == 500 and "PodDisruptionBudget" in (message or ""):
-                outcome, reason = "blocked", message  # more than one PDB: retried until fixed or the deadline
-            elif kubevirt.webhook_unreachable(exc.status, message):
-                # virt-api's eviction webhook fails closed (failurePolicy Fail): while virt-api is
-                # down every launcher-pod eviction gets a 500. Keep waiting; it comes back.
-                outcome, reason = "blocked", kubevirt.VIRT_API_DOWN % message
-            else:
-                outcome, reason = "fatal", exc
-        except MaintenanceError as exc:
-            outcome, reason = "fatal", exc
+        outcome, reason = evict_pod(self.client, target.name, target.namespace, self.options)
         with self.changed:
             self._settle(target, outcome, reason)
             self.events += 1
@@ -268,173 +186,23 @@ class Drainer:
         return [("%s/%s" % (p["metadata"].get("namespace"), p["metadata"].get("name")), p)
                 for p in matching_pdbs(target.pod, items)]
 
-    # -- the loop -------------------------------------------------------------------------------
-
-    def _refresh(self):
-        """Mark targets gone that left the node's pod list (or were replaced by a new pod)."""
-        for target in self.result.targets:
-            if target.state == "gone":
-                continue
-            current = self.pods.get(target.name, target.namespace)
-            if current is None or current["metadata"].get("uid") != target.uid:
-                target.state = "gone"
-            else:
-                finished_now = is_finished(current) and not is_finished(target.pod)
-                target.pod = current
-                if target.launcher and is_finished(current):
-                    # This is how a migrated VM's source pod ends: virt-launcher exits and the
-                    # pod stays, Succeeded; the VM has left the node (FINISHED_LAUNCHER).
-                    target.state = "gone"
-                    target.reason = FINISHED_LAUNCHER
-                elif current["metadata"].get("deletionTimestamp") and target.state in ("todo", "blocked"):
-                    target.state = "waiting"  # someone (KubeVirt, a controller) is deleting it already
-                elif finished_now and target.state == "blocked":
-                    # A finished pod is evicted at once: no budget counts it.
-                    target.next_try = time.monotonic()
-
-    def _available(self, key, budget):
-        """Disruptions the budget allows that this drain has not handed out yet."""
-        version = budget["metadata"].get("resourceVersion")
-        allowed = (budget.get("status") or {}).get("disruptionsAllowed") or 0
-        spent_version, spent = self._spent.get(key, (None, 0))
-        return allowed - (spent if spent_version == version else 0)
-
-    def _take(self, key, budget):
-        # The watch shows a budget before our own evictions reduced it: an allowance seen at
-        # one resourceVersion is handed out once.
-        version = budget["metadata"].get("resourceVersion")
-        spent_version, spent = self._spent.get(key, (None, 0))
-        self._spent[key] = (version, (spent if spent_version == version else 0) + 1)
-
-    def _watched_budgets(self, target):
-        found = []
-        for key in target.pdb_versions:
-            namespace, name = key.split("/", 1)
-            budget = self.pdbs.get(name, namespace) if self.pdbs is not None else None
-            if budget is not None and not kubevirt.is_vmi_pdb(budget):
-                found.append((key, budget))
-        return found
-
-    def _due(self, now, limit):
-        """Up to ``limit`` pods to ask now: new ones, those whose budget allows a disruption
-        again (as many as it allows), and those whose backoff ran out while no watched budget
-        says no. An allowance is only taken for a pod that is asked."""
-        due = [t for t in self.result.targets if t.state == "todo"][:limit]
-        for target in self.result.targets:
-            if len(due) >= limit:
-                return due
-            if target.state != "blocked" or target.next_try > now:
-                continue
-            budgets = self._watched_budgets(target)
-            if any(self._available(key, budget) < 1 for key, budget in budgets):
-                # The watch tells when the budget changes; asking now would only collect a 429.
-                target.next_try = now + BACKOFF_CAP
-                continue
-            for key, budget in budgets:
-                self._take(key, budget)
-            due.append(target)
-        if self.pdbs is None:
-            return due
-        for budget in self.pdbs.items():
-            meta = budget["metadata"]
-            key = "%s/%s" % (meta.get("namespace"), meta.get("name"))
-            room = self._available(key, budget)
-            if room < 1:
-                continue
-            waiting = [t for t in self.result.targets
-                       if t.state == "blocked" and t not in due and key in t.pdb_versions
-                       and t.pdb_versions[key] != meta.get("resourceVersion")]
-            waiting.sort(key=lambda t: t.next_try)
-            for target in waiting[:min(room, limit - len(due))]:
-                self._take(key, budget)
-                due.append(target)
-        return due
-
-    def _hold_back(self):
-        """Ask first only for as many pods as each budget allows now; the others wait for the
-        budget to change (or for their backoff) instead of collecting a 429 each.
-
-        A VMI's own budget is left out: its launcher pod must be evicted once for KubeVirt's
-        webhook to start the migration, although that budget always answers 429.
-        """
-        for target in self.result.targets:
-            if target.wait_only:
-                continue
-            found = [p for p in matching_pdbs(target.pod, self.pdbs.items()) if not kubevirt.is_vmi_pdb(p)]
-            if len(found) != 1:
-                continue
-            meta = found[0]["metadata"]
-            key = "%s/%s" % (meta.get("namespace"), meta.get("name"))
-            if self._available(key, found[0]) > 0:
-                self._take(key, found[0])
-                continue
-            target.state = "blocked"
-            target.reason = "%s (not asked yet)" % describe_pdb(found[0])
-            target.next_try = time.monotonic() + BACKOFF_CAP
-            target.pdb_versions = {key: meta.get("resourceVersion")}
-
-    # -- live migrations that keep failing ----------------------------------------------------
-
-    def _watch_migrations(self):
-        """Watch the migrations of the namespaces whose VMs this drain migrates (not the whole
-        cluster: rights may end at those namespaces). A watch that cannot start (RBAC) only
-        leaves the drain to KubeVirt's retries and the deadline."""
-        namespaces = sorted(set(t.namespace for t in self.result.targets if t.launcher and not t.wait_only))
-        for namespace in namespaces:
-            informer = Informer(self.client, "VirtualMachineInstanceMigration", namespace=namespace,
-                                changed=self.changed)
-            self.migrations.append(informer.start())
-        for informer in self.migrations:
-            informer.wait_synced(self.deadline)
-        for informer in [i for i in self.migrations if not i.synced.is_set()]:
-            informer.stop()
-            self.migrations.remove(informer)
-        self._failed_before = set(m["metadata"].get("uid") for m in self._all_migrations()
-                                  if (m.get("status") or {}).get("phase") == "Failed")
-
-    def _all_migrations(self):
-        return [m for informer in self.migrations for m in informer.items()]
+    # -- live migrations that keep failing (drain_migrations.py) ---------------------------
 
     def _stuck_vms(self):
-        """Launcher pods whose VM has had MIGRATION_ATTEMPTS live migrations fail during this
-        drain and that nothing was decided about yet; records why in result.gave_up."""
-        if not self.migrations:
-            return []
-        by_vmi = {}
-        for migration in self._all_migrations():
-            if migration["metadata"].get("uid") in self._failed_before:
-                continue
-            key = (migration["metadata"].get("namespace"), (migration.get("spec") or {}).get("vmiName"))
-            by_vmi.setdefault(key, []).append(migration)
-        stuck = []
-        for target in self.result.targets:
-            if not target.launcher or target.wait_only or target.key in self.result.gave_up \
-                    or target.state in ("gone", "inflight", "waiting"):
-                continue
-            vmi_name = kubevirt.launcher_vmi_name(target.pod)
-            failed = kubevirt.failed_migrations(by_vmi.get((target.namespace, vmi_name), []))
-            if len(failed) < MIGRATION_ATTEMPTS:
-                continue
-            target.vm = "%s/%s" % (target.namespace, vmi_name)
-            self.result.gave_up[target.key] = describe_failures(failed)
+        """Launcher pods whose VM cannot leave the node (its live migrations keep failing), new
+        since the last look; said in the progress."""
+        stuck = self.failing.stuck(self.result.targets, self.result.gave_up)
+        for target in stuck:
             self.last_error = "VM %s: %s" % (target.vm, self.result.gave_up[target.key])
             if self.progress is not None:
                 self.progress.line("VM %s cannot leave the node: %s; non_migratable=%s" % (
                     target.vm, self.result.gave_up[target.key], self.non_migratable))
-            stuck.append(target)
         return stuck
 
     def _shut_down(self, target):
-        """Shut down a VM that cannot migrate, as the plan shuts its blockers down (its run
-        strategy decides what follows), and wait for its launcher pod like any other."""
+        """Shut down a VM that cannot migrate, and wait for its launcher pod like any other."""
         namespace, name = target.vm.split("/", 1)
-        try:
-            restart_elsewhere.shut_down_given_up(self.client, namespace, name, kubevirt.launcher_vmi_uid(target.pod))
-            outcome = None
-        except ApiError as exc:
-            outcome = exc if exc.status != 409 else None  # 409: that VMI is gone already, a new one runs
-        except MaintenanceError as exc:
-            outcome = exc
+        outcome = shut_down_vm(self.client, target)
         with self.changed:
             if outcome is None:
                 self.result.shut_down.append((namespace, name))
@@ -447,6 +215,8 @@ class Drainer:
                 self.result.fatal = outcome
             self.events += 1
             self.changed.notify_all()
+
+    # -- the loop -------------------------------------------------------------------------------
 
     def _node_not_ready(self, now):
         """A MaintenanceError once the node has been NotReady for ``not_ready_grace`` seconds
@@ -497,21 +267,22 @@ class Drainer:
                 verdict, reason = classify_pod(pod, self.options)
                 result.total += 1
                 if verdict == EVICT:
-                    result.targets.append(_Target(pod, wait_only=pod_key(pod) in self.wait_only))
+                    result.targets.append(DrainTarget(pod, wait_only=pod_key(pod) in self.wait_only))
                 elif verdict == REFUSE:
                     result.refused.append((pod_key(pod), reason))
             result.eviction = len(result.targets)
             if result.refused:
                 return result
             if wait and self.non_migratable in ("fail", "shutdown"):
-                self._watch_migrations()
+                self.failing.start(sorted(set(t.namespace for t in result.targets if t.launcher and not t.wait_only)),
+                                   self.deadline)
             if self.watch_budgets and any(not t.wait_only for t in result.targets) \
                     and not self.options.disable_eviction:
                 self.pdbs = Informer(self.client, "PodDisruptionBudget", changed=self.changed)
                 self.pdbs.start()
                 self._await_sync(self.pdbs)
                 if wait:
-                    self._hold_back()
+                    hold_back(result.targets, self.pdbs, self.allowances, BACKOFF_CAP)
             return self._loop(wait)
         finally:
             self._stop()
@@ -523,7 +294,7 @@ class Drainer:
             while True:
                 with self.changed:
                     seen = self._generation()
-                    self._refresh()
+                    refresh_targets(result.targets, self.pods)
                     self._forget_finished(inflight)
                     self._shut_down_stuck_vms(pool, inflight)
                     if result.fatal is None and self.not_ready_grace is not None:
@@ -564,7 +335,8 @@ class Drainer:
     def _start_due_evictions(self, pool, inflight, now):
         """Submit the evictions that are due, as many as there are free workers."""
         room = self.workers - len(inflight)
-        for target in (self._due(now, room) if room > 0 else []):
+        due = due_targets(self.result.targets, self.pdbs, self.allowances, now, room, BACKOFF_CAP) if room > 0 else []
+        for target in due:
             target.state = "inflight"
             target.attempts += 1
             inflight.add(target.key)

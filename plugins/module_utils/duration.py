@@ -18,7 +18,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import format_memory
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.quantities import format_memory
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import parse_time_utc, utc_now
 
 

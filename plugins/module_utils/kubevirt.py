@@ -10,7 +10,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import migratability
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import parse_quantity
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.quantities import parse_quantity
 
 EVICTION_STRATEGIES = ("LiveMigrate", "LiveMigrateIfPossible", "None", "External")
 RUN_STRATEGIES = ("Always", "RerunOnFailure", "Manual", "Halted", "Once")

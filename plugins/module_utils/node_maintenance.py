@@ -27,6 +27,10 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     MaintenanceError,
     WaitTimeoutError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_selectors import (
+    parse_label_selector,
+    requirements_match,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import refuse_while_held
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_enter import enter_cr, enter_drain
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_leave import leave
@@ -44,10 +48,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan impo
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import pod_key
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress, percent
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
-    parse_label_selector,
-    requirements_match,
-)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.snapshot import Snapshot
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline
 

@@ -15,7 +15,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import parse_label_selector
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_selectors import parse_label_selector
 
 # RFC 1123 subdomain (object names, node names) and label (namespaces), as the API server checks them.
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -11,13 +11,14 @@ __metaclass__ = type
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.blockers import CAPACITY, PLACEMENT, SAFETY, Blocker
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import controller_of, is_finished, pod_key
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
-    RESOURCE_NAMES,
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pod_neighbours import (
     PodNeighbours,
-    format_amount,
     has_pod_rules,
     required_pod_terms,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import controller_of, is_finished, pod_key
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.quantities import RESOURCE_NAMES, format_amount
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
     format_taint,
     untolerated_taints,
     why_not_on_node,

@@ -11,7 +11,7 @@ __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_selectors import (
     parse_label_selector,
     requirements_match,
     selector_matches,

@@ -41,15 +41,15 @@ import json
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import patches
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import RESOURCES, api_version_of
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError, NotFoundError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import (
     PAUSED_FOR_ANNOTATION,
     REMEDIATION_PAUSE_PREFIX,
     REMEDIATION_RECORD_ANNOTATION,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kinds import RESOURCES, api_version_of
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_selectors import selector_matches
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nodes import EXCLUDE_LABEL, labels_of
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import selector_matches
 
 NODE_HEALTH_CHECK = "NodeHealthCheck"
 # (check kind, machine kind, label a Machine carries with the check's spec.clusterName or None)

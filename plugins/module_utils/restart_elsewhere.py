@@ -23,7 +23,6 @@ __metaclass__ = type
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import run_strategy
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import SUBRESOURCE_GROUP
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     ConflictError,
     MaintenanceError,
@@ -31,6 +30,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     WaitTimeoutError,
     describe_object,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kinds import SUBRESOURCE_GROUP
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline, Informer, wait_until
 
 # Seconds a drain that ran out of time still spends starting again the VMs it shut down.

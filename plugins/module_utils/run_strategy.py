@@ -30,12 +30,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import patches, vms, waiter
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import SUBRESOURCE_GROUP
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     InvalidInputError,
     MaintenanceError,
     describe_object,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kinds import SUBRESOURCE_GROUP
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import FINISHED_PHASES, vm_run_strategy, vmi_is_active
 
 ACTIONS = ("start", "stop", "restart")

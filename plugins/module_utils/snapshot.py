@@ -15,13 +15,10 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
     ApiError,
     InvalidInputError,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pod_neighbours import required_pod_terms
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import is_finished
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
-    node_room,
-    pod_requests,
-    required_pod_terms,
-    why_not_on_node,
-)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.quantities import node_room, pod_requests
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import why_not_on_node
 
 NODE_MAINTENANCE_KINDS = ("NodeMaintenance", "LegacyNodeMaintenance")
 

@@ -138,7 +138,7 @@ migrations:
 """
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import verify
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.verification import verify
 
 
 def run(module):

@@ -10,7 +10,7 @@ from fake_apiserver import FakeApiServer, FakeResponse
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import ConnectionSettings
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import selector_matches
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_selectors import selector_matches
 
 SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 

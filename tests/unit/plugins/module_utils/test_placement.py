@@ -8,7 +8,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import pl
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import snapshot as snapshot_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import rolling
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import format_amount, pod_requests
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.quantities import format_amount, pod_requests
 
 HOST = "kubernetes.io/hostname"
 

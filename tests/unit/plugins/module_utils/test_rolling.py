@@ -7,7 +7,7 @@ import pytest
 
 from drain_cluster import cluster, launcher, node, vm, vmi
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, lock, rolling
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, lock, rolling, verification
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     BlockedError,
     InvalidInputError,
@@ -135,7 +135,7 @@ def test_verify_waits_for_vms_and_reports_migrations(lab):
     moved["status"]["migrationState"] = {"sourceNode": "worker-1", "targetNode": "worker-2", "completed": True,
                                          "startTimestamp": "2024-05-04T22:00:10Z", "endTimestamp": "2024-05-04T22:00:40Z"}
     server.add("VirtualMachineInstance", moved)
-    result = rolling.verify(client, {"name": "worker-1", "running_vms": ["ns1/a", {"namespace": "ns1", "name": "b"}],
+    result = verification.verify(client, {"name": "worker-1", "running_vms": ["ns1/a", {"namespace": "ns1", "name": "b"}],
                                      "migrations_since": "2024-05-04T22:00:10.500Z", "timeout": 5})
     assert result["node"] == {"name": "worker-1", "ready": True, "schedulable": True, "in_maintenance": False}
     assert result["vms"]["running"] == 2 and result["vms"]["where"]["ns1/a"] == "worker-2"
@@ -147,10 +147,10 @@ def test_verify_names_the_lost_vm(lab):
     client, server = lab
     server.add("VirtualMachine", vm("halted"))  # its VMI is gone: lost
     with pytest.raises(BlockedError) as err:
-        rolling.verify(client, {"name": "worker-1", "running_vms": ["ns1/a", "ns1/halted"], "timeout": 1})
+        verification.verify(client, {"name": "worker-1", "running_vms": ["ns1/a", "ns1/halted"], "timeout": 1})
     assert "1 VM that ran before is not running: ns1/halted" in err.value.msg
     assert err.value.details["not_running"] == ["ns1/halted"]
-    result = rolling.verify(client, {"running_vms": ["ns1/a", "ns1/halted"], "expected_stopped": ["ns1/halted"],
+    result = verification.verify(client, {"running_vms": ["ns1/a", "ns1/halted"], "expected_stopped": ["ns1/halted"],
                                      "timeout": 1})
     assert result["node"] is None and result["vms"]["stopped_as_expected"] == ["ns1/halted"]
 
@@ -160,24 +160,24 @@ def test_verify_counts_a_vm_back_in_service_only_when_its_vmi_is_ready(lab):
     server.add("VirtualMachine", vm("booting"))
     server.add("VirtualMachineInstance", vmi("booting", node_name="worker-2", eviction="LiveMigrate", ready=False))
     with pytest.raises(BlockedError) as err:
-        rolling.verify(client, {"running_vms": ["ns1/a", "ns1/booting"], "timeout": 1})
+        verification.verify(client, {"running_vms": ["ns1/a", "ns1/booting"], "timeout": 1})
     assert "1 VM that ran before is not running: ns1/booting (Running on node worker-2, not Ready)" in err.value.msg
     assert err.value.details["not_running"] == ["ns1/booting"]
     server.add("VirtualMachineInstance", vmi("booting", node_name="worker-2", eviction="LiveMigrate"))
-    result = rolling.verify(client, {"running_vms": ["ns1/a", "ns1/booting"], "timeout": 30})
+    result = verification.verify(client, {"running_vms": ["ns1/a", "ns1/booting"], "timeout": 30})
     assert result["vms"]["running"] == 2 and result["vms"]["where"]["ns1/booting"] == "worker-2"
 
 
 def test_verify_does_not_wait_for_a_vm_its_owner_deleted(lab):
     client, _server = lab
-    result = rolling.verify(client, {"running_vms": ["ns1/a", "ns1/retired"], "timeout": 30})
+    result = verification.verify(client, {"running_vms": ["ns1/a", "ns1/retired"], "timeout": 30})
     assert result["vms"]["deleted"] == ["ns1/retired"] and result["vms"]["running"] == 1
 
 
 def test_a_stand_alone_vmi_that_stopped_is_lost(lab):
     client, _server = lab
     with pytest.raises(BlockedError, match="ns1/scratch"):
-        rolling.verify(client, {"running_vms": [{"namespace": "ns1", "name": "scratch", "vm": False}], "timeout": 1})
+        verification.verify(client, {"running_vms": [{"namespace": "ns1", "name": "scratch", "vm": False}], "timeout": 1})
 
 
 def test_resumed_node_counts_as_room_for_the_others():
@@ -204,8 +204,8 @@ def test_verify_waits_until_the_node_is_uncordoned(lab):
     current["spec"]["unschedulable"] = True
     server.add("Node", current)
     with pytest.raises(BlockedError, match="node worker-4 is still cordoned"):
-        rolling.verify(client, {"name": "worker-4", "timeout": 1})
-    assert rolling.verify(client, {"name": "worker-4", "schedulable": False, "timeout": 1})["node"]["ready"]
+        verification.verify(client, {"name": "worker-4", "timeout": 1})
+    assert verification.verify(client, {"name": "worker-4", "schedulable": False, "timeout": 1})["node"]["ready"]
 
 
 # -- live migrations in flight: waited for, then planned -------------------------------------------

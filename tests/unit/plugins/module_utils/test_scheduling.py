@@ -3,13 +3,14 @@
 import pytest
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
-    node_affinity_matches,
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_selectors import (
     parse_label_selector,
-    parse_quantity,
-    pod_requests,
     requirements_match,
     selector_matches,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.quantities import parse_quantity, pod_requests
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
+    node_affinity_matches,
     tolerates,
     why_not_on_node,
 )
