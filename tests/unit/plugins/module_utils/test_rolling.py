@@ -136,7 +136,7 @@ def test_verify_waits_for_vms_and_reports_migrations(lab):
                                          "startTimestamp": "2024-05-04T22:00:10Z", "endTimestamp": "2024-05-04T22:00:40Z"}
     server.add("VirtualMachineInstance", moved)
     result = verification.verify(client, {"name": "worker-1", "running_vms": ["ns1/a", {"namespace": "ns1", "name": "b"}],
-                                     "migrations_since": "2024-05-04T22:00:10.500Z", "timeout": 5})
+                                          "migrations_since": "2024-05-04T22:00:10.500Z", "timeout": 5})
     assert result["node"] == {"name": "worker-1", "ready": True, "schedulable": True, "in_maintenance": False}
     assert result["vms"]["running"] == 2 and result["vms"]["where"]["ns1/a"] == "worker-2"
     assert result["migrations"] == [{"namespace": "ns1", "name": "a", "source": "worker-1", "target": "worker-2",
@@ -151,7 +151,7 @@ def test_verify_names_the_lost_vm(lab):
     assert "1 VM that ran before is not running: ns1/halted" in err.value.msg
     assert err.value.details["not_running"] == ["ns1/halted"]
     result = verification.verify(client, {"running_vms": ["ns1/a", "ns1/halted"], "expected_stopped": ["ns1/halted"],
-                                     "timeout": 1})
+                                          "timeout": 1})
     assert result["node"] is None and result["vms"]["stopped_as_expected"] == ["ns1/halted"]
 
 
