@@ -1,30 +1,19 @@
 """The plan's placement judged by the real kube-scheduler: what the plan says fits runs where the
 plan put it, and what it says does not fit stays Pending for the reason the plan gave.
 
-Pod anti-affinity (a VM kept away from a Deployment's pods) and topology spread (the node being
-drained counts as a domain) are the rules the scheduler applies beyond node selection and room.
+Pod anti-affinity (a VM kept away from a Deployment's pods), topology spread (the node being
+drained counts as a domain) and huge pages (a resource only some nodes offer) are rules the
+scheduler applies beyond node selection and CPU and memory.
 """
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from test_node_maintenance import GROUP, VERSION, core, custom, workers
+
 from lab.wait import wait_for
 
-GROUP, VERSION = "kubevirt.io", "v1"
 HOST = "kubernetes.io/hostname"
-
-
-def core(k8s):
-    return client.CoreV1Api(k8s)
-
-
-def custom(k8s):
-    return client.CustomObjectsApi(k8s)
-
-
-def workers(k8s):
-    items = core(k8s).list_node(label_selector="node-role.kubernetes.io/worker").items
-    return sorted(n.metadata.name for n in items if not n.spec.unschedulable)
 
 
 def deployment(k8s, namespace, name, replicas, affinity=None, spread=None):
@@ -73,6 +62,28 @@ def vmi_node(k8s, namespace, name):
     return status.get("nodeName") if status.get("phase") == "Running" else None
 
 
+def migration_target_verdict(k8s, namespace, vmi):
+    """Migrate ``vmi`` and return why the scheduler leaves the migration's target pod Pending;
+    the migration is deleted again and its target pod gone when this returns."""
+    custom(k8s).create_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachineinstancemigrations", {
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": "judge"}, "spec": {"vmiName": vmi}})
+
+    def target_pod_verdict():
+        for pod in core(k8s).list_namespaced_pod(namespace, label_selector="kubevirt.io/migrationJobUID").items:
+            message = unschedulable_message(pod)
+            if message is not None:
+                return message
+        return None
+
+    wait_for(target_pod_verdict, 120, "the migration's target pod to be found unschedulable")
+    verdict = target_pod_verdict()
+    custom(k8s).delete_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachineinstancemigrations", "judge")
+    wait_for(lambda: not core(k8s).list_namespaced_pod(
+        namespace, label_selector="kubevirt.io/migrationJobUID").items, 120, "the target pod to go")
+    return verdict
+
+
 def plan_of(run_module, node):
     info = run_module("node_maintenance_info", {"name": node})
     assert not info.get("failed"), info
@@ -102,22 +113,7 @@ def test_pod_anti_affinity_verdicts_match_the_scheduler(k8s, namespace, run_modu
     assert "pod anti-affinity (%s) with pod %s/web-" % (HOST, namespace) in blocker, blocker
 
     # The scheduler agrees: a migration's target pod stays Pending on the anti-affinity rule.
-    custom(k8s).create_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachineinstancemigrations", {
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-        "metadata": {"name": "judge"}, "spec": {"vmiName": "db"}})
-
-    def target_pod_verdict():
-        for pod in core(k8s).list_namespaced_pod(namespace, label_selector="kubevirt.io/migrationJobUID").items:
-            message = unschedulable_message(pod)
-            if message is not None:
-                return message
-        return None
-
-    wait_for(target_pod_verdict, 120, "the migration's target pod to be found unschedulable")
-    assert "anti-affinity" in target_pod_verdict()
-    custom(k8s).delete_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachineinstancemigrations", "judge")
-    wait_for(lambda: not core(k8s).list_namespaced_pod(
-        namespace, label_selector="kubevirt.io/migrationJobUID").items, 120, "the target pod to go")
+    assert "anti-affinity" in migration_target_verdict(k8s, namespace, "db")
 
     # One web pod fewer: the plan names the node it frees, and the drain puts the VM there.
     client.AppsV1Api(k8s).patch_namespaced_deployment_scale(namespace=namespace, name="web",
@@ -205,23 +201,7 @@ def test_hugepages_verdicts_match_the_scheduler(k8s, namespace, run_module):
         assert HUGEPAGES in blocker, blocker
 
         # The scheduler agrees: a migration's target pod stays Pending for want of huge pages.
-        custom(k8s).create_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachineinstancemigrations", {
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-            "metadata": {"name": "judge"}, "spec": {"vmiName": "huge"}})
-
-        def target_pod_verdict():
-            for pod in core(k8s).list_namespaced_pod(namespace, label_selector="kubevirt.io/migrationJobUID").items:
-                message = unschedulable_message(pod)
-                if message is not None:
-                    return message
-            return None
-
-        wait_for(target_pod_verdict, 120, "the migration's target pod to be found unschedulable")
-        assert HUGEPAGES in target_pod_verdict()
-        custom(k8s).delete_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachineinstancemigrations",
-                                                    "judge")
-        wait_for(lambda: not core(k8s).list_namespaced_pod(
-            namespace, label_selector="kubevirt.io/migrationJobUID").items, 120, "the target pod to go")
+        assert HUGEPAGES in migration_target_verdict(k8s, namespace, "huge")
 
         # A second node offers huge pages: the plan names it, and the drain puts the VM there.
         offer_hugepages(k8s, second, "1Gi")
