@@ -221,8 +221,8 @@ class Drainer:
     def _node_not_ready(self, now):
         """A MaintenanceError once the node has been NotReady for ``not_ready_grace`` seconds
         with pods still on it (read at most every NODE_CHECK_INTERVAL seconds), else None."""
-        if now < self._next_node_check:
-            return None
+        if now < self._next_node_check or not self.result.pending:
+            return None  # nothing left on the node: the drain is done whatever its state
         self._next_node_check = now + NODE_CHECK_INTERVAL
         try:
             node = self.client.get_or_none("Node", self.node)

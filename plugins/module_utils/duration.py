@@ -59,11 +59,15 @@ def predict(records, details, node):
     rest = sum(rests) / len(rests)
     count = len(drains)
     nodes_words = "%d node%s done in this run" % (count, "" if count == 1 else "s")
-    if memory and sum(moved):
-        drain = sum(drains) * memory / sum(moved)
+    # The rate comes from the drains that migrated memory: a drain that moved none (pods only, or
+    # VMs shut down) says nothing about how fast memory moves.
+    migrated = [(seconds, nbytes) for seconds, nbytes in zip(drains, moved) if nbytes > 0]
+    if memory and migrated:
+        migrated_seconds, migrated_bytes = sum(s for s, _ in migrated), sum(b for _, b in migrated)
+        drain = migrated_seconds * memory / migrated_bytes
         basis = ("%s of guest memory to migrate at this run's rate (%s in %.0f s of drains), plus %.0f s for the "
                  "rest of a node (the mean of the %s)" % (
-                     format_memory(memory), format_memory(sum(moved)), sum(drains), rest, nodes_words))
+                     format_memory(memory), format_memory(migrated_bytes), migrated_seconds, rest, nodes_words))
     else:
         drain = sum(drains) / count
         basis = "the mean drain (%.0f s) and the mean rest of a node (%.0f s) of the %s" % (drain, rest, nodes_words)

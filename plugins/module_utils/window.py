@@ -39,6 +39,9 @@ def _zone(name):
 
 
 def _clock(text, what):
+    if isinstance(text, int) and not isinstance(text, bool) and 0 <= text < 24 * 60:
+        # An unquoted 22:00 in YAML 1.1 (Ansible's loader) is the base-60 number 1320.
+        return datetime.time(*divmod(text, 60))
     try:
         hours, minutes = str(text).strip().split(":")
         value = datetime.time(int(hours), int(minutes))
@@ -58,6 +61,8 @@ def _day(text):
 
 class Window:
     def __init__(self, days=None, start="00:00", end="00:00", timezone="UTC"):
+        if isinstance(days, str):
+            days = [days]  # days: sat
         self.days = sorted(set(_day(d) for d in days)) if days else list(range(7))
         self.start = _clock(start, "start")
         self.end = _clock(end, "end")
@@ -88,17 +93,19 @@ class Window:
         """{open, now, opens_at, closes_at, message} for the instant ``now`` (default: the current time)."""
         now = (now or utc_now()).astimezone(self.zone)
         today = now.date()
-        current = None
-        upcoming = None
-        for offset in range(-1, 9):
-            day = today + datetime.timedelta(days=offset)
-            if day.weekday() not in self.days:
-                continue
-            opens, closes = self._occurrence(day)
-            if opens <= now < closes and current is None:
-                current = (opens, closes)
-            if opens > now and upcoming is None:
-                upcoming = (opens, closes)
+        occurrences = [self._occurrence(today + datetime.timedelta(days=offset)) for offset in range(-1, 9)
+                       if (today + datetime.timedelta(days=offset)).weekday() in self.days]
+        current = next(((opens, closes) for opens, closes in occurrences if opens <= now < closes), None)
+        if current:
+            # Back-to-back windows (sat and sun all day, or 22:00-22:00 every day) are one: it closes
+            # when no next window opens at its end.
+            closes = current[1]
+            for opens, later in occurrences:
+                if current[0] < opens <= closes:
+                    closes = max(closes, later)
+            current = (current[0], closes)
+        after = current[1] if current else now
+        upcoming = next(((opens, closes) for opens, closes in occurrences if opens > after), None)
         result = {
             "open": current is not None,
             "window": self.describe(),

@@ -352,6 +352,17 @@ def test_a_node_that_goes_not_ready_stops_the_drain_after_the_grace(monkeypatch)
         "dead, use node_decommission with assume_powered_off=true.")
 
 
+def test_a_node_not_ready_with_nothing_left_on_it_does_not_fail_the_drain():
+    """The node has been NotReady longer than the grace when its last pod goes, in the very look
+    at which the node check is due: nothing is left, so the drain is done, not failed."""
+    client, server = cluster()
+    server.objects[("Node", "", "worker-1")]["status"]["conditions"][0]["status"] = "Unknown"
+    engine = Drainer(client, "worker-1", DrainOptions(), Deadline(10), not_ready_grace=0.2)
+    engine._not_ready_since = 1.0  # pylint: disable=protected-access
+    assert engine.result.pending == []
+    assert engine._node_not_ready(100.0) is None  # pylint: disable=protected-access
+
+
 def test_a_not_ready_blip_shorter_than_the_grace_does_not_stop_the_drain(monkeypatch):
     monkeypatch.setattr(drain, "NODE_CHECK_INTERVAL", 0.05)
     client, server = cluster()

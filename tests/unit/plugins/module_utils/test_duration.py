@@ -44,6 +44,14 @@ def test_the_drain_scales_with_the_guest_memory_that_migrates():
     assert "16Gi of guest memory" in prediction["basis"] and "8Gi in 100 s" in prediction["basis"]
 
 
+def test_the_rate_comes_only_from_drains_that_migrated_memory():
+    # w3 moved no memory in its 1200 s drain (pods only): w2's 16 GiB are predicted at w1's rate, 200 s.
+    records = [record("w3", 0, 1200, 1260), record("w1", 1300, 100, 160)]
+    prediction = duration.predict(records, DETAILS, "w2")
+    assert prediction["drain_seconds"] == 200, prediction
+    assert "8Gi in 100 s" in prediction["basis"]
+
+
 def test_a_node_without_migrations_takes_the_mean_drain():
     records = [record("w1", 0, 100, 160), record("w2", 200, 300, 340)]
     prediction = duration.predict(records, DETAILS, "w3")

@@ -53,6 +53,23 @@ def test_equal_start_and_end_is_a_whole_day():
     assert not window_status(window, at("2024-05-02T00:00:00"))["open"]
 
 
+def test_back_to_back_windows_are_one():
+    weekend = {"days": ["sat", "sun"]}  # all of Saturday and Sunday
+    status = window_status(weekend, at("2024-05-04T23:30:00"))
+    assert status["open"] and status["closes_at"] == "2024-05-06T00:00:00+00:00", status
+    assert status["opens_at"] == "2024-05-11T00:00:00+00:00"
+    nightly = {"start": "22:00", "end": "22:00"}  # every day, 24 hours from 22:00: never closes
+    status = window_status(nightly, at("2024-05-04T21:00:00"))
+    assert status["open"] and status["closes_at"] > "2024-05-11", status
+
+
+def test_an_unquoted_time_and_a_single_day():
+    # YAML 1.1 (Ansible's loader) reads an unquoted 22:00 as the base-60 number 1320.
+    window = {"days": "sat", "start": 22 * 60, "end": "06:00"}
+    assert window_status(window, at("2024-05-04T22:30:00"))["open"]
+    assert not window_status(window, at("2024-05-05T22:30:00"))["open"]
+
+
 def test_no_window_is_always_open():
     assert window_status(None)["open"] and window_status({})["open"]
 
