@@ -46,14 +46,30 @@ def pod_requests(pod_spec):
 
     Every requested resource counts, as in the scheduler's NodeResourcesFit: hugepages-<size>,
     ephemeral-storage and extended resources (GPUs, KubeVirt's devices.kubevirt.io/kvm) besides
-    CPU and memory; containers add up, an init container needs its own at most, overhead adds.
+    CPU and memory; containers add up, overhead adds. Init containers run one after the other: the
+    pod needs the most any of them needs, beside the sidecars (init containers with restartPolicy
+    Always) started before it, which keep running and add up with the containers (PodRequests,
+    k8s.io/component-helpers/resource/helpers.go).
     """
+    def add(a, b):
+        return a + b
+
     totals = dict((r, 0.0) for r in RESOURCE_NAMES)
     for container in pod_spec.get("containers") or []:
-        _add_requests(totals, (container.get("resources") or {}).get("requests"), lambda a, b: a + b)
+        _add_requests(totals, (container.get("resources") or {}).get("requests"), add)
+    sidecars, init_peak = {}, {}
     for container in pod_spec.get("initContainers") or []:
-        _add_requests(totals, (container.get("resources") or {}).get("requests"), max)
-    _add_requests(totals, pod_spec.get("overhead"), lambda a, b: a + b)
+        requests = (container.get("resources") or {}).get("requests")
+        if container.get("restartPolicy") == "Always":
+            _add_requests(totals, requests, add)
+            _add_requests(sidecars, requests, add)
+            _add_requests(init_peak, sidecars, max)
+        else:
+            during = dict(sidecars)
+            _add_requests(during, requests, add)
+            _add_requests(init_peak, during, max)
+    _add_requests(totals, init_peak, max)
+    _add_requests(totals, pod_spec.get("overhead"), add)
     totals["pods"] = 1.0
     return totals
 

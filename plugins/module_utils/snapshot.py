@@ -81,6 +81,9 @@ def _slim_spec(spec):
             slim_spec[key] = spec[key]
     if spec.get("initContainers"):
         slim_spec["initContainers"] = _requests_only(spec["initContainers"])
+        for slim, full in zip(slim_spec["initContainers"], spec["initContainers"]):
+            if full.get("restartPolicy"):
+                slim["restartPolicy"] = full["restartPolicy"]  # a sidecar: it keeps running
     affinity = dict((k, v) for k, v in (spec.get("affinity") or {}).items()
                     if k in ("nodeAffinity", "podAffinity", "podAntiAffinity") and v)
     if affinity:

@@ -9,6 +9,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_sel
     selector_matches,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.quantities import parse_quantity, pod_requests
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import snapshot
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
     node_affinity_matches,
     tolerates,
@@ -92,3 +93,17 @@ def test_pod_requests_sum_containers_max_init_and_overhead():
     assert need["cpu"] == pytest.approx(2.0)
     assert need["memory"] == pytest.approx(2 ** 30 + 100 * 2 ** 20)
     assert need["pods"] == 1
+
+
+def test_pod_requests_count_sidecars_with_the_containers():
+    # A sidecar (restartPolicy Always) keeps running: it adds to the containers, and an init container
+    # after it runs beside it. containers 1 CPU + sidecar 500m = 1.5; init after the sidecar 2 + 0.5 = 2.5.
+    spec = {"containers": [{"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+            "initContainers": [{"resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}, "restartPolicy": "Always"},
+                               {"resources": {"requests": {"cpu": "2"}}}]}
+    need = pod_requests(spec)
+    assert need["cpu"] == pytest.approx(2.5)
+    assert need["memory"] == pytest.approx(2 ** 30 + 256 * 2 ** 20)
+    slim = snapshot._slim_pod(  # pylint: disable=protected-access
+        {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec, "status": {}})
+    assert pod_requests(slim["spec"]) == need
