@@ -173,12 +173,28 @@ def deleted_node_settled(k8s, namespace, node, name):
 
 
 def start_vms(k8s, namespace, node, specs):
-    """specs: {name: (eviction, run_strategy, migratable)}; all Running on ``node`` afterwards."""
+    """specs: {name: (eviction, run_strategy, migratable)}; all Running on ``node`` afterwards.
+
+    The other nodes are cordoned meanwhile, but the scheduler sees a cordon through its node watch,
+    a moment later (longer while that watch reconnects after an API server restart): a VM started
+    elsewhere has its VMI deleted, and its run strategy starts it again, until all run on ``node``."""
     with OnlyNode(k8s, node):
         for name, (eviction, run_strategy, migratable) in specs.items():
             create_vm(k8s, namespace, name, eviction, run_strategy, migratable)
-        wait_for(lambda: all(running_on(k8s, namespace, n) == node for n in specs), 180,
-                 "VMs %s to run on %s" % (", ".join(specs), node))
+
+        def all_on_node():
+            where = dict((n, running_on(k8s, namespace, n)) for n in specs)
+            for name, at in where.items():
+                if at not in (None, node):
+                    try:
+                        custom(k8s).delete_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                                    "virtualmachineinstances", name)
+                    except ApiException as exc:
+                        if exc.status != 404:
+                            raise
+            return all(at == node for at in where.values())
+
+        wait_for(all_on_node, 180, "VMs %s to run on %s" % (", ".join(specs), node))
     for name, (_eviction, run_strategy, _migratable) in specs.items():
         if run_strategy == "Manual":
             custom(k8s).patch_namespaced_custom_object(GROUP, VERSION, namespace, "virtualmachines", name,
@@ -194,8 +210,20 @@ def start_deployment(k8s, namespace, node, name, replicas, max_unavailable=None)
                      "template": {"metadata": {"labels": labels},
                                   "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
                                            "terminationGracePeriodSeconds": 0}}}})
-        wait_for(lambda: len(ready_pods(k8s, namespace, name, node)) == replicas, 120,
-                 "%d pods of %s on %s" % (replicas, name, node))
+
+        def all_on_node():
+            # As in start_vms: a pod the scheduler placed before it saw the cordons is deleted (its
+            # ReplicaSet makes another) until every pod runs on ``node``.
+            for pod in core(k8s).list_namespaced_pod(namespace, label_selector="app=%s" % name).items:
+                if pod.spec.node_name not in (None, node) and not pod.metadata.deletion_timestamp:
+                    try:
+                        core(k8s).delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+                    except ApiException as exc:
+                        if exc.status != 404:
+                            raise
+            return len(ready_pods(k8s, namespace, name, node)) == replicas
+
+        wait_for(all_on_node, 120, "%d pods of %s on %s" % (replicas, name, node))
     if max_unavailable is not None:
         client.PolicyV1Api(k8s).create_namespaced_pod_disruption_budget(namespace, {
             "metadata": {"name": name},
