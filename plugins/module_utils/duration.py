@@ -63,7 +63,8 @@ def predict(records, details, node):
     # VMs shut down) says nothing about how fast memory moves.
     migrated = [(seconds, nbytes) for seconds, nbytes in zip(drains, moved) if nbytes > 0]
     if memory and migrated:
-        migrated_seconds, migrated_bytes = sum(s for s, _ in migrated), sum(b for _, b in migrated)
+        migrated_seconds = sum(pair[0] for pair in migrated)
+        migrated_bytes = sum(pair[1] for pair in migrated)
         drain = migrated_seconds * memory / migrated_bytes
         basis = ("%s of guest memory to migrate at this run's rate (%s in %.0f s of drains), plus %.0f s for the "
                  "rest of a node (the mean of the %s)" % (
