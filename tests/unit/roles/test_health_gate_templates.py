@@ -87,7 +87,8 @@ def test_a_failing_command_stops_the_run_after_its_timeout(tmp_path):
     result = run_gate(tmp_path, {"command": ["false"], "timeout": 2, "delay": 1})
     gate = result["state"]["health_gate"]
     assert result["state"]["stop"] is True and result["state"]["stop_reason"] == "health_gate"
-    assert gate["kind"] == "command" and int(gate["tries"]) >= 2 and int(gate["seconds"]) >= 2
+    # Tried until the timeout has passed (how many tries fit in it depends on the machine's load).
+    assert gate["kind"] == "command" and int(gate["tries"]) >= 1 and int(gate["seconds"]) >= 2
     assert gate["reason"].startswith("exited 1")
     assert "node worker-1 was not started" in gate["message"] and ".." not in gate["message"]
 
