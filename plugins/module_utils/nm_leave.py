@@ -65,16 +65,29 @@ def _planned_leave(client, name, marked, migrations, pauses, result):
     return result
 
 
+def released_by_operator(node):
+    """True once nothing the operator's maintenance put on the node is left.
+
+    The operator (v0.17, controllers/nodemaintenance_controller.go stopNodeMaintenanceImp) removes
+    its taints first, then uncordons, then removes the exclude-from-remediation label. While the
+    node is still cordoned without the taint, the node lifecycle controller puts
+    node.kubernetes.io/unschedulable back (kubernetes pkg/controller/nodelifecycle,
+    doNoScheduleTaintingPass) and takes it off only after the uncordon. The scheduler keeps pods
+    off a node with that NoSchedule taint, so the node is back in service only when it is gone too.
+    """
+    return node is not None and not nodes_mod.is_cordoned(node) and \
+        not any(nodes_mod.has_taint(node, taint) for taint in nodes_mod.MAINTENANCE_TAINTS) and \
+        nodes_mod.labels_of(node).get(nodes_mod.EXCLUDE_LABEL) != "true"
+
+
 def _wait_for_release(client, name, cr, deadline, result):
-    def released(current):
-        return current is not None and not nodes_mod.is_cordoned(current) and \
-            not nodes_mod.has_taint(current, nodes_mod.DRAIN_TAINT)
     try:
-        return wait_for_object(client, "Node", name, released, deadline.remaining(),
+        return wait_for_object(client, "Node", name, released_by_operator, deadline.remaining(),
                                "the node-maintenance operator to release node %s" % name)
     except WaitTimeoutError as exc:
-        raise WaitTimeoutError("NodeMaintenance %s was deleted, but node %s is still cordoned after %ds: is "
-                               "the node-maintenance operator running?" % (
+        raise WaitTimeoutError("NodeMaintenance %s was deleted, but node %s still carries its maintenance "
+                               "marks (cordon, taints or exclude-from-remediation label) after %ds: is the "
+                               "node-maintenance operator running?" % (
                                    cr["metadata"]["name"], name, round(deadline.seconds)),
                                **dict(((k, v) for k, v in result.items() if k != "msg"), changed=True)
                                ) from exc

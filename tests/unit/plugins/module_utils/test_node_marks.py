@@ -4,7 +4,7 @@ import json
 
 from drain_cluster import node
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, nodes
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, nm_leave, nodes
 
 
 def apply(obj, patch):
@@ -50,6 +50,25 @@ def test_leave_keeps_what_was_there_before():
 def test_leave_uncordons_a_node_cordoned_by_hand():
     patch, after, kept = nodes.leave_changes(node("worker-1", cordoned=True))
     assert patch == {"spec": {"unschedulable": None}} and after["unschedulable"] is False and not kept
+
+
+def test_operator_release_waits_for_every_mark_the_operator_and_node_controller_leave():
+    unschedulable = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    drain = {"key": "medik8s.io/drain", "effect": "NoSchedule"}
+    label = {nodes.EXCLUDE_LABEL: "true"}
+    # The operator's order: taints off, uncordon, label off; the node controller re-adds its
+    # taint while the node is still cordoned and removes it only after the uncordon.
+    steps = [
+        (node("w", cordoned=True, taints=[unschedulable, drain], labels=label), False),
+        (node("w", cordoned=True, taints=[unschedulable], labels=label), False),
+        (node("w", taints=[unschedulable], labels=label), False),
+        (node("w", labels=label), False),
+        (node("w", taints=[{"key": "gpu", "effect": "NoSchedule"}]), True),
+    ]
+    assert [nm_leave.released_by_operator(n) for n, _want in steps] == [want for _n, want in steps]
+    assert nm_leave.released_by_operator(None) is False
+    # A label value the operator does not remove is not waited for.
+    assert nm_leave.released_by_operator(node("w", labels={nodes.EXCLUDE_LABEL: "false"})) is True
 
 
 def test_control_plane_quorum():
