@@ -29,8 +29,11 @@ options:
     type: dict
     required: true
   node:
-    description: The node to predict.
-    type: str
+    description:
+      - The node to predict, or a list of nodes in maintenance at the same time (a batch of
+        C(rolling_maintenance_max_parallel)). A batch drains as long as its longest drain; the rest of each node
+        follows one node after the other.
+    type: raw
     required: true
   window:
     description: The window's status, as returned by P(kubevirt_ops.maintenance.maintenance_window#filter).
@@ -74,14 +77,20 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.duration import fits_window, predict
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.duration import fits_window, predict, predict_batch
 
 
 def node_fits_window(state, node, window):
     if not isinstance(state, dict) or not isinstance(window, dict):
         raise AnsibleFilterError("node_fits_window: the input must be the run's state and 'window' the window's "
                                  "status (both dictionaries).")
-    prediction = predict(state.get("records"), (state.get("preflight") or {}).get("details"), node)
+    records, details = state.get("records"), (state.get("preflight") or {}).get("details")
+    if isinstance(node, (list, tuple)):
+        node = [str(n) for n in node]
+        prediction = predict(records, details, node[0]) if len(node) == 1 else predict_batch(records, details, node)
+        node = node[0] if len(node) == 1 else node
+    else:
+        prediction = predict(records, details, node)
     result = fits_window(prediction, window, node)
     result["basis"] = prediction["basis"] if prediction else None
     return result

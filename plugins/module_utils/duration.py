@@ -76,6 +76,23 @@ def predict(records, details, node):
             "rest_seconds": int(round(rest)), "memory": memory, "basis": basis}
 
 
+def predict_batch(records, details, nodes):
+    """The prediction for nodes in maintenance together, or None before any node is done.
+
+    Their drains run at once, so the batch drains as long as its longest drain (at the run's rate:
+    KubeVirt's migration limits are in the rates already observed); the rest of each node (node
+    tasks, reboot, Ready, verification) comes one node after the other."""
+    predictions = [predict(records, details, node) for node in nodes]
+    if not predictions or predictions[0] is None:
+        return None
+    drain = max(p["drain_seconds"] for p in predictions)
+    rest = sum(p["rest_seconds"] for p in predictions)
+    basis = "the longest drain of the %d nodes (%d s) plus the rest of each node in turn (%d s); per node: %s" % (
+        len(nodes), drain, rest, predictions[0]["basis"])
+    return {"seconds": drain + rest, "drain_seconds": drain, "rest_seconds": rest,
+            "memory": sum(p["memory"] for p in predictions), "basis": basis}
+
+
 def fits_window(prediction, window, node, now=None):
     """Whether ``node`` can finish before the window closes: {fits, predicted_seconds, closes_at, message}.
 
@@ -93,6 +110,8 @@ def fits_window(prediction, window, node, now=None):
         return result
     result["fits"] = False
     result["message"] = (
-        "Node %s is not started: it is predicted to take %d s (%s) and the maintenance window closes at %s, "
-        "in %d s." % (node, prediction["seconds"], prediction["basis"], result["closes_at"], max(0, int(left))))
+        "%s not started: %s predicted to take %d s (%s) and the maintenance window closes at %s, in %d s." % (
+            ("Node %s is" % node) if isinstance(node, str) else ("Nodes %s are" % ", ".join(node)),
+            "it is" if isinstance(node, str) else "together they are",
+            prediction["seconds"], prediction["basis"], result["closes_at"], max(0, int(left))))
     return result

@@ -20,6 +20,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import batches as batches_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock as lock_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
@@ -130,30 +131,47 @@ def _node_entry(name, node, summary, resume, expected_stopped):
     }
 
 
-def _plan_nodes(snapshot, ordered, plan_params, resumed, problems, warnings):
+def _plan_nodes(snapshot, batches, plan_params, resumed, problems, warnings):
     """The entry of each node, planned in the run's order and cumulatively.
 
     What leaves a node runs where its plan put it when the next node is planned, and the nodes
-    done are preferred as targets (as the pending_nodes taint makes the scheduler do).
+    done are preferred as targets (as the pending_nodes taint makes the scheduler do). The other
+    nodes of a node's batch are out at the same time: they take nothing of what it sends away.
     """
     policy, options, prefer_done = plan_params
     entries = []
     done = set()
-    for name in ordered:
-        node = snapshot.node(name)
-        # One plan per node (on 1,000 nodes each costs a few milliseconds).
-        plan = plan_mod.compute_plan(snapshot, name, options, prefer=done if prefer_done else None)
-        summary = plan_mod.node_summary(snapshot, name, options, plan=plan)
-        resume = _maintenance_check(name, node, resumed, problems, warnings)
-        for blocker in plan.fatal_blockers(policy):
-            if resume and blocker.kind == plan_mod.NODE:
-                continue  # a node left in maintenance may be down for its repair; the run waits for Ready
-            problems.append(blocker.text)
-        expected_stopped = _expected_stopped(name, summary["plan"]["vms"], policy, warnings)
-        entries.append(_node_entry(name, node, summary, resume, expected_stopped))
-        snapshot.apply_plan(plan)
-        done.add(name)
+    for batch in batches:
+        for name in batch:
+            node = snapshot.node(name)
+            peers = snapshot.cordon_for_plan([n for n in batch if n != name])
+            # One plan per node (on 1,000 nodes each costs a few milliseconds).
+            plan = plan_mod.compute_plan(snapshot, name, options, prefer=done if prefer_done else None)
+            summary = plan_mod.node_summary(snapshot, name, options, plan=plan)
+            snapshot.restore_nodes(peers)
+            resume = _maintenance_check(name, node, resumed, problems, warnings)
+            for blocker in plan.fatal_blockers(policy):
+                if resume and blocker.kind == plan_mod.NODE:
+                    continue  # a node left in maintenance may be down for its repair; the run waits for Ready
+                problems.append(_in_batch(blocker.text, batch) if len(batch) > 1 else blocker.text)
+            expected_stopped = _expected_stopped(name, summary["plan"]["vms"], policy, warnings)
+            entries.append(_node_entry(name, node, summary, resume, expected_stopped))
+            snapshot.apply_plan(plan)
+        done.update(batch)
     return entries
+
+
+def _in_batch(text, batch):
+    return "%s (with %s in maintenance at the same time)" % (text.rstrip("."), ", ".join(batch)) + "."
+
+
+def _parallel_params(params):
+    """(max_parallel, failure_domain) of the run, checked."""
+    max_parallel = params.get("max_parallel")
+    max_parallel = 1 if max_parallel is None else max_parallel
+    if max_parallel < 1:
+        raise InvalidInputError("max_parallel must be at least 1, got %d." % max_parallel)
+    return max_parallel, params.get("failure_domain") or None
 
 
 def _others_notice(snapshot, selected):
@@ -176,6 +194,7 @@ def _preflight_blocked(problems, result):
 def preflight(client, params):
     """Check every selected node before any change; returns the ordered plan of the run."""
     names, label_selector, order = _check_selection(params)
+    max_parallel, failure_domain = _parallel_params(params)
     policy = params.get("non_migratable") or "fail"
     options = plan_mod.PlanOptions.from_params(params)
     run_mark = params.get("run_mark") or DEFAULT_RUN_MARK
@@ -193,7 +212,16 @@ def preflight(client, params):
     resumed = resumed_maintenances(snapshot, selected, run_mark)
     ordered = run_order(snapshot, selected, resumed, order)
     plan_params = (policy, options, params.get("prefer_done_nodes", True))
-    entries = _plan_nodes(snapshot, ordered, plan_params, resumed, problems, warnings)
+    batches, batch_problems = batches_mod.plan_batches(ordered, snapshot.nodes, max_parallel, failure_domain)
+    problems.extend(batch_problems)
+    entries = _plan_nodes(snapshot, batches, plan_params, resumed, problems, warnings)
+    for entry in entries:
+        entry["failure_domain"] = nodes_mod.labels_of(snapshot.node(entry["name"])).get(failure_domain) \
+            if failure_domain else None
+    limits = batches_mod.migration_limits(snapshot.kubevirt_cr)
+    crowded = batches_mod.limits_notice(batches, limits, dict((e["name"], e["vms_migrating"]) for e in entries))
+    if crowded:
+        warnings.append(crowded)
     problems.extend(migration_problems)
     lock_problem = _lock_problem(client, params.get("lock"))
     if lock_problem:
@@ -206,6 +234,10 @@ def preflight(client, params):
     result = {
         "changed": False,
         "nodes": [e["name"] for e in entries],
+        "batches": batches,
+        "max_parallel": max_parallel,
+        "failure_domain": failure_domain,
+        "migration_limits": limits,
         "details": entries,
         "resumed": [e["name"] for e in entries if e["resume"]],
         "problems": problems,

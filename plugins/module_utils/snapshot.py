@@ -116,6 +116,7 @@ class Snapshot:
         self.pdbs_by_namespace = {}  # budgets other than a VMI's own, by namespace
         self.cluster_eviction_strategy = None
         self.kubevirt = False
+        self.kubevirt_cr = None  # the KubeVirt CR (its configuration: eviction strategy, migration limits)
         self.maintenances = []  # (kind, object)
         self.etcd_guard = None
         self._free = None
@@ -164,6 +165,7 @@ class Snapshot:
 
     def _read_cluster_eviction_strategy(self):
         crs, _rv = self.client.list("KubeVirt")
+        self.kubevirt_cr = crs[0] if crs else None
         for cr in crs:
             value = kubevirt.cluster_eviction_strategy(cr)
             if value:
@@ -282,6 +284,26 @@ class Snapshot:
         # The nodes with the most free memory first, as eligible_nodes orders them (nearly sorted: cheap).
         for names in self._eligible.values():
             names.sort(key=lambda n: (-free[n]["memory"], n))
+
+    def cordon_for_plan(self, names):
+        """Plan as if ``names`` were cordoned (the other nodes of a batch, in maintenance at the
+        same time): they take nothing. Returns what :meth:`restore_nodes` puts back."""
+        saved = {}
+        for name in names:
+            node = self.nodes.get(name)
+            if node is None or nodes_mod.is_cordoned(node):
+                continue
+            saved[name] = node
+            self.nodes[name] = dict(node, spec=dict(node.get("spec") or {}, unschedulable=True))
+        if saved:
+            self._eligible = {}
+        return saved
+
+    def restore_nodes(self, saved):
+        """Undo :meth:`cordon_for_plan`: the nodes are back in service (a batch is done)."""
+        self.nodes.update(saved)
+        if saved:
+            self._eligible = {}
 
     def eligible_nodes(self, pod_spec):
         """Nodes that accept the pod by its placement rules (ignoring room), in a stable order."""

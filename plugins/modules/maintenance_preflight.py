@@ -96,6 +96,21 @@ options:
         M(kubevirt_ops.maintenance.pending_nodes)). With V(false), the nodes with the most free memory come first.
     type: bool
     default: true
+  max_parallel:
+    description:
+      - How many nodes the run maintains at the same time. The nodes are grouped into RV(batches) of at most this
+        many, in the run's order; each node of a batch is planned with the other nodes of its batch out as well, so
+        the capacity checked is the capacity for the whole batch out at once.
+      - KubeVirt's own limits on live migrations (RV(migration_limits)) still apply; a batch that would start more
+        migrations than they allow is named in RV(notices).
+    type: int
+    default: 1
+  failure_domain:
+    description:
+      - A node label (such as C(topology.kubernetes.io/zone) or a rack label) whose value is the node's failure
+        domain. The nodes of one batch always share the value; a selected node without the label is a problem.
+      - Without it, any nodes may share a batch.
+    type: str
   fail_on_problems:
     description: Fail when there is any problem. With V(false), the problems are returned and the task succeeds.
     type: bool
@@ -116,6 +131,13 @@ EXAMPLES = r"""
     non_migratable: shutdown
   register: preflight
 
+- name: Two nodes of one zone at a time, with capacity checked for both out at once
+  kubevirt_ops.maintenance.maintenance_preflight:
+    label_selector: node-role.kubernetes.io/worker
+    max_parallel: 2
+    failure_domain: topology.kubernetes.io/zone
+  register: preflight
+
 - name: List the problems without failing
   kubevirt_ops.maintenance.maintenance_preflight:
     nodes: [worker-1, worker-2]
@@ -130,6 +152,35 @@ nodes:
   type: list
   elements: str
   sample: [worker-3, worker-1, worker-2]
+batches:
+  description: The nodes grouped into the sets in maintenance at the same time, in order (one node each with
+    O(max_parallel=1)). RV(nodes) is these batches one after the other.
+  returned: always
+  type: list
+  elements: list
+  sample: [[worker-1, worker-3], [worker-2, worker-4]]
+max_parallel:
+  description: The O(max_parallel) the batches were built with.
+  returned: always
+  type: int
+  sample: 2
+failure_domain:
+  description: The O(failure_domain) label the batches were built with, or V(null).
+  returned: always
+  type: str
+  sample: topology.kubernetes.io/zone
+migration_limits:
+  description: KubeVirt's live-migration limits, from the KubeVirt CR (KubeVirt's defaults where it sets none).
+  returned: always
+  type: dict
+  contains:
+    parallel_migrations_per_cluster:
+      description: C(spec.configuration.migrations.parallelMigrationsPerCluster) (default 5).
+      type: int
+    parallel_outbound_migrations_per_node:
+      description: C(spec.configuration.migrations.parallelOutboundMigrationsPerNode) (default 2).
+      type: int
+  sample: {parallel_migrations_per_cluster: 5, parallel_outbound_migrations_per_node: 2}
 resumed:
   description: Nodes left in maintenance by an earlier run, which come first.
   returned: always
@@ -176,6 +227,9 @@ details:
       type: bool
     internal_ip:
       description: The node's InternalIP.
+      type: str
+    failure_domain:
+      description: The value of the node's O(failure_domain) label; V(null) without O(failure_domain).
       type: str
     pods:
       description: Pods the drain will evict.
@@ -264,6 +318,8 @@ def main():
             lock=args.lock_option(apply_defaults=False),
             settle_timeout=dict(type="int", default=DEFAULT_SETTLE_TIMEOUT),
             prefer_done_nodes=dict(type="bool", default=True),
+            max_parallel=dict(type="int", default=1),
+            failure_domain=dict(type="str"),
             fail_on_problems=dict(type="bool", default=True),
         )),
         mutually_exclusive=[("nodes", "label_selector")],

@@ -55,6 +55,8 @@ def _lister(k8s, kind):
             KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", **kw),
         "VirtualMachine": lambda **kw: custom.list_cluster_custom_object(
             KUBEVIRT[0], KUBEVIRT[1], "virtualmachines", **kw),
+        "VirtualMachineInstanceMigration": lambda **kw: custom.list_cluster_custom_object(
+            KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations", **kw),
     }
     return calls[kind]
 
@@ -332,6 +334,64 @@ class PdbWatcher:
                         pdb="%s/%s" % pdb_key, pod="%s/%s" % key, node=(before.get("spec") or {}).get("nodeName"),
                         available=available, minimum=minimum, resource_version=rv))
         return violations
+
+
+# -- several nodes at once ---------------------------------------------------------------
+
+# The phases of a live migration that KubeVirt counts against its limits (in flight).
+MIGRATION_IN_FLIGHT = ("Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running")
+
+
+class ParallelWatcher:
+    """Watches nodes and live migrations while a run maintains several nodes at once.
+
+    Replayed in etcd order afterwards: ``most_cordoned`` (the most of ``nodes`` cordoned at one
+    moment), ``mixed_domains`` (moments where the cordoned ones had two values of
+    ``domain_label``) and ``most_migrations`` (the most migrations in flight at one moment)."""
+
+    def __init__(self, k8s, nodes, domain_label=None):
+        self._recorder = _Recorder(k8s, ("Node", "VirtualMachineInstanceMigration"))
+        self.nodes = set(nodes)
+        self.domain_label = domain_label
+        self.most_cordoned = 0
+        self.cordoned_sets = []
+        self.mixed_domains = []
+        self.most_migrations = 0
+
+    def __enter__(self):
+        self._recorder.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._recorder.stop()
+        self._replay()
+
+    def _replay(self):
+        cordoned, domains, in_flight = {}, {}, {}
+        for _rv, _seq, kind, etype, obj in self._recorder.ordered():
+            key = _key(obj)
+            if kind == "VirtualMachineInstanceMigration":
+                phase = (obj.get("status") or {}).get("phase")
+                if etype != "DELETED" and phase in MIGRATION_IN_FLIGHT:
+                    in_flight[key] = True
+                else:
+                    in_flight.pop(key, None)
+                self.most_migrations = max(self.most_migrations, len(in_flight))
+                continue
+            name = key[1]
+            if name not in self.nodes:
+                continue
+            domains[name] = ((obj.get("metadata") or {}).get("labels") or {}).get(self.domain_label or "")
+            if etype != "DELETED" and (obj.get("spec") or {}).get("unschedulable"):
+                cordoned[name] = True
+            else:
+                cordoned.pop(name, None)
+            now = sorted(cordoned)
+            if not self.cordoned_sets or self.cordoned_sets[-1] != now:
+                self.cordoned_sets.append(now)
+            self.most_cordoned = max(self.most_cordoned, len(now))
+            if self.domain_label and len(set(domains.get(n) for n in now)) > 1:
+                self.mixed_domains.append(now)
 
 
 # -- VMs ---------------------------------------------------------------------------------

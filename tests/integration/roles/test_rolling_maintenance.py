@@ -654,3 +654,148 @@ def test_health_gate_url_in_the_host_based_play_stops_before_the_first_node(lab,
     report = report_of(tmp_path)
     assert report["status"] == "health_gate_failed" and report["nodes"] == []
     assert report["untouched"] == ["lab-worker-3", "lab-worker-4"]
+
+
+# -- several nodes at once -------------------------------------------------------------------
+
+ZONE = "topology.kubernetes.io/zone"
+ZONES = {"lab-worker-1": "zone-a", "lab-worker-2": "zone-b", "lab-worker-3": "zone-a", "lab-worker-4": "zone-b"}
+
+
+@pytest.fixture
+def zones(k8s):
+    """Two failure domains: workers 1 and 3 in zone-a, 2 and 4 in zone-b."""
+    core = client.CoreV1Api(k8s)
+    for name, zone in ZONES.items():
+        core.patch_node(name, {"metadata": {"labels": {ZONE: zone}}})
+    yield ZONES
+    for name in ZONES:
+        core.patch_node(name, {"metadata": {"labels": {ZONE: None}}})
+
+
+@pytest.fixture
+def eight_vms(k8s, namespace):
+    names = ["vm-%d" % i for i in range(1, 9)]
+    for name in names:
+        workloads.create_vm(k8s, namespace, name, memory="512Mi")
+    workloads.wait_vms_running(k8s, namespace, names)
+    return names
+
+
+HOLD = "kubevirt-ops.test/hold"
+
+
+@pytest.fixture
+def held_pod(k8s, namespace):
+    """A ReplicaSet's pod on lab-worker-1 only that, once evicted, stays (terminating, by a finalizer) until
+    the test releases it: the drain of lab-worker-1 cannot end before that."""
+    labels = {"app": "held"}
+    template = {"metadata": {"labels": labels, "finalizers": [HOLD]},
+                "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+                         "terminationGracePeriodSeconds": 0, "affinity": workloads.only_on(["lab-worker-1"])}}
+    apps, core = client.AppsV1Api(k8s), client.CoreV1Api(k8s)
+    apps.create_namespaced_replica_set(namespace, {"metadata": {"name": "held", "labels": labels}, "spec": {
+        "replicas": 1, "selector": {"matchLabels": labels}, "template": template}})
+
+    def held_pods():
+        return core.list_namespaced_pod(namespace, label_selector="app=held").items
+
+    wait_for(lambda: any(p.status.phase == "Running" for p in held_pods()), 120, "the held pod to run")
+
+    def release():
+        for pod in held_pods():
+            if HOLD in (pod.metadata.finalizers or []):
+                core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"finalizers": None}})
+
+    yield held_pods, release
+    apps.patch_namespaced_replica_set("held", namespace, {"spec": {"replicas": 0}})
+
+    def gone():
+        release()
+        return not held_pods()
+
+    wait_for(gone, 120, "the held pods to go")
+
+
+def test_two_nodes_of_one_zone_at_a_time(lab, k8s, namespace, tmp_path, lock_name, zones, eight_vms, held_pod,
+                                         workers_back):
+    """max_parallel 2 by zone: both nodes of a zone are drained together, never nodes of two zones, never
+    more than two; KubeVirt's migration limits hold and every VM runs afterwards."""
+    held_pods, release = held_pod
+    vm_safety = safety.VmSafety(k8s)
+    extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=WORKERS, rolling_maintenance_max_parallel=2,
+                      rolling_maintenance_failure_domain=ZONE)
+    outcome = {}
+    with safety.PdbWatcher(k8s) as budgets, safety.ParallelWatcher(k8s, WORKERS, ZONE) as parallel:
+        thread = threading.Thread(target=lambda: outcome.update(run=runs.playbook(lab.kubeconfig, PLAYBOOK, extra)))
+        thread.start()
+        try:
+            # lab-worker-3 enters maintenance while the drain of lab-worker-1 cannot have ended: together.
+            wait_for(lambda: client.CoreV1Api(k8s).read_node("lab-worker-3").spec.unschedulable, 300,
+                     "lab-worker-3 to be cordoned while lab-worker-1 still drains")
+            # (the held pod is still on lab-worker-1, evicted or about to be: its drain has not ended)
+            assert any(p.spec.node_name == "lab-worker-1" for p in held_pods())
+        finally:
+            release()
+            thread.join(1200)
+    run = outcome["run"]
+    assert run.returncode == 0, run.output[-4000:]
+    assert "lab-worker-1 + lab-worker-3, then lab-worker-2 + lab-worker-4 (up to 2 at once" in run.output
+    assert "entering maintenance together: lab-worker-1, lab-worker-3" in run.output
+    # Both nodes of a zone were out at the same time, and only ever those.
+    assert parallel.most_cordoned == 2, parallel.cordoned_sets
+    assert ["lab-worker-1", "lab-worker-3"] in parallel.cordoned_sets
+    assert ["lab-worker-2", "lab-worker-4"] in parallel.cordoned_sets
+    assert parallel.mixed_domains == []
+    assert 0 < parallel.most_migrations <= 5  # parallelMigrationsPerCluster, KubeVirt's default
+    assert budgets.violations == []
+    vm_safety.verify()
+    assert all(in_service(k8s, name) for name in WORKERS)
+    report = report_of(tmp_path)
+    assert report["status"] == "succeeded"
+    assert [n["node"] for n in report["nodes"]] == ["lab-worker-1", "lab-worker-3", "lab-worker-2", "lab-worker-4"]
+    assert all(n["status"] == "done" for n in report["nodes"])
+
+
+def test_a_failure_in_a_batch_finishes_the_batch_and_starts_no_other(lab, k8s, namespace, tmp_path, lock_name,
+                                                                   zones, task_files, four_vms, workers_back):
+    extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=WORKERS, rolling_maintenance_max_parallel=2,
+                      rolling_maintenance_failure_domain=ZONE, rolling_maintenance_node_tasks=task_files["failing"],
+                      fail_on_node="lab-worker-1")
+    with safety.ParallelWatcher(k8s, WORKERS, ZONE) as parallel:
+        run = runs.playbook(lab.kubeconfig, PLAYBOOK, extra)
+    assert run.returncode != 0
+    final = failure_messages(run)[-1]
+    assert "Done: lab-worker-3." in final, final
+    assert "Failed and left cordoned (in maintenance): lab-worker-1." in final
+    assert "Not started: lab-worker-2, lab-worker-4." in final
+    assert '"rolling_maintenance_nodes": ["lab-worker-1", "lab-worker-2", "lab-worker-4"]' in final
+    assert not in_service(k8s, "lab-worker-1")
+    assert all(in_service(k8s, name) for name in ("lab-worker-2", "lab-worker-3", "lab-worker-4"))
+    assert parallel.most_cordoned == 2 and parallel.mixed_domains == []
+    assert not lease(k8s, lock_name).spec.holder_identity
+    report = report_of(tmp_path)
+    assert [(n["node"], n["status"]) for n in report["nodes"]] == [("lab-worker-1", "failed"), ("lab-worker-3", "done")]
+
+
+def test_max_parallel_bad_input_changes_nothing(lab, k8s, tmp_path, lock_name):
+    before = node_marks(k8s)
+    zero = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=WORKERS, rolling_maintenance_max_parallel=0))
+    assert zero.returncode != 0
+    assert any("rolling_maintenance_max_parallel (0) is not a number of nodes" in m for m in failure_messages(zero))
+    unlabelled = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=WORKERS, rolling_maintenance_max_parallel=2,
+        rolling_maintenance_failure_domain="example.com/rack"))
+    assert unlabelled.returncode != 0
+    assert any("Node lab-worker-1 has no label example.com/rack, so its failure domain is unknown" in m
+               for m in failure_messages(unlabelled)), failure_messages(unlabelled)
+    inventory = tmp_path / "lab.nodes.yml"
+    inventory.write_text("plugin: kubevirt_ops.maintenance.nodes\n")
+    hosts = runs._run([os.path.join(runs.BIN, "ansible-playbook"), "-i", str(inventory), HOSTS_PLAYBOOK, "-e",
+                       json.dumps(base_vars(tmp_path, lock_name, rolling_maintenance_max_parallel=2))],
+                      lab.kubeconfig, None, 900)
+    assert hosts.returncode != 0
+    assert any("is for the single-play style" in m for m in failure_messages(hosts)), failure_messages(hosts)
+    assert node_marks(k8s) == before
+    assert lease(k8s, lock_name) is None
