@@ -41,6 +41,8 @@ def _md_facts(model):
         facts.insert(0, ("Cluster", model["cluster"]))
     if model["selection"]:
         facts.append(("Selection", model["selection"]))
+    if any(len(batch) > 1 for batch in model["batches"]):
+        facts.append(("Batches (in maintenance together)", ", then ".join(" + ".join(b) for b in model["batches"])))
     for key, value in sorted((model["policy"] or {}).items()):
         facts.append(("Policy: %s" % key, value))
     if model["lock"]:

@@ -43,7 +43,8 @@ options:
       - The run. Keys used (all optional) are C(title), C(status) (for example V(succeeded), V(failed),
         V(window_closed), V(health_gate_failed)), C(message), C(cluster), C(selection), C(policy) (a dictionary shown as is),
         C(lock), C(started), C(finished), C(preflight) (with C(start) and C(end)), C(nodes) (the planned order,
-        so nodes never started appear too), C(remaining) (what is left to do) and C(resume) (the command that
+        so nodes never started appear too), C(batches) (the nodes in maintenance together, in order; one node each
+        by default), C(remaining) (what is left to do) and C(resume) (the command that
         finishes the job).
       - Times are ISO 8601 strings; without an offset they are UTC.
     type: dict

@@ -101,3 +101,19 @@ def test_the_report_shows_the_prediction_beside_the_real_duration():
     assert [n["predicted_seconds"] for n in data["nodes"]] == [None, 260.0]
     rows = [line for line in report_markdown.to_markdown(model).splitlines() if "| w2 |" in line]
     assert rows and "3m50s (predicted 4m20s)" in rows[0], rows
+
+
+def test_a_batch_drains_as_long_as_its_longest_drain_then_each_node_in_turn():
+    records = [record("w1", 0, 100, 160)]  # 8 GiB in 100 s, 60 s for the rest of a node
+    prediction = duration.predict_batch(records, DETAILS, ["w2", "w3"])
+    # w2 drains 16 GiB (200 s), w3 nothing (the mean drain, 100 s): 200 s, then 60 s for each node.
+    assert prediction["drain_seconds"] == 200 and prediction["rest_seconds"] == 120
+    assert prediction["seconds"] == 320 and "longest drain of the 2 nodes" in prediction["basis"]
+    assert duration.predict_batch([], DETAILS, ["w2", "w3"]) is None
+    window = {"open": True, "closes_at": at(600), "now": at(400)}
+    verdict = node_fits_window({"records": records, "preflight": {"details": DETAILS}}, ["w2", "w3"], window)
+    assert not verdict["fits"] and verdict["predicted_seconds"] == 320
+    assert verdict["message"].startswith("Nodes w2, w3 are not started: together they are predicted to take 320 s (")
+    # A batch of one is a node.
+    single = node_fits_window({"records": records, "preflight": {"details": DETAILS}}, ["w2"], window)
+    assert single["message"].startswith("Node w2 is not started: it is predicted to take 260 s")

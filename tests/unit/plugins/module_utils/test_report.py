@@ -88,6 +88,15 @@ def test_json_has_phase_durations_and_migration_endpoints(model):
     assert data["nodes"][2]["phases"]["tasks"]["failed"]
 
 
+def test_batches_one_node_each_unless_the_run_had_batches(model):
+    assert report.to_json_data(model)["batches"] == [["worker-1"], ["worker-2"], ["worker-3"], ["worker-4"]]
+    assert "Batches" not in report_markdown.to_markdown(model)
+    together = report.build(dict(RUN, batches=[["worker-1", "worker-3"], ["worker-2", "worker-4"]]), RECORDS)
+    assert report.to_json_data(together)["batches"] == [["worker-1", "worker-3"], ["worker-2", "worker-4"]]
+    assert "| Batches (in maintenance together) | worker-1 + worker-3, then worker-2 + worker-4 |" in \
+        report_markdown.to_markdown(together)
+
+
 def test_failed_phase_defaults_to_the_last_one_started():
     model = report.build({}, [{"node": "n1", "status": "failed", "phases": phases(0, 10, None)}])
     assert model["nodes"][0]["phases"][-1]["failed"]
