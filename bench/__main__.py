@@ -11,12 +11,10 @@ import os
 import platform
 import shlex
 import sys
-import time
 import traceback
 from pathlib import Path
 
 from bench import bootstrap, labs, peers as peers_mod, report, scale as scale_mod, scenarios as sc
-from bench import workloads as w
 from bench.context import Context
 from bench.bootstrap import say
 
@@ -27,13 +25,15 @@ RESULTS = REPO / "bench" / "results"
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=3, help="runs per scenario and peer (median reported)")
-    p.add_argument("--scenarios", default="1,2,3,4,5", help="comma-separated: 1,2,3,4,5 (default all)")
-    p.add_argument("--peers", default="kubectl,k8s_drain,ours_drain,ours_cr,nmo,ours_role",
+    p.add_argument("--scenarios", default="1,2,3,4,5,6", help="comma-separated: 1,2,3,4,5,6 (default all)")
+    p.add_argument("--peers", default="kubectl,k8s_drain,ours_drain,ours_cr,nmo,ours_role,ours_role_parallel",
                    help="comma-separated peer keys (default: all but ours_role_drain, the role with method drain)")
     p.add_argument("--lab-dir", type=Path, default=Path(os.environ.get("KUBEVIRT_OPS_BENCH_LAB_DIR")
                                                         or labs.default_dir("bench-lab")),
                    help="state dir of the benchmark lab (reused when up; default .build/bench-lab)")
     p.add_argument("--scale-lab-dir", type=Path, default=labs.default_dir("bench-lab-scale"))
+    p.add_argument("--parallel-lab-dir", type=Path, default=labs.default_dir("bench-lab-parallel"),
+                   help="the lab of scenario 6 (8 workers in 2 zones)")
     # The scale lab (`lab up --scale`) keeps 1,000 KWOK nodes Ready on 2 cores (see README).
     p.add_argument("--scale-nodes", type=int, default=1000)
     p.add_argument("--scale-pods-per-node", type=int, default=30)
@@ -104,67 +104,13 @@ def main(argv=None):
             (args.output / "latest.md").write_text(report.sanitize(report.markdown(result)))
 
     small = wanted & {"1", "2", "3", "4"}
-    started_lab = False
     try:
         if small:
-            lab_dir = args.lab_dir.resolve()
-            if not labs.is_up(lab_dir):
-                labs.up(lab_dir, 4)
-                started_lab = True
-            ctx = Context(lab_dir, args.timeout)
-            kube = ctx.kube
-            drain_peers = [p for p in peers_mod.all_peers(nmo_build=not args.no_nmo_build) if p.key in wanted_peers]
-            roll_peers = [p for p in peers_mod.rolling_peers() if p.key in wanted_peers]
-            ready = {}
-            for peer in drain_peers + roll_peers:
-                try:
-                    peer.prepare(ctx.env)
-                    ready[(peer.key, type(peer).__name__)] = peer
-                except peers_mod.Unavailable as e:
-                    say(f"{peer.label}: not measured: {e}")
-                    result["unavailable"][peer.label] = str(e)
-            try:
-                for key in ("1", "2", "3"):
-                    if key not in wanted:
-                        continue
-                    scenario = sc.SCENARIOS[key]
-                    node = ctx.workers[0]
-                    for iteration in range(args.iterations):
-                        for peer in drain_peers:
-                            if (peer.key, type(peer).__name__) not in ready or peer.key not in scenario.peers:
-                                continue
-                            say(f"scenario {key}, {peer.label}, iteration {iteration + 1}/{args.iterations}")
-                            record = _guarded(lambda: sc.run_drain(ctx, scenario, peer, iteration, node),
-                                              key, peer, iteration)
-                            _say_record(record)
-                            result["runs"].append(record)
-                            save()
-                if "4" in wanted:
-                    scenario = sc.SCENARIOS["4"]
-                    for iteration in range(args.iterations):
-                        for peer in roll_peers:
-                            if (peer.key, type(peer).__name__) not in ready:
-                                continue
-                            say(f"scenario 4, {peer.label}, iteration {iteration + 1}/{args.iterations}")
-                            record = _guarded(lambda: sc.run_rolling(ctx, scenario, peer, iteration),
-                                              "4", peer, iteration)
-                            _say_record(record)
-                            result["runs"].append(record)
-                            save()
-                if small:
-                    say("no-op module runs vs ansible.builtin.ping")
-                    sc.reset(kube, ctx.workers)
-                    result["noop"] = sc.measure_noop(ctx, args.noop_iterations)
-                    save()
-            finally:
-                for peer in ready.values():
-                    peer.close(ctx.env)
-                try:
-                    sc.reset(kube, ctx.workers)
-                except Exception as e:  # noqa: BLE001
-                    say(f"could not reset the lab: {e}")
-                if started_lab and not args.keep_lab:
-                    labs.down(lab_dir)
+            _on_lab(args, result, save, wanted_peers, args.lab_dir.resolve(), 4, sorted(small), noop=True)
+        if "6" in wanted:
+            # Its own lab: 8 workers in 2 zones, so that scenario 4's figures stay comparable.
+            _on_lab(args, result, save, wanted_peers, args.parallel_lab_dir.resolve(), sc.SCENARIOS["6"].nodes,
+                    ["6"], noop=False)
         if "5" in wanted:
             try:
                 result["scale"] = scale_mod.run(
@@ -184,6 +130,71 @@ def main(argv=None):
             f"{(args.output / 'latest.md')}")
     print((args.output / "latest.md").read_text())
     return 0
+
+
+def _on_lab(args, result, save, wanted_peers, lab_dir, workers, keys, noop):
+    """The drain and rolling scenarios ``keys`` on a lab of ``workers`` workers (started if down)."""
+    started_lab = False
+    if not labs.is_up(lab_dir):
+        labs.up(lab_dir, workers)
+        started_lab = True
+    ctx = Context(lab_dir, args.timeout)
+    kube = ctx.kube
+    drain_peers = [p for p in peers_mod.all_peers(nmo_build=not args.no_nmo_build) if p.key in wanted_peers] \
+        if set(keys) & {"1", "2", "3"} else []
+    roll_peers = [p for p in peers_mod.rolling_peers() if p.key in wanted_peers]
+    ready = {}
+    for peer in drain_peers + roll_peers:
+        try:
+            peer.prepare(ctx.env)
+            ready[(peer.key, type(peer).__name__)] = peer
+        except peers_mod.Unavailable as e:
+            say(f"{peer.label}: not measured: {e}")
+            result["unavailable"][peer.label] = str(e)
+    try:
+        for key in ("1", "2", "3"):
+            if key not in keys:
+                continue
+            scenario = sc.SCENARIOS[key]
+            node = ctx.workers[0]
+            for iteration in range(args.iterations):
+                for peer in drain_peers:
+                    if (peer.key, type(peer).__name__) not in ready or peer.key not in scenario.peers:
+                        continue
+                    say(f"scenario {key}, {peer.label}, iteration {iteration + 1}/{args.iterations}")
+                    record = _guarded(lambda: sc.run_drain(ctx, scenario, peer, iteration, node),
+                                      key, peer, iteration)
+                    _say_record(record)
+                    result["runs"].append(record)
+                    save()
+        for key in ("4", "6"):
+            if key not in keys:
+                continue
+            scenario = sc.SCENARIOS[key]
+            for iteration in range(args.iterations):
+                for peer in roll_peers:
+                    if (peer.key, type(peer).__name__) not in ready or peer.key not in scenario.peers:
+                        continue
+                    say(f"scenario {key}, {peer.label}, iteration {iteration + 1}/{args.iterations}")
+                    record = _guarded(lambda: sc.run_rolling(ctx, scenario, peer, iteration),
+                                      key, peer, iteration)
+                    _say_record(record)
+                    result["runs"].append(record)
+                    save()
+        if noop:
+            say("no-op module runs vs ansible.builtin.ping")
+            sc.reset(kube, ctx.workers)
+            result["noop"] = sc.measure_noop(ctx, args.noop_iterations)
+            save()
+    finally:
+        for peer in ready.values():
+            peer.close(ctx.env)
+        try:
+            sc.reset(kube, ctx.workers)
+        except Exception as e:  # noqa: BLE001
+            say(f"could not reset the lab: {e}")
+        if started_lab and not args.keep_lab:
+            labs.down(lab_dir)
 
 
 def _guarded(fn, scenario, peer, iteration):

@@ -324,10 +324,15 @@ class OursRole(Peer):
 
     clients = ("kubevirt_ops.maintenance",)
 
-    def __init__(self, method="auto"):
+    def __init__(self, method="auto", max_parallel=1, failure_domain=""):
         self.method = method
+        self.max_parallel = max_parallel
+        self.failure_domain = failure_domain
         self.key = "ours_role" if method == "auto" else f"ours_role_{method}"
         self.label = "rolling_maintenance role" + ("" if method == "auto" else f" (method {method})")
+        if max_parallel > 1:
+            self.key += "_parallel"
+            self.label += f", max_parallel {max_parallel}" + (f" by {failure_domain}" if failure_domain else "")
 
     def prepare(self, env):
         if not (REPO / "roles" / "rolling_maintenance" / "tasks" / "main.yml").exists():
@@ -338,7 +343,8 @@ class OursRole(Peer):
 
         report_dir = tempfile.mkdtemp(prefix="bench-rolling-report-")
         extra = {"bench_nodes": nodes, "bench_report_dir": report_dir, "bench_drain_timeout": env.timeout,
-                 "bench_method": self.method}
+                 "bench_method": self.method, "bench_max_parallel": self.max_parallel,
+                 "bench_failure_domain": self.failure_domain}
         argv = [str(env.our_bin / "ansible-playbook"), "-i", "localhost,", "-c", "local",
                 str(REPO / "bench" / "playbooks" / "rolling.yml"), "-e", json.dumps(extra)]
         penv = env.our_ansible_env()
@@ -374,4 +380,5 @@ def _timeline(report_dir):
 
 
 def rolling_peers():
-    return [OursRole(), KubectlRolling(), OursRole("drain")]
+    return [OursRole(), KubectlRolling(), OursRole("drain"),
+            OursRole(max_parallel=2, failure_domain="topology.kubernetes.io/zone")]

@@ -15,8 +15,10 @@ TARGETS = {
     "scale_seconds": 10.0,  # scenario 5, 1,000 nodes
     "scale_mib": 300.0,
     "noop_over_ping": 0.5,
+    "parallel_speedup": 1.8,  # scenario 6, max_parallel 2 vs 1
 }
-OURS = ("ours_drain", "ours_cr", "ours_role", "ours_role_drain")
+OURS = ("ours_drain", "ours_cr", "ours_role", "ours_role_drain", "ours_role_parallel")
+ROLLING_SCENARIOS = ("4", "6")
 
 
 def median(values):
@@ -34,7 +36,7 @@ def summarize(runs, peer_labels, rolling_labels=None):
         for peer, entry in by_peer.items():
             runs_ = entry.pop("runs")
             ok = [r for r in runs_ if r.get("ok")]
-            labels = (rolling_labels or peer_labels) if scenario == "4" else peer_labels
+            labels = (rolling_labels or peer_labels) if scenario in ROLLING_SCENARIOS else peer_labels
             entry.update({
                 "label": labels.get(peer, peer),
                 "simulator_requests_median": median([(r.get("requests_by_client") or {}).get("kubevirt-sim")
@@ -60,7 +62,17 @@ def summarize(runs, peer_labels, rolling_labels=None):
                 entry["vm_lower_bound_seconds"] = drain_lower_bound(
                     {"parallel_outbound_migrations_per_node": 2, "parallel_migrations_per_cluster": 5,
                      "bandwidth_bytes_per_second": 2.0**30}, SCENARIOS[scenario].vms, SCENARIOS[scenario].vm_memory)
-            if scenario == "4":
+            if scenario == "6":
+                stats = [r.get("parallel") or {} for r in runs_]
+                entry["parallel"] = {
+                    "most_nodes_cordoned": max((p.get("most_nodes_cordoned") or 0) for p in stats) if stats else None,
+                    "moments_with_two_zones": sum((p.get("moments_with_two_zones") or 0) for p in stats),
+                    "most_migrations_in_flight": max((p.get("most_migrations_in_flight") or 0) for p in stats)
+                    if stats else None,
+                    "parallel_migrations_per_cluster": (runs_[0].get("migration_settings") or {}).get(
+                        "parallel_migrations_per_cluster") if runs_ else None,
+                }
+            if scenario in ROLLING_SCENARIOS:
                 entry["ratio_to_lower_bound_median"] = median([r.get("ratio_to_lower_bound") for r in ok])
                 entry["overhead_per_node_seconds_median"] = median([r.get("overhead_per_node_seconds") for r in ok])
                 entry["lower_bound_seconds_median"] = median(
@@ -79,6 +91,12 @@ def summarize(runs, peer_labels, rolling_labels=None):
                     "wall": _ratio(by_peer[ours]["wall_seconds_median"], entry["wall_seconds_median"]),
                     "requests": _ratio(by_peer[ours]["requests_median"], entry["requests_median"]),
                 }
+        if scenario == "6" and "ours_role" in by_peer and "ours_role_parallel" in by_peer:
+            ratios = {"ours_role_parallel/ours_role": {
+                "wall": _ratio(by_peer["ours_role_parallel"]["wall_seconds_median"],
+                               by_peer["ours_role"]["wall_seconds_median"]),
+                "requests": _ratio(by_peer["ours_role_parallel"]["requests_median"],
+                                   by_peer["ours_role"]["requests_median"])}}
         if ratios:
             by_peer["_ratios"] = ratios
     return summary
@@ -120,6 +138,7 @@ def verdicts(summary, scale, noop):
         elif role or key == "ours_role":
             out.append({"target": target, "met": None,
                         "figure": "not measured" if not role else "; ".join(role.get("errors") or ["failed"])})
+    out.append(_parallel_verdict(summary.get("6") or {}))
     if scale and scale.get("results"):
         for key, res in scale["results"].items():
             if key.startswith("kubectl"):
@@ -141,6 +160,27 @@ def verdicts(summary, scale, noop):
                         and over <= TARGETS["noop_over_ping"] and key not in noop.get("errors", {}),
                         "figure": f"{median(samples)} s vs ping {ping} s ({over:+} s)"})
     return out
+
+
+def _parallel_verdict(by_peer):
+    """Scenario 6: two nodes of a zone at once >= 1.8x faster than one at a time, and safe."""
+    target = ("scenario 6 max_parallel 2 by zone: >= 1.8x faster than max_parallel 1, never two zones or more "
+              "than 2 nodes out, migrations within parallelMigrationsPerCluster")
+    ratio = ((by_peer.get("_ratios") or {}).get("ours_role_parallel/ours_role") or {}).get("wall")
+    parallel = by_peer.get("ours_role_parallel") or {}
+    stats = parallel.get("parallel") or {}
+    if not ratio or not stats:
+        return {"target": target, "met": None, "figure": "not measured"}
+    speedup = round(1 / ratio, 2)
+    limit = stats.get("parallel_migrations_per_cluster") or 5
+    met = (speedup >= TARGETS["parallel_speedup"] and stats["most_nodes_cordoned"] <= 2
+           and stats["moments_with_two_zones"] == 0 and stats["most_migrations_in_flight"] <= limit
+           and parallel.get("correct") and (by_peer.get("ours_role") or {}).get("correct"))
+    return {"target": target, "met": bool(met),
+            "figure": f"{speedup}x faster; at most {stats['most_nodes_cordoned']} nodes out, "
+                      f"{stats['moments_with_two_zones']} moments with two zones, at most "
+                      f"{stats['most_migrations_in_flight']} migrations in flight (limit {limit}); "
+                      f"correct {parallel.get('correct')}"}
 
 
 def _fmt(value, unit=""):
@@ -174,7 +214,7 @@ def markdown(result):
     for scenario in sorted(k for k in summary if k != "5"):
         by_peer = summary[scenario]
         lines += [f"## Scenario {scenario}: {titles.get(scenario, '')}", ""]
-        if scenario == "4":
+        if scenario in ROLLING_SCENARIOS:
             lines += ["| peer | wall s (median) | lower bound s | ratio | overhead s/node | API requests | "
                       "correct | error |", "|---|---:|---:|---:|---:|---:|---|---|"]
             for peer, e in by_peer.items():
@@ -186,6 +226,20 @@ def markdown(result):
                              f"{_fmt(e.get('overhead_per_node_seconds_median'))} | "
                              f"{_fmt(e['requests_median'])} | {_correct(e)} | {_errors(e)} |")
             ideal = next((e.get("ideal_bound_seconds") for p, e in by_peer.items() if not p.startswith("_")), None)
+            if scenario == "6":
+                lines += ["", "The lower bound and its ratio are those of one node at a time; with two nodes drained "
+                              "together the role can go below it."]
+                for peer, e in by_peer.items():
+                    if not peer.startswith("_") and e.get("parallel"):
+                        p = e["parallel"]
+                        lines.append(f"{e['label']}: at most {p['most_nodes_cordoned']} nodes cordoned at once, "
+                                     f"{p['moments_with_two_zones']} moments with nodes of two zones cordoned, at "
+                                     f"most {p['most_migrations_in_flight']} live migrations in flight "
+                                     f"(parallelMigrationsPerCluster {p['parallel_migrations_per_cluster']}).")
+                for key, r in (by_peer.get("_ratios") or {}).items():
+                    lines.append(f"Ratio {key}: wall {_fmt(r['wall'])}, API requests {_fmt(r['requests'])}.")
+                lines.append("")
+                continue
             lines += ["", f"Lower bound: for each node, ceil(VMs on it when cordoned / 2 outbound migrations per "
                           f"node) x (guest memory / migration bandwidth), summed; with the best possible placement "
                           f"it would be {_fmt(ideal)} s.", ""]

@@ -44,6 +44,11 @@ class RollingScenario:
     vm_memory: str = "4Gi"
     # ours_role_drain (the role with method drain) runs when named in --peers.
     peers: tuple = ("ours_role", "kubectl", "ours_role_drain")
+    # Failure domains: a value of ZONE_LABEL per node (scenario 6), none by default.
+    zones: tuple = ()
+
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
 SCENARIOS = {
@@ -51,6 +56,8 @@ SCENARIOS = {
     "2": DrainScenario("2", "PDB-gated drain: 100 pods, PDB maxUnavailable 1 per 10 pods", with_pdbs=True),
     "3": DrainScenario("3", "VM drain: 20 VMs (LiveMigrate, RWX) + 40 pods", replica_sets=4, per_set=10, vms=20),
     "4": RollingScenario("4", "rolling maintenance: 4 workers, 40 VMs"),
+    "6": RollingScenario("6", "several nodes at once: 8 workers in 2 zones, 80 VMs, max_parallel 2 by zone vs 1",
+                         nodes=8, peers=("ours_role", "ours_role_parallel"), zones=("zone-a", "zone-b") * 4),
 }
 
 SMOKE_SCENARIO = DrainScenario("smoke", "smoke: 4 pods under a PDB, 1 VM", replica_sets=2, per_set=2,
@@ -344,11 +351,62 @@ def prepare_rolling(kube, scenario, nodes):
     return Prepared(namespace, [], names, w.vmi_uids(kube, namespace), round(time.monotonic() - started, 1))
 
 
+def label_zones(kube, nodes, zones):
+    """Put the scenario's failure domains on the nodes (None: take the label off)."""
+    for node, zone in zip(nodes, zones):
+        kube.patch("Node", node, {"metadata": {"labels": {ZONE_LABEL: zone}}})
+
+
+def parallel_stats(node_windows, zones_by_node, migrations):
+    """Several nodes at once: the most nodes cordoned together, moments with two zones cordoned,
+    and the most live migrations in flight together (from their phase timestamps)."""
+    from bench.audit import _timestamp
+
+    events = []
+    for node, window in node_windows.items():
+        events.append((window["cordoned_at"], 1, node))
+        events.append((window["uncordoned_at"] if window["uncordoned_at"] is not None else float("inf"), -1, node))
+    cordoned, most, mixed = set(), 0, 0
+    for _at, delta, node in sorted(events, key=lambda e: (e[0], e[1])):
+        if delta > 0:
+            cordoned.add(node)
+        else:
+            cordoned.discard(node)
+        most = max(most, len(cordoned))
+        if len(set(zones_by_node.get(n) for n in cordoned)) > 1:
+            mixed += 1
+    spans = []
+    for m in migrations:
+        stamps = dict((t.get("phase"), _timestamp(t.get("phaseTransitionTimestamp")))
+                      for t in (m.get("status") or {}).get("phaseTransitionTimestamps") or []
+                      if t.get("phaseTransitionTimestamp"))
+        start = stamps.get("Scheduling") or stamps.get("Scheduled")
+        end = stamps.get("Succeeded") or stamps.get("Failed")
+        if start is not None and end is not None:
+            spans += [(start, 1), (end, -1)]
+    in_flight, most_migrations = 0, 0
+    for _at, delta in sorted(spans):
+        in_flight += delta
+        most_migrations = max(most_migrations, in_flight)
+    return {"most_nodes_cordoned": most, "moments_with_two_zones": mixed, "most_migrations_in_flight": most_migrations}
+
+
 def run_rolling(ctx, scenario, peer, iteration):
     kube = ctx.kube
     nodes = ctx.workers[:scenario.nodes]
     record = {"scenario": scenario.key, "peer": peer.key, "iteration": iteration, "nodes": nodes}
     reset(kube, ctx.workers)
+    if scenario.zones:
+        label_zones(kube, nodes, scenario.zones)
+        try:
+            return _run_rolling(ctx, scenario, peer, nodes, record)
+        finally:
+            label_zones(kube, nodes, [None] * len(nodes))
+    return _run_rolling(ctx, scenario, peer, nodes, record)
+
+
+def _run_rolling(ctx, scenario, peer, nodes, record):
+    kube = ctx.kube
     prepared = prepare_rolling(kube, scenario, nodes)
     record["prepare_seconds"] = prepared.seconds
     watcher = RollingWatcher(kube, prepared.namespace, nodes).start()
@@ -403,6 +461,9 @@ def run_rolling(ctx, scenario, peer, iteration):
         record["overhead_per_node_seconds"] = round(overhead / len(nodes), 2)
         record["ratio_to_lower_bound"] = round(m.wall_seconds / bounds["observed_placement_seconds"], 3)
     record["ratio_to_ideal_bound"] = round(m.wall_seconds / bounds["ideal_seconds"], 3)
+    if scenario.zones:
+        record["parallel"] = parallel_stats(node_windows, dict(zip(nodes, scenario.zones)),
+                                            watcher.migrations.values())
     return record
 
 
