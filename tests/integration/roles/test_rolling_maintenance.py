@@ -145,14 +145,19 @@ def report_of(tmp_path):
         return json.load(handle)
 
 
-@pytest.fixture
-def four_vms(k8s, namespace):
-    """One migratable VM pinned nowhere, per worker on average."""
-    names = ["vm-%d" % i for i in range(1, 5)]
+def unpinned_vms(k8s, namespace, count):
+    """``count`` migratable VMs pinned nowhere, running."""
+    names = ["vm-%d" % i for i in range(1, count + 1)]
     for name in names:
         workloads.create_vm(k8s, namespace, name, memory="512Mi")
     workloads.wait_vms_running(k8s, namespace, names)
     return names
+
+
+@pytest.fixture
+def four_vms(k8s, namespace):
+    """One migratable VM pinned nowhere, per worker on average."""
+    return unpinned_vms(k8s, namespace, 4)
 
 
 def test_bad_input_is_refused_with_a_clear_message(lab, k8s, tmp_path, lock_name):
@@ -675,11 +680,7 @@ def zones(k8s):
 
 @pytest.fixture
 def eight_vms(k8s, namespace):
-    names = ["vm-%d" % i for i in range(1, 9)]
-    for name in names:
-        workloads.create_vm(k8s, namespace, name, memory="512Mi")
-    workloads.wait_vms_running(k8s, namespace, names)
-    return names
+    return unpinned_vms(k8s, namespace, 8)
 
 
 HOLD = "kubevirt-ops.test/hold"
