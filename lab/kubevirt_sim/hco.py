@@ -14,7 +14,8 @@ this plays the part of it the collection meets, following upstream's source
   infrastructure, else None (``pkg/webhooks/mutator/v1beta1_hyperConvergedMutator.go``
   mutateV1beta1EvictionStrategy, ``hyperConvergedMutator.go`` mutateEvictionStrategy). Upstream's
   mutating webhook does it on the next update of the CR once the status is known; the
-  stand-in patches the spec itself as soon as it knows the status.
+  stand-in patches the spec itself in the reconcile that first writes the status, before it,
+  so a reader who sees ``Available`` also sees the defaulted strategy.
 - The KubeVirt CR ``kubevirt/kubevirt`` is written from the HyperConverged spec and put back
   when someone edits it (``controllers/handlers/kubevirt.go`` at v1.18.1, getKVConfig; UpdateCR
   replaces the whole spec): the eviction strategy as is (unset: none in the KubeVirt CR),
@@ -110,10 +111,7 @@ class HyperConvergedController(Controller):
         configuration = o.spec(kubevirt).get("configuration") or {}
 
         highly_available = self._infrastructure_highly_available()
-        if (
-            not spec.get("evictionStrategy")
-            and o.status(hco).get("infrastructureHighlyAvailable") is not None
-        ):
+        if not spec.get("evictionStrategy"):
             default = "LiveMigrate" if highly_available else "None"
             self.kube.patch(
                 k.HYPERCONVERGEDS,

@@ -149,6 +149,25 @@ def wait_for_kubevirt_nodes(sim, timeout=20):
     log.warning("no node became kubevirt.io/schedulable within %ss", timeout)
 
 
+def wait_for_hyperconverged(sim, timeout=20):
+    """Ready means settled: the HyperConverged CR defaulted and Available, the KubeVirt CR written."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        settled = [
+            h
+            for h in sim.hcos.list()
+            if o.spec(h).get("evictionStrategy")
+            and any(
+                c.get("type") == "Available" and c.get("status") == "True"
+                for c in o.status(h).get("conditions") or []
+            )
+        ]
+        if settled:
+            return
+        time.sleep(0.2)
+    log.warning("the HyperConverged CR was not Available within %ss", timeout)
+
+
 def run(args):
     """The virt-handler stand-in beside the real virt-controller and virt-api."""
     state_dir = Path(args.state_dir)
@@ -210,6 +229,8 @@ def run(args):
     webhook_port = webhook.start(sim, serving, medik8s_node_maintenance=medik8s)
 
     wait_for_kubevirt_nodes(sim)
+    if not args.no_hco:
+        wait_for_hyperconverged(sim)
     info = {
         "pid": os.getpid(),
         "mode": "real-kubevirt",
