@@ -58,3 +58,35 @@ options:
     default: fail
     choices: [fail, shutdown, wait]
 """
+
+    # Paired with module_utils/args.py DRAIN_GROUPED.
+    GROUPED = r"""
+options:
+  drain_options:
+    description:
+      - The pod options of the drain as one dictionary, as the O(ignore_daemonsets), O(delete_emptydir_data),
+        O(force), O(pod_selector), O(grace_period) and O(disable_eviction) options of the same names; for
+        playbooks that keep them in one variable (the C(rolling_maintenance_drain_options) of the roles).
+      - A key set here is used instead of the option of the same name; the same option changed in both places to
+        different values is refused.
+    type: dict
+    suboptions:
+      ignore_daemonsets:
+        description: As O(ignore_daemonsets).
+        type: bool
+      delete_emptydir_data:
+        description: As O(delete_emptydir_data).
+        type: bool
+      force:
+        description: As O(force).
+        type: bool
+      pod_selector:
+        description: As O(pod_selector).
+        type: str
+      grace_period:
+        description: As O(grace_period).
+        type: int
+      disable_eviction:
+        description: As O(disable_eviction).
+        type: bool
+"""

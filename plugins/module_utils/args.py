@@ -4,7 +4,7 @@
 """Argument-spec fragments, each paired with the doc fragment of the same name.
 
 auth <-> doc_fragments/auth.py, wait <-> doc_fragments/wait.py,
-drain <-> doc_fragments/drain.py, vm_selection <-> doc_fragments/vm_selection.py,
+drain <-> doc_fragments/drain.py, drain_grouped <-> doc_fragments/drain.py GROUPED, vm_selection <-> doc_fragments/vm_selection.py,
 lock <-> doc_fragments/lock.py.
 Option names and K8S_AUTH_* fallbacks are kubernetes.core's, so users reuse their
 variables, environment and module_defaults.
@@ -47,6 +47,15 @@ DRAIN = {
     "grace_period": {"type": "int", "default": -1},
     "disable_eviction": {"type": "bool", "default": False},
     "non_migratable": {"type": "str", "default": "fail", "choices": ["fail", "shutdown", "wait"]},
+}
+
+# The six pod options of DRAIN as one dict, for callers that keep them together (the roles'
+# ``rolling_maintenance_drain_options``); option_checks folds it into the flat options.
+DRAIN_POD_OPTIONS = ("ignore_daemonsets", "delete_emptydir_data", "force", "pod_selector", "grace_period",
+                     "disable_eviction")
+DRAIN_GROUPED = {
+    "drain_options": {"type": "dict", "options": dict(
+        (option, {"type": DRAIN[option]["type"]}) for option in DRAIN_POD_OPTIONS)},
 }
 
 VM_SELECTION = {

@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.args import DRAIN, DRAIN_POD_OPTIONS
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_selectors import parse_label_selector
 
@@ -122,7 +123,29 @@ _CHECKS = (_check_names, _check_timeouts, _check_references, _check_durations, _
            _check_cpu_models)
 
 
+def fold_drain_options(params):
+    """Copy the keys set in ``drain_options`` onto the flat drain options of the same names.
+
+    A flat option changed from its default to another value than the dict's is a contradiction,
+    refused in one sentence rather than settled silently.
+    """
+    grouped = params.get("drain_options")
+    if not grouped:
+        return
+    for option in DRAIN_POD_OPTIONS:
+        value = grouped.get(option)
+        if value is None:
+            continue
+        flat = params.get(option)
+        if flat != DRAIN[option].get("default") and flat != value:
+            raise InvalidInputError(
+                "Option %s=%r contradicts drain_options.%s=%r: give it in one place." % (option, flat, option, value),
+                option=option)
+        params[option] = value
+
+
 def check(params):
-    """Raise InvalidInputError for the first option whose value cannot be right."""
+    """Fold ``drain_options``, then raise InvalidInputError for the first option whose value cannot be right."""
+    fold_drain_options(params)
     for check_some in _CHECKS:
         check_some(params)

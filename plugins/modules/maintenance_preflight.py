@@ -118,6 +118,7 @@ options:
 extends_documentation_fragment:
   - kubevirt_ops.maintenance.auth
   - kubevirt_ops.maintenance.drain
+  - kubevirt_ops.maintenance.drain.grouped
   - kubevirt_ops.maintenance.attributes
   - kubevirt_ops.maintenance.attributes.actiongroup
   - kubevirt_ops.maintenance.attributes.info_module
@@ -308,7 +309,7 @@ def run(module):
 
 def main():
     module = MaintenanceModule(
-        argument_spec=args.spec(args.DRAIN, dict(
+        argument_spec=args.spec(args.DRAIN, args.DRAIN_GROUPED, dict(
             nodes=dict(type="list", elements="str"),
             label_selector=dict(type="str"),
             order=dict(type="str", default="given", choices=["given", "fewest_vms_first"]),

@@ -110,6 +110,7 @@ options:
 extends_documentation_fragment:
   - kubevirt_ops.maintenance.auth
   - kubevirt_ops.maintenance.drain
+  - kubevirt_ops.maintenance.drain.grouped
   - kubevirt_ops.maintenance.lock
   - kubevirt_ops.maintenance.attributes
   - kubevirt_ops.maintenance.attributes.actiongroup
@@ -277,6 +278,7 @@ def main():
     module = MaintenanceModule(
         argument_spec=args.spec(
             args.DRAIN,
+            args.DRAIN_GROUPED,
             args.LOCK,
             dict(
                 name=dict(type="str", required=True),

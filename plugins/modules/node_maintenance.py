@@ -135,6 +135,7 @@ options:
 extends_documentation_fragment:
   - kubevirt_ops.maintenance.auth
   - kubevirt_ops.maintenance.drain
+  - kubevirt_ops.maintenance.drain.grouped
   - kubevirt_ops.maintenance.wait
   - kubevirt_ops.maintenance.lock
   - kubevirt_ops.maintenance.attributes
@@ -533,6 +534,7 @@ def main():
     module = MaintenanceModule(
         argument_spec=args.spec(
             args.DRAIN,
+            args.DRAIN_GROUPED,
             args.WAIT,
             args.LOCK,
             dict(

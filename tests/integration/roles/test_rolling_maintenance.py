@@ -275,6 +275,26 @@ def test_blocker_on_node_3_fails_preflight_before_node_1_is_touched(lab, k8s, na
     assert held is None or not held.spec.holder_identity
 
 
+def test_drain_options_reach_the_preflight_and_refuse_an_emptydir_pod(lab, k8s, namespace, tmp_path, lock_name,
+                                                                      workers_back):
+    """rolling_maintenance_drain_options goes to the modules as one dict: with delete_emptydir_data false, a pod
+    with an emptyDir volume on the third node stops the run before the first node is touched."""
+    client.CoreV1Api(k8s).create_namespaced_pod(namespace, {
+        "metadata": {"name": "scratch"},
+        "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+                 "volumes": [{"name": "tmp", "emptyDir": {}}], "nodeName": "lab-worker-3"}})
+    before = node_marks(k8s), maintenances(k8s)
+    run = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=WORKERS,
+        rolling_maintenance_drain_options={"delete_emptydir_data": False}))
+    assert run.returncode != 0
+    messages = failure_messages(run)
+    assert any("Preflight found" in m and "%s/scratch" % namespace in m and "delete_emptydir_data" in m
+               for m in messages), messages
+    assert (node_marks(k8s), maintenances(k8s)) == before
+    assert not any(task.startswith("Enter maintenance") for task, _result in run.results())
+
+
 def test_two_concurrent_runs_exactly_one_proceeds(lab, k8s, tmp_path, lock_name, task_files, workers_back):
     # The winner's node task waits for this file to go, so the winner holds the lock for as long as the
     # loser needs to give up, however slow the machine is.
