@@ -1,0 +1,119 @@
+"""run_records: a node's phases and its record in the run's state (the run_phase and run_record filters)."""
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_phase import run_phase
+from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_record import run_record
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.duration import predict
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_records import advance, record
+
+T = ["2026-11-26T10:00:%02d.000000Z" % s for s in range(60)]
+DRAIN = {"method": "drain", "eviction_pods": 7, "total_pods": 9, "vms": {"migrated": ["ns/a"]},
+         "duration_seconds": 4}
+VERIFY = {"migrations": [{"vm": "ns/a"}], "vms": {"stopped_as_expected": ["ns/b"], "running": 1, "expected": 1}}
+
+
+def state(**extra):
+    base = {"records": [], "failures": 0, "stop": False, "stop_reason": None, "order": ["w1", "w2", "w3"]}
+    base.update(extra)
+    return base
+
+
+def in_flight(phase="drain", **extra):
+    current = {"index": "1", "started": T[0], "predicted_seconds": 30, "phase": "drain", "phase_start": T[0],
+               "phases": {}}
+    for nxt, at in (("tasks", T[4]), ("ready", T[5]), ("uncordon", T[7]), ("verify", T[8])):
+        if phase == current["phase"]:
+            break
+        current = advance(current, nxt, at)
+        if nxt == "tasks":
+            current["drain"] = DRAIN
+    current.update(extra)
+    return current
+
+
+def test_each_phase_ends_where_the_next_begins():
+    current = in_flight("verify")
+    assert current["phase"] == "verify" and current["phase_start"] == T[8]
+    assert current["phases"] == {"drain": {"start": T[0], "end": T[4]}, "tasks": {"start": T[4], "end": T[5]},
+                                 "ready": {"start": T[5], "end": T[7]}, "uncordon": {"start": T[7], "end": T[8]}}
+
+
+def test_advance_leaves_its_input_alone():
+    current = in_flight("drain")
+    advance(current, "tasks", T[3])
+    assert current["phases"] == {} and current["phase"] == "drain"
+
+
+def test_a_done_node_is_recorded_with_every_phase_and_the_verification():
+    run = state()
+    after = record(run, "w1", in_flight("verify"), T[10], "auto", verify=VERIFY)
+    assert run["records"] == []  # the input is not changed
+    (entry,) = after["records"]
+    assert entry == {
+        "node": "w1", "index": 1, "status": "done", "method": "drain", "started": T[0], "finished": T[10],
+        "predicted_seconds": 30,
+        "phases": {"drain": {"start": T[0], "end": T[4]}, "tasks": {"start": T[4], "end": T[5]},
+                   "ready": {"start": T[5], "end": T[7]}, "uncordon": {"start": T[7], "end": T[8]},
+                   "verify": {"start": T[8], "end": T[10]}},
+        "pods_evicted": 7, "total_pods": 9, "vms": {"migrated": ["ns/a"]}, "migrations": [{"vm": "ns/a"}],
+        "not_running": [], "stopped_as_expected": ["ns/b"], "error": None}
+    assert (after["failures"], after["stop"], after["stop_reason"]) == (0, False, None)
+
+
+def test_a_failure_names_its_phase_and_stops_beyond_max_failures():
+    task = {"name": "Wait until the node is Ready", "action": "kubevirt_ops.maintenance.maintenance_verify"}
+    result = {"msg": "  Node w1 is not Ready after 120s \n", "not_running": ["ns/c"]}
+    within = record(state(), "w1", in_flight("ready"), T[9], "auto", failed_task=task, failed_result=result,
+                    max_failures=1)
+    (entry,) = within["records"]
+    assert entry["status"] == "failed" and entry["failed_phase"] == "ready"
+    assert entry["phases"]["ready"] == {"start": T[5], "end": T[9], "failed": True}
+    assert entry["error"] == "Wait until the node is Ready: Node w1 is not Ready after 120s"
+    assert entry["not_running"] == ["ns/c"] and entry["migrations"] == []
+    assert (within["failures"], within["stop"], within["stop_reason"]) == (1, False, None)
+    beyond = record(within, "w2", in_flight("drain", index="2"), T[12], "auto", failed_task=task,
+                    failed_result={}, max_failures=1)
+    assert (beyond["failures"], beyond["stop"], beyond["stop_reason"]) == (2, True, "failure")
+    assert beyond["records"][-1]["error"] == "Wait until the node is Ready: failed"
+    assert beyond["records"][-1]["method"] == "auto"  # no drain result: the run's method
+
+
+def test_a_lost_lock_stops_the_run_whatever_max_failures_says():
+    task = {"name": "Renew the cluster lock before the node", "action": "kubevirt_ops.maintenance.cluster_lock"}
+    after = record(state(), "w1", in_flight("drain"), T[2], "auto", failed_task=task, failed_result={"msg": "lost"},
+                   max_failures=5)
+    assert (after["stop"], after["stop_reason"]) == (True, "failure")
+
+
+def test_a_stop_stays_a_stop_when_another_node_of_the_batch_fails():
+    stopped = state(stop=True, stop_reason="failure", failures=1)
+    after = record(stopped, "w2", in_flight("drain"), T[3], "auto", failed_task={"name": "x"}, failed_result={},
+                   max_failures=5)
+    assert (after["failures"], after["stop"], after["stop_reason"]) == (2, True, "failure")
+
+
+def test_a_failure_before_the_node_started_has_an_index_and_times():
+    after = record(state(records=[{"node": "w0"}]), "w1", {}, T[1], "cr", failed_task={"name": "Start"},
+                   failed_result={"msg": "boom"})
+    entry = after["records"][-1]
+    assert (entry["index"], entry["started"], entry["finished"], entry["failed_phase"]) == (2, T[1], T[1], "drain")
+
+
+def test_records_feed_the_window_prediction():
+    done = record(state(preflight={"details": []}), "w1", in_flight("verify"), T[10], "auto", verify=VERIFY)
+    details = [{"name": "w2", "plan": {"vms": []}}]
+    prediction = predict(done["records"], details, "w2")
+    assert prediction is not None and prediction["seconds"] > 0
+
+
+def test_filters_refuse_what_is_not_a_run():
+    with pytest.raises(AnsibleFilterError, match="entry of the node in flight"):
+        run_phase("x", "tasks", T[0])
+    with pytest.raises(AnsibleFilterError, match="unknown phase 'reboot'"):
+        run_phase({}, "reboot", T[0])
+    with pytest.raises(AnsibleFilterError, match="run's state"):
+        run_record([], "w1", {}, T[0], "auto", verify={})
+    with pytest.raises(AnsibleFilterError, match="give verify"):
+        run_record({}, "w1", {}, T[0], "auto")
