@@ -545,6 +545,26 @@ def test_lock_ttl_shorter_than_the_node_tasks_is_refused(lab, k8s, tmp_path, loc
     assert lease(k8s, lock_name) is None
 
 
+def test_the_lock_is_renewed_before_a_node_only_when_its_ttl_would_not_outlast_the_node(lab, k8s, tmp_path,
+                                                                                         lock_name, workers_back):
+    """Drain 300 + Ready 120 + verify 180 + 120 s to spare = 720 s: a TTL of 720 s needs renewing before every
+    node, one of 3600 s taken a moment ago does not (and outlasts both nodes)."""
+    def renewals(run):
+        return [line["status"] for line in run.lines if line["name"].endswith("Renew the cluster lock before the node")]
+
+    tight = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path / "tight", lock_name, rolling_maintenance_nodes=["lab-worker-1", "lab-worker-2"],
+        rolling_maintenance_lock_ttl=720))
+    assert tight.returncode == 0, failure_messages(tight)
+    assert renewals(tight) == ["ok", "ok"]
+    roomy = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path / "roomy", lock_name, rolling_maintenance_nodes=["lab-worker-1", "lab-worker-2"],
+        rolling_maintenance_lock_ttl=3600))
+    assert roomy.returncode == 0, failure_messages(roomy)
+    assert renewals(roomy) == ["skipped", "skipped"]
+    assert [r["status"] for r in report_of(tmp_path / "roomy")["nodes"]] == ["done", "done"]
+
+
 def test_lock_of_a_run_stops_node_maintenance_by_hand_but_not_the_run(lab, k8s, tmp_path, lock_name, task_files,
                                                                       workers_back):
     """While a run works on lab-worker-1 (its node task waits for a gate), node_maintenance by hand with
