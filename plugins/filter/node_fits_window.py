@@ -77,7 +77,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.duration import fits_window, predict, predict_batch
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.duration import fits_window, predict_batch
 
 
 def node_fits_window(state, node, window):
@@ -85,13 +85,9 @@ def node_fits_window(state, node, window):
         raise AnsibleFilterError("node_fits_window: the input must be the run's state and 'window' the window's "
                                  "status (both dictionaries).")
     records, details = state.get("records"), (state.get("preflight") or {}).get("details")
-    if isinstance(node, (list, tuple)):
-        node = [str(n) for n in node]
-        prediction = predict(records, details, node[0]) if len(node) == 1 else predict_batch(records, details, node)
-        node = node[0] if len(node) == 1 else node
-    else:
-        prediction = predict(records, details, node)
-    result = fits_window(prediction, window, node)
+    names = [str(n) for n in node] if isinstance(node, (list, tuple)) else [str(node)]
+    prediction = predict_batch(records, details, names)
+    result = fits_window(prediction, window, names[0] if len(names) == 1 else names)
     result["basis"] = prediction["basis"] if prediction else None
     return result
 

@@ -29,24 +29,28 @@ DEFAULT_MIGRATIONS_PER_CLUSTER = 5
 DEFAULT_OUTBOUND_MIGRATIONS_PER_NODE = 2
 
 
-def plan_batches(ordered, nodes, max_parallel=1, failure_domain=None):
-    """(batches, problems): the run's nodes grouped into batches, in the run's order.
+def failure_domains(ordered, nodes, failure_domain=None):
+    """(domains, problems): each node's value of the ``failure_domain`` label, read once for the run.
 
-    ``nodes``: name -> Node object (for the failure-domain label). A node without the label
-    has no known domain: that is a problem (it could share a rack or zone with any other).
+    ``nodes``: name -> Node object. Without a failure domain every node is in one (""). A node
+    without the label has no known domain (None): that is a problem (it could share a rack or
+    zone with any other).
     """
-    max_parallel = max(1, int(max_parallel or 1))
     problems = []
-    domain = {}
+    domains = {}
     for name in ordered:
-        if failure_domain:
-            value = labels_of(nodes.get(name) or {}).get(failure_domain)
-            if value is None:
-                problems.append("Node %s has no label %s, so its failure domain is unknown; label it or leave it "
-                                "out." % (name, failure_domain))
-            domain[name] = value
-        else:
-            domain[name] = ""
+        value = labels_of(nodes.get(name) or {}).get(failure_domain) if failure_domain else ""
+        if value is None:
+            problems.append("Node %s has no label %s, so its failure domain is unknown; label it or leave it "
+                            "out." % (name, failure_domain))
+        domains[name] = value
+    return domains, problems
+
+
+def plan_batches(ordered, domains, max_parallel=1):
+    """The run's nodes grouped into batches of at most ``max_parallel``, in the run's order, each
+    of one failure domain (``domains`` from failure_domains; a node of no known domain is alone)."""
+    max_parallel = max(1, int(max_parallel or 1))
     batches = []
     left = list(ordered)
     while left:
@@ -55,11 +59,11 @@ def plan_batches(ordered, nodes, max_parallel=1, failure_domain=None):
         for name in list(left):
             if len(batch) >= max_parallel:
                 break
-            if domain[name] is not None and domain[name] == domain[first]:
+            if domains[name] is not None and domains[name] == domains[first]:
                 batch.append(name)
                 left.remove(name)
         batches.append(batch)
-    return batches, problems
+    return batches
 
 
 def migration_limits(kubevirt_cr):

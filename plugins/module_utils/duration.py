@@ -81,7 +81,10 @@ def predict_batch(records, details, nodes):
 
     Their drains run at once, so the batch drains as long as its longest drain (at the run's rate:
     KubeVirt's migration limits are in the rates already observed); the rest of each node (node
-    tasks, reboot, Ready, verification) comes one node after the other."""
+    tasks, reboot, Ready, verification) comes one node after the other. A batch of one node is
+    that node's prediction."""
+    if len(nodes) == 1:
+        return predict(records, details, nodes[0])
     predictions = [predict(records, details, node) for node in nodes]
     if not predictions or predictions[0] is None:
         return None

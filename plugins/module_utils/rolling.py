@@ -212,12 +212,12 @@ def preflight(client, params):
     resumed = resumed_maintenances(snapshot, selected, run_mark)
     ordered = run_order(snapshot, selected, resumed, order)
     plan_params = (policy, options, params.get("prefer_done_nodes", True))
-    batches, batch_problems = batches_mod.plan_batches(ordered, snapshot.nodes, max_parallel, failure_domain)
-    problems.extend(batch_problems)
+    domains, domain_problems = batches_mod.failure_domains(ordered, snapshot.nodes, failure_domain)
+    problems.extend(domain_problems)
+    batches = batches_mod.plan_batches(ordered, domains, max_parallel)
     entries = _plan_nodes(snapshot, batches, plan_params, resumed, problems, warnings)
     for entry in entries:
-        entry["failure_domain"] = nodes_mod.labels_of(snapshot.node(entry["name"])).get(failure_domain) \
-            if failure_domain else None
+        entry["failure_domain"] = domains.get(entry["name"]) if failure_domain else None
     limits = batches_mod.migration_limits(snapshot.kubevirt_cr)
     crowded = batches_mod.limits_notice(batches, limits, dict((e["name"], e["vms_migrating"]) for e in entries))
     if crowded:

@@ -18,17 +18,22 @@ def zoned(**zones):
 def test_batches_keep_the_order_and_one_failure_domain():
     nodes = zoned(w_1="a", w_2="b", w_3="a", w_4="b", w_5="a")
     order = ["w-1", "w-2", "w-3", "w-4", "w-5"]
-    assert batches.plan_batches(order, nodes, 2, ZONE) == ([["w-1", "w-3"], ["w-2", "w-4"], ["w-5"]], [])
-    assert batches.plan_batches(order, nodes, 3, ZONE) == ([["w-1", "w-3", "w-5"], ["w-2", "w-4"]], [])
+    domains, problems = batches.failure_domains(order, nodes, ZONE)
+    assert (domains, problems) == ({"w-1": "a", "w-2": "b", "w-3": "a", "w-4": "b", "w-5": "a"}, [])
+    assert batches.plan_batches(order, domains, 2) == [["w-1", "w-3"], ["w-2", "w-4"], ["w-5"]]
+    assert batches.plan_batches(order, domains, 3) == [["w-1", "w-3", "w-5"], ["w-2", "w-4"]]
     # Without a failure domain any nodes share a batch; max_parallel 1 is one node at a time.
-    assert batches.plan_batches(order, nodes, 2)[0] == [["w-1", "w-2"], ["w-3", "w-4"], ["w-5"]]
-    assert batches.plan_batches(order, nodes, 1, ZONE)[0] == [[n] for n in order]
+    anywhere, none = batches.failure_domains(order, nodes)
+    assert none == [] and set(anywhere.values()) == {""}
+    assert batches.plan_batches(order, anywhere, 2) == [["w-1", "w-2"], ["w-3", "w-4"], ["w-5"]]
+    assert batches.plan_batches(order, domains, 1) == [[n] for n in order]
 
 
 def test_a_node_without_the_domain_label_is_a_problem_and_alone():
     nodes = zoned(w_1="a", w_2=None, w_3="a")
-    result, problems = batches.plan_batches(["w-1", "w-2", "w-3"], nodes, 2, ZONE)
-    assert result == [["w-1", "w-3"], ["w-2"]]
+    domains, problems = batches.failure_domains(["w-1", "w-2", "w-3"], nodes, ZONE)
+    assert domains["w-2"] is None
+    assert batches.plan_batches(["w-1", "w-2", "w-3"], domains, 2) == [["w-1", "w-3"], ["w-2"]]
     assert problems == ["Node w-2 has no label topology.kubernetes.io/zone, so its failure domain is unknown; "
                         "label it or leave it out."]
 
