@@ -80,10 +80,30 @@ def released_by_operator(node):
         nodes_mod.labels_of(node).get(nodes_mod.EXCLUDE_LABEL) != "true"
 
 
+# How long a released node must stay released before the module says so (see _wait_for_release).
+RELEASE_QUIET_SECONDS = 2.0
+
+
 def _wait_for_release(client, name, cr, deadline, result):
+    """The node once released and still released RELEASE_QUIET_SECONDS later.
+
+    The node lifecycle controller decides from its informer's view of the node and then adds the
+    unschedulable taint to whatever node it reads afresh (kubernetes pkg/controller/controller_utils.go
+    AddOrUpdateTaintOnNode), so a decision taken while it still saw the node cordoned can land just
+    after the operator's uncordon, and is undone only on its next pass: one clean moment is not yet
+    a released node.
+    """
+    what = "the node-maintenance operator to release node %s" % name
     try:
-        return wait_for_object(client, "Node", name, released_by_operator, deadline.remaining(),
-                               "the node-maintenance operator to release node %s" % name)
+        node = wait_for_object(client, "Node", name, released_by_operator, deadline.remaining(), what)
+        while True:
+            quiet = min(RELEASE_QUIET_SECONDS, max(deadline.remaining(), 0))
+            try:
+                wait_for_object(client, "Node", name, lambda n: not released_by_operator(n), quiet,
+                                "a maintenance mark to come back on node %s" % name)
+            except WaitTimeoutError:
+                return node
+            node = wait_for_object(client, "Node", name, released_by_operator, deadline.remaining(), what)
     except WaitTimeoutError as exc:
         raise WaitTimeoutError("NodeMaintenance %s was deleted, but node %s still carries its maintenance "
                                "marks (cordon, taints or exclude-from-remediation label) after %ds: is the "
