@@ -13,8 +13,9 @@ KubeVirt itself bounds how many live migrations run: ``parallelMigrationsPerClus
 default) and ``parallelOutboundMigrationsPerNode`` (2 by default), from the KubeVirt CR's
 ``spec.configuration.migrations`` (kubevirt pkg/virt-config/config-map.go; the migration
 controller, pkg/virt-controller/watch/migration/migration.go, keeps the migrations beyond them
-Pending until a slot frees). The drains need not enforce them; the preflight reads them, says
-when a batch would exceed them, and uses them to tell how much faster a batch can be.
+Pending until a slot frees; ``kubevirt.migration_limits`` reads them). Each node's drain paces
+its own VMs to them (drain.py); the preflight says when a batch would exceed them, and uses
+them to tell how much faster a batch can be.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -22,11 +23,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nodes import labels_of
-
-# kubevirt pkg/virt-config/config-map.go: ParallelMigrationsPerClusterDefault,
-# ParallelOutboundMigrationsPerNodeDefault.
-DEFAULT_MIGRATIONS_PER_CLUSTER = 5
-DEFAULT_OUTBOUND_MIGRATIONS_PER_NODE = 2
 
 
 def failure_domains(ordered, nodes, failure_domain=None):
@@ -64,17 +60,6 @@ def plan_batches(ordered, domains, max_parallel=1):
                 left.remove(name)
         batches.append(batch)
     return batches
-
-
-def migration_limits(kubevirt_cr):
-    """KubeVirt's live-migration limits, as its controllers apply them (defaults when unset)."""
-    migrations = (((kubevirt_cr or {}).get("spec") or {}).get("configuration") or {}).get("migrations") or {}
-    return {
-        "parallel_migrations_per_cluster": int(migrations.get("parallelMigrationsPerCluster")
-                                               or DEFAULT_MIGRATIONS_PER_CLUSTER),
-        "parallel_outbound_migrations_per_node": int(migrations.get("parallelOutboundMigrationsPerNode")
-                                                     or DEFAULT_OUTBOUND_MIGRATIONS_PER_NODE),
-    }
 
 
 def limits_notice(batches, limits, migrating_by_node):

@@ -61,8 +61,26 @@ EVACUATION_RECHECK = 60.0
 # failed live migrations of one VM during a drain, the VM counts as unable to leave the
 # node, and the non_migratable policy decides: fail the drain, shut the VM down, or wait.
 MIGRATION_ATTEMPTS = 3
+# VMs leave the node in waves of at most "lanes" live migrations (kubevirt.migration_lanes: the
+# lesser of parallelOutboundMigrationsPerNode and parallelMigrationsPerCluster). Evicting a
+# virt-launcher pod only marks its VMI for evacuation; virt-controller's evacuation controller
+# creates a migration for every marked VMI whenever it counts a free slot, but it counts only
+# migrations past Pending (FilterRunningMigrations in pkg/util/migrations/migrations.go,
+# VirtualMachineInstanceMigration.IsRunning in kubevirt.io/api core/v1), so marking every VM at
+# once piles up Pending migrations, and the migration controller looks again at a Pending
+# migration over the limits only 5 s later (handleTargetPodCreation in
+# pkg/virt-controller/watch/migration/migration.go, without the MigrationPriorityQueue gate).
+# So the drain asks for a VM's evacuation only when fewer than "lanes" of its VMs are still
+# evacuating: the next migration is created as a slot frees and starts at once.
 NODE_CHECK_INTERVAL = 5.0  # seconds between two looks at the node's readiness during a drain
 NOT_READY_GRACE = 60  # seconds a node may be NotReady during node_maintenance's drain before it stops
+
+
+def _evacuating(target):
+    """A VM of the node asked to evacuate whose launcher pod is still there (or whose answer is out)."""
+    if not target.launcher or target.wait_only or target.state in ("gone", "todo", "granted"):
+        return False
+    return target.state == "inflight" or kubevirt.evacuation_under_way(target.reason)
 
 
 class Drainer:
@@ -79,10 +97,12 @@ class Drainer:
     elsewhere, and wait for its pod), or ``wait`` (KubeVirt keeps retrying, until the deadline).
     ``not_ready_grace``: seconds the node may stay NotReady during the drain before it stops
     (its pods can no longer confirm termination, so nothing would finish); None never stops.
+    ``migration_lanes``: VMs asked to evacuate at once (None: KubeVirt's limits, read from its CR
+    when the node runs VMs).
     """
 
     def __init__(self, client, node, options, deadline, progress=None, wait_only=(), workers=WORKERS,
-                 watch_budgets=True, non_migratable="wait", not_ready_grace=None):
+                 watch_budgets=True, non_migratable="wait", not_ready_grace=None, migration_lanes=None):
         self.client = client
         self.node = node
         self.options = options
@@ -104,6 +124,7 @@ class Drainer:
         self.not_ready_grace = not_ready_grace
         self._not_ready_since = None  # monotonic time the node was first seen NotReady (in a row)
         self._next_node_check = 0.0
+        self.migration_lanes = migration_lanes
 
     # -- informers ---------------------------------------------------------------------------
 
@@ -273,7 +294,9 @@ class Drainer:
             result.eviction = len(result.targets)
             if result.refused:
                 return result
-            if wait and self.non_migratable in ("fail", "shutdown"):
+            if self.migration_lanes is None and any(t.launcher and not t.wait_only for t in result.targets):
+                self.migration_lanes = self._read_migration_lanes()
+            if wait and (self.non_migratable in ("fail", "shutdown") or self.migration_lanes):
                 self.failing.start(sorted(set(t.namespace for t in result.targets if t.launcher and not t.wait_only)),
                                    self.deadline)
             if self.watch_budgets and any(not t.wait_only for t in result.targets) \
@@ -286,6 +309,13 @@ class Drainer:
             return self._loop(wait)
         finally:
             self._stop()
+
+    def _read_migration_lanes(self):
+        """KubeVirt's limit on live migrations off one node (its defaults when the CR cannot be read)."""
+        try:
+            return kubevirt.migration_lanes(kubevirt.kubevirt_cr(self.client))
+        except MaintenanceError:
+            return kubevirt.migration_lanes(None)
 
     def _loop(self, wait):
         result = self.result
@@ -321,6 +351,8 @@ class Drainer:
     def _shut_down_stuck_vms(self, pool, inflight):
         """Shut down the VMs that cannot migrate (or, with non_migratable=fail, record the failure)."""
         result = self.result
+        if self.non_migratable not in ("fail", "shutdown"):
+            return
         for target in self._stuck_vms():
             if self.non_migratable == "fail":
                 result.fatal = MaintenanceError(
@@ -335,12 +367,32 @@ class Drainer:
     def _start_due_evictions(self, pool, inflight, now):
         """Submit the evictions that are due, as many as there are free workers."""
         room = self.workers - len(inflight)
-        due = due_targets(self.result.targets, self.pdbs, self.allowances, now, room, BACKOFF_CAP) if room > 0 else []
+        due = due_targets(self._paced(self.result.targets), self.pdbs, self.allowances, now, room,
+                          BACKOFF_CAP) if room > 0 else []
         for target in due:
             target.state = "inflight"
             target.attempts += 1
             inflight.add(target.key)
             pool.submit(self._evict, target)
+
+    def _paced(self, targets):
+        """``targets`` without the virt-launcher pods not asked yet beyond the free migration
+        lanes (the comment above NODE_CHECK_INTERVAL): a VM counts as evacuating from its first
+        eviction until its migration has ended (or, unwatched, its pod has left the node); one that
+        KubeVirt waits to migrate again after a failure holds no slot."""
+        if not self.migration_lanes:
+            return targets
+        not_migrating = self.failing.not_migrating()
+        free = self.migration_lanes - sum(1 for t in targets if _evacuating(t) and (
+            t.namespace, kubevirt.launcher_vmi_name(t.pod)) not in not_migrating)
+        paced = []
+        for target in targets:
+            if target.launcher and target.state == "todo":
+                if free <= 0:
+                    continue
+                free -= 1
+            paced.append(target)
+        return paced
 
     def _done(self, wait, inflight, pending):
         """True when the loop ends: nothing pending, a fatal error, every try made (no wait), or time up."""

@@ -2,7 +2,8 @@
 # Copyright: kubevirt_ops.maintenance contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Live migrations that keep failing during a drain: the migrations of the namespaces whose
-VMs the drain migrates, watched to tell when one VM has had too many fail to leave the node,
+VMs the drain migrates, watched to tell when one VM has had too many fail to leave the node
+(and which VMs use no migration slot, for the pacing of evacuations),
 and the shutdown of such a VM (its run strategy decides what follows).
 """
 
@@ -82,6 +83,23 @@ class FailingMigrations:
             gave_up[target.key] = describe_failures(failed)
             stuck.append(target)
         return stuck
+
+    def not_migrating(self):
+        """(namespace, VMI name) of the VMs whose newest migration during this drain has ended:
+        Succeeded (the VM runs elsewhere; its old pod is on its way out) or Failed (KubeVirt waits
+        out its backoff before it tries again: handleMigrationBackoff,
+        pkg/virt-controller/watch/migration/migration.go). Either way they use no migration slot."""
+        newest = {}
+        for migration in self._all():
+            meta = migration["metadata"]
+            if meta.get("uid") in (self._failed_before or ()):
+                continue
+            key = (meta.get("namespace"), (migration.get("spec") or {}).get("vmiName"))
+            stamp = (meta.get("creationTimestamp") or "", meta.get("name") or "")
+            if key not in newest or stamp > newest[key][0]:
+                newest[key] = (stamp, migration)
+        return set(key for key, (_stamp, migration) in newest.items()
+                   if (migration.get("status") or {}).get("phase") in kubevirt.FINISHED_PHASES)
 
 
 def shut_down_vm(client, target):

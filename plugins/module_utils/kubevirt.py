@@ -87,6 +87,29 @@ def kubevirt_cr(client):
     return items[0] if items else None
 
 
+# kubevirt pkg/virt-config/config-map.go: ParallelMigrationsPerClusterDefault,
+# ParallelOutboundMigrationsPerNodeDefault.
+DEFAULT_MIGRATIONS_PER_CLUSTER = 5
+DEFAULT_OUTBOUND_MIGRATIONS_PER_NODE = 2
+
+
+def migration_limits(kubevirt_cr):
+    """KubeVirt's live-migration limits, as its controllers apply them (defaults when unset)."""
+    migrations = (((kubevirt_cr or {}).get("spec") or {}).get("configuration") or {}).get("migrations") or {}
+    return {
+        "parallel_migrations_per_cluster": int(migrations.get("parallelMigrationsPerCluster")
+                                               or DEFAULT_MIGRATIONS_PER_CLUSTER),
+        "parallel_outbound_migrations_per_node": int(migrations.get("parallelOutboundMigrationsPerNode")
+                                                     or DEFAULT_OUTBOUND_MIGRATIONS_PER_NODE),
+    }
+
+
+def migration_lanes(kubevirt_cr):
+    """How many live migrations KubeVirt runs off one node at once: the lesser of its two limits."""
+    limits = migration_limits(kubevirt_cr)
+    return max(1, min(limits["parallel_outbound_migrations_per_node"], limits["parallel_migrations_per_cluster"]))
+
+
 # -- VMIs, launcher pods and migrations as the drain sees them ---------------------------
 
 VM_NAME_LABEL = "vm.kubevirt.io/name"

@@ -22,6 +22,7 @@ __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import batches as batches_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock as lock_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
@@ -218,7 +219,7 @@ def preflight(client, params):
     entries = _plan_nodes(snapshot, batches, plan_params, resumed, problems, warnings)
     for entry in entries:
         entry["failure_domain"] = domains.get(entry["name"]) if failure_domain else None
-    limits = batches_mod.migration_limits(snapshot.kubevirt_cr)
+    limits = kubevirt.migration_limits(snapshot.kubevirt_cr)
     crowded = batches_mod.limits_notice(batches, limits, dict((e["name"], e["vms_migrating"]) for e in entries))
     if crowded:
         warnings.append(crowded)

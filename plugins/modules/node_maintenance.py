@@ -101,6 +101,10 @@ options:
         O(non_migratable=fail) does not stop the drain at such a VM either; the operator keeps retrying and the task
         fails at O(wait_timeout), the node staying in maintenance.
       - V(cr) with any of those options set refuses, naming them, and changes nothing.
+      - V(drain) asks KubeVirt to evacuate the node's VMs only as fast as it migrates them (no more at once than its
+        C(parallelOutboundMigrationsPerNode) and C(parallelMigrationsPerCluster)), so each migration starts as a slot
+        frees; the operator, like C(kubectl drain), asks for all of them at once, and KubeVirt looks again at the
+        migrations it holds back only every 5 seconds.
     type: str
     choices: [auto, drain, cr]
     default: auto

@@ -4,7 +4,7 @@ import pytest
 
 from drain_cluster import cluster, launcher, node, vm, vmi
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import batches, rolling
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import batches, kubevirt, rolling
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
 
 ZONE = "topology.kubernetes.io/zone"
@@ -39,13 +39,13 @@ def test_a_node_without_the_domain_label_is_a_problem_and_alone():
 
 
 def test_migration_limits_from_the_kubevirt_cr_or_kubevirts_defaults():
-    assert batches.migration_limits(None) == {"parallel_migrations_per_cluster": 5,
+    assert kubevirt.migration_limits(None) == {"parallel_migrations_per_cluster": 5,
                                               "parallel_outbound_migrations_per_node": 2}
     cr = {"spec": {"configuration": {"migrations": {"parallelMigrationsPerCluster": 2,
                                                     "parallelOutboundMigrationsPerNode": 1}}}}
-    assert batches.migration_limits(cr) == {"parallel_migrations_per_cluster": 2,
+    assert kubevirt.migration_limits(cr) == {"parallel_migrations_per_cluster": 2,
                                             "parallel_outbound_migrations_per_node": 1}
-    limits = batches.migration_limits(cr)
+    limits = kubevirt.migration_limits(cr)
     assert batches.limits_notice([["a", "b"]], limits, {"a": 4, "b": 1}) is None
     assert "a, b, c (3 at once)" in batches.limits_notice([["a", "b", "c"]], limits, {"a": 4, "b": 1, "c": 2})
 

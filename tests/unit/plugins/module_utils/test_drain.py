@@ -2,10 +2,11 @@
 PodDisruptionBudget changes, 404, DELETE mode, deadlines and their explanations."""
 
 import threading
+import time
 
 import pytest
 
-from drain_cluster import ReplicaSetSimulator, cluster, launcher, pdb, pod, vm, vmi
+from drain_cluster import ReplicaSetSimulator, cluster, kubevirt_cr, launcher, pdb, pod, vm, vmi
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import drain
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import Drainer
@@ -267,7 +268,8 @@ def test_failed_migrations_with_wait_leave_kubevirt_retrying():
     migrating_vm(server)
     failing_later(server, drain.MIGRATION_ATTEMPTS)
     engine, result = drain_with_policy(client, "wait", seconds=1.5)
-    assert result.timed_out and result.fatal is None and engine.migrations == []
+    # The migrations are watched (to pace the evacuations) but the VM is left to KubeVirt.
+    assert result.timed_out and result.fatal is None and result.shut_down == [] and result.gave_up == {}
     (sentence,) = explain_pending(client, "worker-1", [t.pod for t in result.pending], engine.pdb_items())
     assert sentence.startswith("VM ns1/web has no migration running; 3 live migrations failed, the last: %s"
                                % FAILED_REASON), sentence
@@ -389,3 +391,119 @@ def test_explains_terminating_pods_last_answers_and_plain_pending_pods():
         "pod ns1/web-b: Cannot evict pod as it would violate the budget",
         "pod ns1/web-c is still on the node",
     ]
+
+
+# -- evacuations paced to KubeVirt's migration limits --------------------------------------------
+
+class EvacuatingKubeVirt:
+    """virt-api's eviction webhook and the migrations: an evicted launcher pod is refused with
+    "evacuation triggered" and its VM leaves the node ``seconds`` later (the pod goes); records
+    how many VMs were evacuating at once. VMs named in ``failing`` never leave: each evacuation
+    request adds a Failed migration instead (KubeVirt backing off)."""
+
+    def __init__(self, server, seconds=0.2, failing=(), pod_lingers=0.0):
+        self.server = server
+        self.seconds = seconds
+        self.failing = set(failing)
+        self.pod_lingers = pod_lingers  # seconds the old pod stays after its migration Succeeded
+        self.evacuating = set()
+        self.lingering = set()
+        self.most = 0
+        self.asked = []
+        self.asked_while_lingering = 0
+        server.webhook = self.webhook
+
+    def webhook(self, target):
+        name = target["metadata"]["name"]
+        if not name.startswith("virt-launcher-"):
+            return None
+        vmi_name = name[len("virt-launcher-"):].rsplit("-", 1)[0]
+        with self.server.lock:
+            if name not in self.evacuating and (target["metadata"]["namespace"], name) not in self.asked:
+                self.asked.append((target["metadata"]["namespace"], name))
+                self.asked_while_lingering += bool(self.lingering)
+                if vmi_name in self.failing:
+                    self.server.add("VirtualMachineInstanceMigration",
+                                    failed_migration("evacuation-%s" % vmi_name[-1], vmi_name))
+                else:
+                    self.evacuating.add(name)
+                    self.most = max(self.most, len(self.evacuating))
+                    threading.Timer(self.seconds, self.migrated, (target,)).start()
+        return 429, "Eviction triggered evacuation of VMI \"ns1/%s\"" % vmi_name
+
+    def migrated(self, target):
+        name = target["metadata"]["name"]
+        if self.pod_lingers:
+            vmi_name = name[len("virt-launcher-"):].rsplit("-", 1)[0]
+            with self.server.lock:
+                self.evacuating.discard(name)
+                self.lingering.add(name)
+            self.server.add("VirtualMachineInstanceMigration", {
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"name": "evacuation-ok-%s" % vmi_name, "namespace": "ns1",
+                             "creationTimestamp": "2024-01-01T00:00:00Z"},
+                "spec": {"vmiName": vmi_name}, "status": {"phase": "Succeeded"}})
+            time.sleep(self.pod_lingers)
+        with self.server.lock:
+            self.evacuating.discard(name)
+            self.lingering.discard(name)
+            gone = self.server.objects.pop(("Pod", "ns1", name), None)
+            if gone is not None:
+                self.server.rv += 1
+                self.server.events.append((self.server.rv, "Pod", "DELETED", gone))
+                self.server.lock.notify_all()
+
+
+def vms_on_the_node(server, count):
+    for i in range(count):
+        instance = vmi("vm%d" % i, eviction="LiveMigrate", migratable=True)
+        server.add("VirtualMachine", vm("vm%d" % i))
+        server.add("VirtualMachineInstance", instance)
+        server.add("Pod", launcher(instance))
+
+
+def test_vms_are_asked_to_evacuate_no_faster_than_kubevirt_migrates_them():
+    client, server = cluster()
+    vms_on_the_node(server, 5)
+    server.add("Pod", pod("web-a"))
+    kubevirt = EvacuatingKubeVirt(server)
+    engine = Drainer(client, "worker-1", DrainOptions(), Deadline(20), migration_lanes=2)
+    result = engine.run(wait=True)
+    assert result.done
+    # Every VM asked once, never more than two evacuating at once; the other pod did not wait.
+    assert len(kubevirt.asked) == 5 and kubevirt.most == 2
+    assert ("ns1/web-a", 201) in server.evictions
+
+
+def test_the_lanes_come_from_the_kubevirt_cr():
+    client, server = cluster()
+    vms_on_the_node(server, 4)
+    cr = kubevirt_cr()
+    cr["spec"]["configuration"]["migrations"] = {"parallelOutboundMigrationsPerNode": 3,
+                                                 "parallelMigrationsPerCluster": 5}
+    server.add("KubeVirt", cr)
+    kubevirt = EvacuatingKubeVirt(server)
+    engine = Drainer(client, "worker-1", DrainOptions(), Deadline(20))
+    assert engine.run(wait=True).done
+    assert engine.migration_lanes == 3 and kubevirt.most == 3
+
+
+def test_a_vm_whose_migration_succeeded_frees_its_lane_before_its_pod_is_gone():
+    client, server = cluster()
+    vms_on_the_node(server, 3)
+    kubevirt = EvacuatingKubeVirt(server, seconds=0.05, pod_lingers=0.5)
+    engine = Drainer(client, "worker-1", DrainOptions(), Deadline(20), migration_lanes=1)
+    assert engine.run(wait=True).done
+    # The next VM was asked while the previous one's old pod was still on the node.
+    assert len(kubevirt.asked) == 3 and kubevirt.most == 1 and kubevirt.asked_while_lingering == 2
+
+
+def test_a_vm_kubevirt_backs_off_from_holds_no_lane():
+    client, server = cluster()
+    vms_on_the_node(server, 4)
+    kubevirt = EvacuatingKubeVirt(server, failing=("vm0",))
+    engine = Drainer(client, "worker-1", DrainOptions(), Deadline(3), migration_lanes=1, non_migratable="wait")
+    result = engine.run(wait=True)
+    # vm0 cannot leave; with one lane the three others still leave one after another.
+    assert result.timed_out and result.pending_keys == ["ns1/virt-launcher-vm0-abcde"]
+    assert len(kubevirt.asked) == 4 and kubevirt.most == 1
