@@ -290,13 +290,21 @@ def migration_settings(kube, lab_dir):
     }
 
 
-def lower_bounds(settings, vm_memory, counts, nodes, vms_per_node):
-    """Seconds: the bound for the VM counts each drain met, and the placement-free ideal."""
+def lower_bounds(settings, vm_memory, counts, nodes, vms_per_node, groups=None):
+    """Seconds: the bound for the VM counts each drain met, and the placement-free ideal.
+
+    ``groups``: the VM counts of the nodes that were out at the same time, group by group (None:
+    one node at a time). The nodes of a group drain together, each with its share of the
+    cluster's migrations, so a group lasts as long as its slowest node."""
     from kubernetes.utils import parse_quantity
 
     per_vm = float(parse_quantity(vm_memory)) / settings["bandwidth_bytes_per_second"]
     lanes = min(settings["parallel_outbound_migrations_per_node"], settings["parallel_migrations_per_cluster"])
-    observed = sum(math.ceil(n / lanes) for n in counts) * per_vm if counts else None
+    if groups:
+        observed = sum(max(math.ceil(n / max(1, min(lanes, settings["parallel_migrations_per_cluster"] // len(g))))
+                           for n in g) for g in groups) * per_vm
+    else:
+        observed = sum(math.ceil(n / lanes) for n in counts) * per_vm if counts else None
     # Every VM leaves its node once; the first node's VMs can only go to nodes still to be
     # maintained, so they leave a second time: at least nodes*v + v migrations, one node at a time.
     ideal = math.ceil((nodes * vms_per_node + vms_per_node) / lanes) * per_vm
@@ -391,6 +399,22 @@ def parallel_stats(node_windows, zones_by_node, migrations):
     return {"most_nodes_cordoned": most, "moments_with_two_zones": mixed, "most_migrations_in_flight": most_migrations}
 
 
+def out_together(watcher, nodes):
+    """The VM counts at cordon of the nodes that were cordoned at the same time, group by group:
+    a node joins the group of the nodes still cordoned when it was cordoned."""
+    seen = sorted((watcher.cordoned[n]["at"], watcher.uncordoned.get(n, float("inf")), watcher.cordoned[n]["vms"])
+                  for n in nodes if n in watcher.cordoned)
+    groups, group_end = [], None
+    for cordoned_at, uncordoned_at, vms in seen:
+        if groups and cordoned_at < group_end:
+            groups[-1].append(vms)
+            group_end = max(group_end, uncordoned_at)
+        else:
+            groups.append([vms])
+            group_end = uncordoned_at
+    return groups
+
+
 def run_rolling(ctx, scenario, peer, iteration):
     kube = ctx.kube
     nodes = ctx.workers[:scenario.nodes]
@@ -417,7 +441,8 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
     counts = ctx.audit.count(offset, m.started, m.ended)
     settings = migration_settings(kube, ctx.lab_dir)
     vm_counts = [watcher.cordoned[n]["vms"] for n in nodes if n in watcher.cordoned]
-    bounds = lower_bounds(settings, scenario.vm_memory, vm_counts, len(nodes), scenario.vms_per_node)
+    groups = out_together(watcher, nodes) if scenario.zones else None
+    bounds = lower_bounds(settings, scenario.vm_memory, vm_counts, len(nodes), scenario.vms_per_node, groups)
     node_windows = {
         n: {"vms_at_cordon": watcher.cordoned[n]["vms"],
             "cordoned_at": round(watcher.cordoned[n]["at"] - m.started, 2),

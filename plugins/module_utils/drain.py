@@ -98,7 +98,7 @@ class Drainer:
     ``not_ready_grace``: seconds the node may stay NotReady during the drain before it stops
     (its pods can no longer confirm termination, so nothing would finish); None never stops.
     ``migration_lanes``: VMs asked to evacuate at once (None: KubeVirt's limits, read from its CR
-    when the node runs VMs).
+    when the node runs VMs; a drain that does not wait, or deletes pods, takes every VM at once).
     """
 
     def __init__(self, client, node, options, deadline, progress=None, wait_only=(), workers=WORKERS,
@@ -294,7 +294,10 @@ class Drainer:
             result.eviction = len(result.targets)
             if result.refused:
                 return result
-            if self.migration_lanes is None and any(t.launcher and not t.wait_only for t in result.targets):
+            if not wait or self.options.disable_eviction:
+                # Asked once and left to KubeVirt, or deleted (no evacuation): every VM at once.
+                self.migration_lanes = 0
+            elif self.migration_lanes is None and any(t.launcher and not t.wait_only for t in result.targets):
                 self.migration_lanes = self._read_migration_lanes()
             if wait and (self.non_migratable in ("fail", "shutdown") or self.migration_lanes):
                 self.failing.start(sorted(set(t.namespace for t in result.targets if t.launcher and not t.wait_only)),

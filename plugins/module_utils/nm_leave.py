@@ -95,15 +95,8 @@ def _wait_for_release(client, name, cr, deadline, result):
     """
     what = "the node-maintenance operator to release node %s" % name
     try:
-        node = wait_for_object(client, "Node", name, released_by_operator, deadline.remaining(), what)
-        while True:
-            quiet = min(RELEASE_QUIET_SECONDS, max(deadline.remaining(), 0))
-            try:
-                wait_for_object(client, "Node", name, lambda n: not released_by_operator(n), quiet,
-                                "a maintenance mark to come back on node %s" % name)
-            except WaitTimeoutError:
-                return node
-            node = wait_for_object(client, "Node", name, released_by_operator, deadline.remaining(), what)
+        return wait_for_object(client, "Node", name, released_by_operator, deadline.remaining(), what,
+                               stable_for=RELEASE_QUIET_SECONDS)
     except WaitTimeoutError as exc:
         raise WaitTimeoutError("NodeMaintenance %s was deleted, but node %s still carries its maintenance "
                                "marks (cordon, taints or exclude-from-remediation label) after %ds: is the "

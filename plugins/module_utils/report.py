@@ -106,14 +106,18 @@ def vm_moves(nodes, planned):
     had to land on a node of the run still to do, because no node of the run was done yet
     (the first node's VMs): such a landing is forced. A landing on a node still to do while
     some were done is not forced, and the move that takes the VM off that node again is
-    avoidable. Nodes outside the run count as done.
+    avoidable. Nodes outside the run count as done. Done means finished before the node that
+    sends the VM away started: the nodes of one batch (several at once) drain together, so none
+    of them counts as done for another.
     """
     planned = set(planned or [])
     per_vm = {}
     landed = {}  # VM -> (node still to do it landed on, forced, nodes done then)
     avoidable = []
-    done = []
+    finished = []  # the nodes done so far, in the run's order
     for n in nodes:
+        done = [x["node"] for x in finished
+                if n["started"] is None or x["finished"] is None or x["finished"] <= n["started"]]
         for m in n["migrations"]:
             vm, source, target = _vm_name(m), m["source"] or n["node"], m["target"]
             per_vm[vm] = per_vm.get(vm, 0) + 1
@@ -125,7 +129,7 @@ def vm_moves(nodes, planned):
             if target and target in planned and target not in done and target != n["node"]:
                 landed[vm] = (target, not done, list(done))
         if n["status"] == "done":
-            done.append(n["node"])
+            finished.append(n)
     total = sum(per_vm.values())
     return {"total": total, "minimum": total - len(avoidable), "avoidable": len(avoidable),
             "per_vm": dict(sorted(per_vm.items())), "avoidable_moves": avoidable}

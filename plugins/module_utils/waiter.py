@@ -190,17 +190,28 @@ def wait_until(check, informers, timeout, what, describe_pending=None, recheck_e
                 changed.wait(max(0.01, min(wait_for, 5.0)))
 
 
-def wait_for_object(client, kind, name, predicate, timeout, what, namespace=None, describe_pending=None):
-    """Wait until ``predicate(obj_or_None)`` is truthy for one object; returns the object."""
+def wait_for_object(client, kind, name, predicate, timeout, what, namespace=None, describe_pending=None,
+                    stable_for=0.0):
+    """Wait until ``predicate(obj_or_None)`` is truthy for one object; returns the object.
+
+    ``stable_for``: seconds the predicate must stay true, every change of the object in between
+    seen through the same watch; a change that makes it false starts the wait for it again."""
     with Informer(client, kind, namespace=namespace, field_selector="metadata.name=%s" % name) as informer:
         found = []
+        since = []  # monotonic time since which the predicate has held, when it holds
 
         def check():
             obj = informer.get(name, namespace)
-            if predicate(obj):
-                found.append(obj)
-                return True
-            return False
+            if not predicate(obj):
+                del since[:]
+                return False
+            if not since:
+                since.append(time.monotonic())
+            if time.monotonic() - since[0] < stable_for:
+                return False
+            found.append(obj)
+            return True
 
-        wait_until(check, [informer], timeout, what, describe_pending=describe_pending)
+        wait_until(check, [informer], timeout, what, describe_pending=describe_pending,
+                   recheck_every=(stable_for / 4.0) if stable_for else None)
         return found[0]

@@ -428,7 +428,9 @@ class EvacuatingKubeVirt:
                 else:
                     self.evacuating.add(name)
                     self.most = max(self.most, len(self.evacuating))
-                    threading.Timer(self.seconds, self.migrated, (target,)).start()
+                    timer = threading.Timer(self.seconds, self.migrated, (target,))
+                    timer.daemon = True
+                    timer.start()
         return 429, "Eviction triggered evacuation of VMI \"ns1/%s\"" % vmi_name
 
     def migrated(self, target):
@@ -473,6 +475,15 @@ def test_vms_are_asked_to_evacuate_no_faster_than_kubevirt_migrates_them():
     # Every VM asked once, never more than two evacuating at once; the other pod did not wait.
     assert len(kubevirt.asked) == 5 and kubevirt.most == 2
     assert ("ns1/web-a", 201) in server.evictions
+
+
+def test_a_drain_that_does_not_wait_asks_every_vm_at_once():
+    client, server = cluster()
+    vms_on_the_node(server, 4)
+    kubevirt = EvacuatingKubeVirt(server, seconds=5)
+    engine = Drainer(client, "worker-1", DrainOptions(), Deadline(3), migration_lanes=1)
+    engine.run(wait=False)
+    assert len(kubevirt.asked) == 4  # nobody would ask the others after the module returned
 
 
 def test_the_lanes_come_from_the_kubevirt_cr():

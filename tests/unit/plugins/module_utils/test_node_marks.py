@@ -84,31 +84,23 @@ def test_control_plane_quorum():
 
 def test_release_is_reported_only_once_the_node_stays_released(monkeypatch):
     """The node lifecycle controller can put the unschedulable taint back just after the uncordon (a decision
-    taken from its stale view of the cordon): a clean moment followed by the taint is not a release yet."""
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import WaitTimeoutError
+    taken from its stale view of the cordon): the release is awaited as a state that lasts (waiter tests cover
+    stable_for), through one watch."""
     from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline
 
-    clean = node("w")
-    tainted = node("w", taints=[{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}])
-    released_again = node("w", labels={"again": "yes"})
-    # What the node shows each time the module waits: clean, then the taint back, then clean for good.
-    timeline = [clean, tainted, released_again, None]
+    released = node("w")
     calls = []
 
     def fake_wait(client, kind, name, predicate, timeout, what, **kwargs):
-        calls.append((what, round(timeout, 1)))
-        shown = timeline.pop(0)
-        if shown is None or not predicate(shown):
-            raise WaitTimeoutError("timed out waiting for %s" % what)
-        return shown
+        calls.append((kind, name, kwargs))
+        assert predicate(released)
+        assert not predicate(node("w", taints=[{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]))
+        return released
 
     monkeypatch.setattr(nm_leave, "wait_for_object", fake_wait)
-    cr = {"metadata": {"name": "nm-w"}}
-    got = nm_leave._wait_for_release(None, "w", cr, Deadline(60), {})
-    assert got is released_again
-    assert [what.split(" ")[1] for what, _t in calls] == ["node-maintenance", "maintenance", "node-maintenance",
-                                                          "maintenance"]
-    assert [t for what, t in calls if what.startswith("a maintenance")] == [nm_leave.RELEASE_QUIET_SECONDS] * 2
+    got = nm_leave._wait_for_release(None, "w", {"metadata": {"name": "nm-w"}}, Deadline(60), {})
+    assert got is released
+    assert calls == [("Node", "w", {"stable_for": nm_leave.RELEASE_QUIET_SECONDS})]
 
 
 def test_release_that_never_comes_names_the_cr_and_the_node(monkeypatch):

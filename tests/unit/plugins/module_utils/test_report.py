@@ -196,6 +196,16 @@ def test_a_landing_on_a_node_still_to_do_while_one_was_done_is_an_avoidable_move
     assert report.to_json_data(model)["moves"]["avoidable"] == 1
 
 
+def test_the_nodes_of_a_batch_do_not_count_as_done_for_one_another():
+    """worker-1 and worker-2 out together (max_parallel 2): what leaves worker-2 can only land on nodes
+    still to do, although worker-1's record comes first; worker-3 and worker-4 follow, after both."""
+    records = rolling([("a", "worker-3")], [("b", "worker-4")], [("a", "worker-1")], [("b", "worker-2")])
+    records[1]["phases"] = phases(0, 40, 0)  # started with worker-1, finished after it
+    model = report.build({"nodes": ["worker-1", "worker-2", "worker-3", "worker-4"]}, records)
+    moves = model["moves"]
+    assert (moves["total"], moves["minimum"], moves["avoidable"]) == (4, 4, 0), moves["avoidable_moves"]
+
+
 def test_nodes_outside_the_run_count_as_done():
     records = rolling([("a", "infra-1")], [("b", "worker-1")])
     moves = report.build({"nodes": ["worker-1", "worker-2"]}, records)["moves"]

@@ -69,6 +69,33 @@ def test_wakes_on_watch_event():
     assert time.monotonic() - started < 9, "woken by the event, not by the deadline"
 
 
+def test_stable_for_returns_only_once_the_predicate_held_that_long_through_one_watch():
+    """Ready, NotReady for a moment, Ready again: returned is the object that stayed Ready, no
+    earlier than the stable period after the flap."""
+    import threading
+
+    client = FakeClient([node("n1", True)])
+    started = time.monotonic()
+
+    def flap():
+        time.sleep(0.2)
+        client.events.put({"type": "MODIFIED", "object": node("n1", False, rv="3")})
+        time.sleep(0.2)
+        client.events.put({"type": "MODIFIED", "object": node("n1", True, rv="4")})
+
+    threading.Thread(target=flap, daemon=True).start()
+    obj = wait_for_object(client, "Node", "n1", is_ready, timeout=10, what="n1 Ready", stable_for=0.6)
+    assert obj["metadata"]["resourceVersion"] == "4"
+    assert time.monotonic() - started >= 1.0 - 0.05  # 0.4 s to the last change, then 0.6 s stable
+    assert client.lists == 1, "one watch throughout"
+
+
+def test_stable_for_that_never_comes_times_out():
+    client = FakeClient([node("n1", False)])
+    with pytest.raises(WaitTimeoutError):
+        wait_for_object(client, "Node", "n1", is_ready, timeout=0.5, what="n1 Ready", stable_for=0.2)
+
+
 def test_timeout_names_what_was_awaited_and_what_is_pending():
     client = FakeClient([node("n1", False)])
     with pytest.raises(WaitTimeoutError) as info:
