@@ -85,11 +85,13 @@ class FailingMigrations:
         return stuck
 
     def not_migrating(self):
-        """(namespace, VMI name) of the VMs whose newest migration during this drain has ended:
-        Succeeded (the VM runs elsewhere; its old pod is on its way out) or Failed (KubeVirt waits
-        out its backoff before it tries again: handleMigrationBackoff,
-        pkg/virt-controller/watch/migration/migration.go). Either way they use no migration slot."""
+        """(namespace, VMI name) of the VMs that use no migration slot now, from their migrations
+        during this drain: the newest has ended (Succeeded: the VM runs elsewhere, its old pod is on
+        its way out; Failed), or one failed and the newest is still Pending - KubeVirt creates the
+        next try at once but holds it back for its backoff (handleMigrationBackoff,
+        pkg/virt-controller/watch/migration/migration.go: 20 s, then doubling)."""
         newest = {}
+        failed = set()
         for migration in self._all():
             meta = migration["metadata"]
             if meta.get("uid") in (self._failed_before or ()):
@@ -98,9 +100,14 @@ class FailingMigrations:
             stamp = (meta.get("creationTimestamp") or "", meta.get("name") or "")
             if key not in newest or stamp > newest[key][0]:
                 newest[key] = (stamp, migration)
-        return set(key for key, (_stamp, migration) in newest.items()
-                   if (migration.get("status") or {}).get("phase") in kubevirt.FINISHED_PHASES)
-
+            if (migration.get("status") or {}).get("phase") == "Failed":
+                failed.add(key)
+        idle = set()
+        for key, (_stamp, migration) in newest.items():
+            phase = (migration.get("status") or {}).get("phase") or "Pending"
+            if phase in kubevirt.FINISHED_PHASES or (key in failed and phase == "Pending"):
+                idle.add(key)
+        return idle
 
 def shut_down_vm(client, target):
     """Shut down the VM of a launcher pod that cannot migrate, as the plan shuts its blockers

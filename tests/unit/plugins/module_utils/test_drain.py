@@ -423,8 +423,13 @@ class EvacuatingKubeVirt:
                 self.asked.append((target["metadata"]["namespace"], name))
                 self.asked_while_lingering += bool(self.lingering)
                 if vmi_name in self.failing:
+                    # The failed try, and the next one KubeVirt creates at once and holds Pending (backoff).
                     self.server.add("VirtualMachineInstanceMigration",
                                     failed_migration("evacuation-%s" % vmi_name[-1], vmi_name))
+                    retry = failed_migration("evacuation-%s-retry" % vmi_name[-1], vmi_name)
+                    retry["metadata"]["creationTimestamp"] = "2024-01-01T00:01:00Z"
+                    retry["status"] = {"phase": "Pending"}
+                    self.server.add("VirtualMachineInstanceMigration", retry)
                 else:
                     self.evacuating.add(name)
                     self.most = max(self.most, len(self.evacuating))
