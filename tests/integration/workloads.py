@@ -3,8 +3,11 @@ Deployments guarded by PodDisruptionBudgets, and waits for them."""
 
 import json
 
-from kubernetes import client
+import threading
+
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ProtocolError
 
 from lab import nodes as lab_nodes
 from lab.wait import wait_for
@@ -250,3 +253,76 @@ def vms_start_on(k8s, namespace, pair, names, memory, guarded=False, annotations
 def migrations(k8s, namespace):
     return client.CustomObjectsApi(k8s).list_namespaced_custom_object(
         "kubevirt.io", "v1", namespace, "virtualmachineinstancemigrations")["items"]
+
+
+FINISHED_MIGRATION_PHASES = ("Succeeded", "Failed")
+
+
+class MigrationRecorder:
+    """Every state of every migration of the namespace (they go with their VMI when it is
+    deleted), from a watch, as an operator running `kubectl get vmim -w` sees them.
+
+    ``seen``: uid -> its latest state (a Failed one kept once seen); ``unfinished``: the uids not
+    Succeeded or Failed yet; ``most_unfinished``: the most of them at once, in the order the API
+    server sent the events."""
+
+    def __init__(self, k8s, namespace):
+        self.k8s, self.namespace = k8s, namespace
+        self.seen = {}
+        self.unfinished = set()
+        self.most_unfinished = 0
+        self._watch = watch.Watch()
+        self._stopped = False
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _api(self):
+        return client.CustomObjectsApi(self.k8s)
+
+    def _run(self):
+        while not self._stopped:
+            listed = self._api().list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "virtualmachineinstancemigrations")
+            self.unfinished &= set(item["metadata"]["uid"] for item in listed["items"])
+            for item in listed["items"]:
+                self._record(item)
+            self._started.set()
+            try:
+                for event in self._watch.stream(self._api().list_namespaced_custom_object, GROUP, VERSION,
+                                                self.namespace, "virtualmachineinstancemigrations",
+                                                resource_version=listed["metadata"]["resourceVersion"],
+                                                timeout_seconds=60):
+                    self._record(event["object"], deleted=event["type"] == "DELETED")
+            except (ProtocolError, ApiException):
+                pass  # the watch ended early: list again (nothing between is lost, Failed is final)
+
+    def _record(self, item, deleted=False):
+        uid = item["metadata"]["uid"]
+        known = self.seen.get(uid)
+        if known is None or failed_at(known) is None or failed_at(item):
+            self.seen[uid] = item
+        if deleted or (item.get("status") or {}).get("phase") in FINISHED_MIGRATION_PHASES:
+            self.unfinished.discard(uid)
+        else:
+            self.unfinished.add(uid)
+        self.most_unfinished = max(self.most_unfinished, len(self.unfinished))
+
+    def __enter__(self):
+        self._thread.start()
+        assert self._started.wait(30), "the migrations of %s could not be listed" % self.namespace
+        return self
+
+    def __exit__(self, *exc):
+        self._stopped = True
+        self._watch.stop()
+
+    def of(self, vmi_name):
+        return [m for m in self.seen.values() if (m.get("spec") or {}).get("vmiName") == vmi_name]
+
+
+def failed_at(migration):
+    """When virt-controller recorded the migration as Failed (its phase transition timestamp)."""
+    for entry in (migration.get("status") or {}).get("phaseTransitionTimestamps") or []:
+        if entry.get("phase") == "Failed":
+            return entry.get("phaseTransitionTimestamp")
+    return None

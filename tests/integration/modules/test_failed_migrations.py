@@ -9,70 +9,10 @@ annotated kubevirt-ops.lab/fail-migration.
 """
 
 
-import threading
-
-from kubernetes import watch
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import ProtocolError
 from test_node_maintenance import GROUP, VERSION, by_name, custom, node_state, running_on, start_vms, workers
-from workloads import FAIL_MIGRATION, annotate_vm
+from workloads import FAIL_MIGRATION, MigrationRecorder, annotate_vm, failed_at
 
 from lab.wait import wait_for
-
-
-class MigrationRecorder:
-    """Every state of every migration of the namespace (they go with their VMI when it is
-    deleted), from a watch, as an operator running `kubectl get vmim -w` sees them."""
-
-    def __init__(self, k8s, namespace):
-        self.k8s, self.namespace = k8s, namespace
-        self.seen = {}
-        self._watch = watch.Watch()
-        self._stopped = False
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stopped:
-            listed = custom(self.k8s).list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, "virtualmachineinstancemigrations")
-            for item in listed["items"]:
-                self._record(item)
-            self._started.set()
-            try:
-                for event in self._watch.stream(custom(self.k8s).list_namespaced_custom_object, GROUP, VERSION,
-                                                self.namespace, "virtualmachineinstancemigrations",
-                                                resource_version=listed["metadata"]["resourceVersion"],
-                                                timeout_seconds=60):
-                    self._record(event["object"])
-            except (ProtocolError, ApiException):
-                pass  # the watch ended early: list again (nothing between is lost, Failed is final)
-
-    def _record(self, item):
-        failed = failed_at(item)
-        known = self.seen.get(item["metadata"]["uid"])
-        if known is None or failed_at(known) is None or failed:
-            self.seen[item["metadata"]["uid"]] = item
-
-    def __enter__(self):
-        self._thread.start()
-        self._started.wait(30)
-        return self
-
-    def __exit__(self, *exc):
-        self._stopped = True
-        self._watch.stop()
-
-    def of(self, vmi_name):
-        return [m for m in self.seen.values() if (m.get("spec") or {}).get("vmiName") == vmi_name]
-
-
-def failed_at(migration):
-    """When virt-controller recorded the migration as Failed (its phase transition timestamp)."""
-    for entry in (migration.get("status") or {}).get("phaseTransitionTimestamps") or []:
-        if entry.get("phase") == "Failed":
-            return entry.get("phaseTransitionTimestamp")
-    return None
 
 
 def seconds(timestamp):

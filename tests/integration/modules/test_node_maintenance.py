@@ -656,59 +656,6 @@ def test_decommission_reschedules_vms(lab, k8s, namespace, run_module, extra_nod
 
 # -- evacuations paced to KubeVirt's migration limits ------------------------------------------------
 
-class MigrationWatch:
-    """Every event of the namespace's VirtualMachineInstanceMigrations, in the order the API
-    server sent them; ``most_unfinished``: the most migrations that existed unfinished at once."""
-
-    def __init__(self, k8s, namespace):
-        import threading
-
-        from kubernetes import watch
-
-        self.api = client.CustomObjectsApi(k8s)
-        self.namespace = namespace
-        self.watch = watch.Watch()
-        self.unfinished = set()
-        self.most_unfinished = 0
-        self.created = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.ready = threading.Event()
-        self.stopped = False
-        self.error = None
-
-    def _run(self):
-        try:
-            self._follow()
-        except Exception as exc:  # pylint: disable=broad-except
-            if not self.stopped:
-                self.error = exc
-
-    def _follow(self):
-        listed = self.api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "virtualmachineinstancemigrations")
-        self.ready.set()
-        for event in self.watch.stream(self.api.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
-                                       "virtualmachineinstancemigrations",
-                                       resource_version=listed["metadata"]["resourceVersion"]):
-            migration = event["object"]
-            uid = migration["metadata"]["uid"]
-            if event["type"] == "ADDED":
-                self.created += 1
-            if event["type"] == "DELETED" or (migration.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                self.unfinished.discard(uid)
-            else:
-                self.unfinished.add(uid)
-            self.most_unfinished = max(self.most_unfinished, len(self.unfinished))
-
-    def __enter__(self):
-        self.thread.start()
-        assert self.ready.wait(30), "the migrations of %s could not be listed" % self.namespace
-        return self
-
-    def __exit__(self, *exc):
-        self.stopped = True
-        self.watch.stop()
-
-
 def test_drain_asks_for_evacuations_only_as_fast_as_kubevirt_migrates(k8s, namespace, run_module):
     """Six VMs, KubeVirt's default parallelOutboundMigrationsPerNode of 2: the drain marks a VM for
     evacuation only when fewer than two of the node's migrations are under way, so KubeVirt never
@@ -717,12 +664,11 @@ def test_drain_asks_for_evacuations_only_as_fast_as_kubevirt_migrates(k8s, names
     first, second = workers(k8s)[:2]
     names = ["paced-%d" % i for i in range(6)]
     workloads.vms_start_on(k8s, namespace, (first, second), names, "2Gi")
-    with MigrationWatch(k8s, namespace) as watched:
+    with workloads.MigrationRecorder(k8s, namespace) as watched:
         result = run_module("node_maintenance", {"name": first, "method": "drain"})
-        wait_for(lambda: watched.created >= 6 and not watched.unfinished, 60, "the migrations to be seen ended")
+        wait_for(lambda: len(watched.seen) >= 6 and not watched.unfinished, 60, "the migrations to be seen ended")
     assert result["phase"] == "Succeeded", result
     migrated = sorted(v["name"] for v in result["vms"]["migrated"] if v["namespace"] == namespace)
     assert migrated == names
-    assert watched.error is None and watched.created == 6 and watched.most_unfinished == 2, (
-        watched.error, watched.created, watched.most_unfinished)
+    assert len(watched.seen) == 6 and watched.most_unfinished == 2, (len(watched.seen), watched.most_unfinished)
     assert all(vmi(k8s, namespace, n)["status"]["nodeName"] == second for n in names)
