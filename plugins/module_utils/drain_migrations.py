@@ -109,6 +109,7 @@ class FailingMigrations:
                 idle.add(key)
         return idle
 
+
 def shut_down_vm(client, target):
     """Shut down the VM of a launcher pod that cannot migrate, as the plan shuts its blockers
     down (its run strategy decides what follows); None when done, else the error."""
