@@ -45,7 +45,10 @@ _CONTINUE = re.compile(br'^\{[^\[]*?"metadata":\{[^{}]*?"continue":"([^"\\]*)"')
 # An object's managedFields (the last key of its metadata, straight before "spec"), for lists
 # whose transform drops them anyway: about a third of a pod's JSON, not worth decoding. The
 # match cannot leave the object: managedFields hold no brackets, every object outside them does.
+# Custom resources (VMIs, VMs) are written with their keys sorted, so there managedFields sit
+# between "labels" and "name".
 _MANAGED_FIELDS = re.compile(br',"managedFields":\[[^\[\]]*\]\}(?=,"spec":)')
+_MANAGED_FIELDS_SORTED = re.compile(br'"managedFields":\[[^\[\]]*\],(?="name":)')
 
 _PATCH_CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
@@ -114,7 +117,7 @@ class KubeClient(ApiTransport):
                         ahead_pool = ThreadPoolExecutor(1)
                     ahead = ahead_pool.submit(fetch, match.group(1).decode("ascii"))
                 if drop_managed_fields:
-                    raw = _MANAGED_FIELDS.sub(b"}", raw)
+                    raw = _MANAGED_FIELDS_SORTED.sub(b"", _MANAGED_FIELDS.sub(b"}", raw))
                 data = json.loads(raw) if raw else {}
                 raw = None
                 page = data.get("items") or []

@@ -91,6 +91,50 @@ def _slim_spec(spec):
     return slim_spec
 
 
+# What a plan reads of a VMI's status (kubevirt.py: node, phase, conditions LiveMigratable and
+# Ready, guest memory, migration state, evacuation mark); the rest (interfaces, volumeStatus,
+# phaseTransitionTimestamps, guest OS, ...) is about half of a VMI and is dropped page by page.
+_VMI_STATUS_KEYS = ("nodeName", "phase", "conditions", "memory", "migrationState", "evacuationNodeName")
+_VMI_META_KEYS = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp",
+                  "resourceVersion", "creationTimestamp")
+
+
+def _picked(obj, keys):
+    return dict((k, obj[k]) for k in keys if k in obj)
+
+
+def _slim_vmi(vmi, share=_no_sharing):
+    """A VMI as the plan reads it: its metadata (no annotations or managed fields), its whole spec
+    (placement, eviction strategy, memory) and the status keys of ``_VMI_STATUS_KEYS``."""
+    meta = _picked(vmi.get("metadata") or {}, _VMI_META_KEYS)
+    for key in ("labels", "ownerReferences"):
+        if key in meta:
+            meta[key] = share(meta[key])
+    return {"metadata": meta, "spec": vmi.get("spec") or {},
+            "status": _picked(vmi.get("status") or {}, _VMI_STATUS_KEYS)}
+
+
+def _slim_vm(vm):
+    """A VM as the plan reads it: who it is and its run strategy (``kubevirt.vm_run_strategy``);
+    its template is the VMI's spec, read from the VMI."""
+    spec = vm.get("spec") or {}
+    meta = _picked(vm.get("metadata") or {}, ("name", "namespace", "uid", "labels", "deletionTimestamp",
+                                              "resourceVersion"))
+    return {"metadata": meta,
+            "spec": _picked(spec, ("runStrategy", "running"))}
+
+
+def _slim_node(node):
+    """A node without its image list (status.images: up to tens of KB on a real node, never read)."""
+    status = node.get("status")
+    if status and "images" in status:
+        node = dict(node, status=dict((k, v) for k, v in status.items() if k != "images"))
+    meta = node.get("metadata") or {}
+    if "managedFields" in meta:
+        node = dict(node, metadata=dict((k, v) for k, v in meta.items() if k != "managedFields"))
+    return node
+
+
 def _requests(pod):
     """pod_requests of a snapshot pod, computed once and kept with its (shared) spec: on a large
     cluster every pod counts for its node's free room and again in the placement of its node."""
@@ -131,7 +175,7 @@ class Snapshot:
     def load(cls, client, node_names=None):
         """Read the cluster. ``node_names``: the nodes to plan (VMs are then read per namespace)."""
         snap = cls(client)
-        items, _rv = client.list("Node")
+        items, _rv = client.list("Node", transform=_slim_node, drop_managed_fields=True)
         snap.nodes = dict((n["metadata"]["name"], n) for n in items)
         snap._read_pods()
         snap.kubevirt = snap.served("VirtualMachineInstance")
@@ -154,7 +198,9 @@ class Snapshot:
 
     def _read_kubevirt(self, node_names):
         """The VMIs, the cluster-wide eviction strategy and the VMs."""
-        vmis, _rv = self.client.list("VirtualMachineInstance")
+        share = _Shared()
+        vmis, _rv = self.client.list("VirtualMachineInstance", drop_managed_fields=True,
+                                     transform=lambda vmi: _slim_vmi(vmi, share))
         self.vmis = [v for v in vmis if kubevirt.vmi_is_active(v) or kubevirt.vmi_node(v)]
         self.vmis_by_uid = dict((v["metadata"].get("uid"), v) for v in self.vmis)
         for vmi in self.vmis:
@@ -180,11 +226,12 @@ class Snapshot:
         namespaces = sorted(set(v["metadata"]["namespace"] for v in self.vmis
                                 if wanted is None or kubevirt.vmi_node(v) in wanted))
         if wanted is None or len(namespaces) > 3:
-            vms, _rv = self.client.list("VirtualMachine")
+            vms, _rv = self.client.list("VirtualMachine", transform=_slim_vm, drop_managed_fields=True)
         else:
             vms = []
             for namespace in namespaces:
-                vms.extend(self.client.list("VirtualMachine", namespace=namespace)[0])
+                vms.extend(self.client.list("VirtualMachine", namespace=namespace, transform=_slim_vm,
+                                            drop_managed_fields=True)[0])
         self.vms = dict(((v["metadata"]["namespace"], v["metadata"]["name"]), v) for v in vms)
 
     def _read_pdbs(self):

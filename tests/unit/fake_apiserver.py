@@ -19,10 +19,10 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kinds imp
 
 
 class FakeResponse:
-    def __init__(self, status, body=None, headers=None, chunks=None, compact=False):
+    def __init__(self, status, body=None, headers=None, chunks=None, compact=False, sort_keys=False):
         self.status = status
         separators = (",", ":") if compact else None
-        self.data = json.dumps(body, separators=separators).encode() if body is not None else b""
+        self.data = json.dumps(body, separators=separators, sort_keys=sort_keys).encode() if body is not None else b""
         self.headers = headers or {}
         self._chunks = chunks
 

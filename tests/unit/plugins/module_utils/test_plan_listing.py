@@ -30,10 +30,12 @@ def _pod(i, node, managed=None):
 
 class _PagingPool:
     """The HTTP pool of a real KubeClient: serves ``pods`` in pages of ``size``, as compact JSON
-    (as the API server writes it) unless ``spaced``."""
+    (as the API server writes it) unless ``spaced``; with its keys sorted when ``sorted_keys``
+    (as the API server writes custom resources)."""
 
-    def __init__(self, pods, size, spaced=False):
+    def __init__(self, pods, size, spaced=False, sorted_keys=False):
         self.pods, self.size, self.spaced, self.calls = pods, size, spaced, []
+        self.sorted_keys = sorted_keys
 
     def request(self, method, url, body=None, headers=None, preload_content=True, timeout=None):
         assert method == "GET" and not preload_content, "lists are read as streams, page by page"
@@ -45,7 +47,7 @@ class _PagingPool:
             meta["continue"] = str(start + self.size)
             meta["remainingItemCount"] = len(self.pods) - start - self.size
         page = {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": self.pods[start:start + self.size]}
-        return FakeResponse(200, page, compact=not self.spaced)
+        return FakeResponse(200, page, compact=not self.spaced, sort_keys=self.sorted_keys)
 
 
 def _client(pool):
@@ -71,6 +73,22 @@ def test_pages_are_followed_and_managed_fields_skipped():
         assert got == want
     slim, _rv = _client(_PagingPool(pods, 3)).list("Pod", transform=plan._slim_pod, drop_managed_fields=True)
     assert slim == [plan._slim_pod(p) for p in pods]
+
+
+def test_managed_fields_of_custom_resources_are_skipped_too():
+    """VMIs and VMs come with sorted keys: managedFields between labels and name."""
+    objects = [_pod(i, "n-1") for i in range(5)]
+    objects[2] = _pod(2, "n-1", managed=[{"manager": "odd", "fieldsV1": {"f:status": {"v:[x]": {}}}}])
+    pool = _PagingPool(objects, 2, sorted_keys=True)
+    raw, _rv = _client(pool).list("VirtualMachineInstance", drop_managed_fields=True)
+    assert ["managedFields" in o["metadata"] for o in raw] == [False, False, True, False, False]
+    for got, want in zip(raw, objects):
+        want = dict(want, metadata=dict(want["metadata"]))
+        if "managedFields" not in got["metadata"]:
+            del want["metadata"]["managedFields"]
+        assert got == want
+    kept, _rv = _client(_PagingPool(objects, 2, sorted_keys=True)).list("VirtualMachineInstance")
+    assert kept == objects
 
 
 def test_pages_are_transformed_one_at_a_time():
