@@ -64,12 +64,7 @@ class FailingMigrations:
         sentence) and the VM (namespace/name) in ``target.vm``."""
         if not self.informers:
             return []
-        by_vmi = {}
-        for migration in self._all():
-            if migration["metadata"].get("uid") in self._failed_before:
-                continue
-            key = (migration["metadata"].get("namespace"), (migration.get("spec") or {}).get("vmiName"))
-            by_vmi.setdefault(key, []).append(migration)
+        by_vmi = self._by_vmi()
         stuck = []
         for target in targets:
             if not target.launcher or target.wait_only or target.key in gave_up \
@@ -90,24 +85,25 @@ class FailingMigrations:
         its way out; Failed), or one failed and the newest is still Pending - KubeVirt creates the
         next try at once but holds it back for its backoff (handleMigrationBackoff,
         pkg/virt-controller/watch/migration/migration.go: 20 s, then doubling)."""
-        newest = {}
-        failed = set()
-        for migration in self._all():
-            meta = migration["metadata"]
-            if meta.get("uid") in (self._failed_before or ()):
-                continue
-            key = (meta.get("namespace"), (migration.get("spec") or {}).get("vmiName"))
-            stamp = (meta.get("creationTimestamp") or "", meta.get("name") or "")
-            if key not in newest or stamp > newest[key][0]:
-                newest[key] = (stamp, migration)
-            if (migration.get("status") or {}).get("phase") == "Failed":
-                failed.add(key)
         idle = set()
-        for key, (_stamp, migration) in newest.items():
-            phase = (migration.get("status") or {}).get("phase") or "Pending"
-            if phase in kubevirt.FINISHED_PHASES or (key in failed and phase == "Pending"):
+        for key, migrations in self._by_vmi().items():
+            newest = max(migrations, key=lambda m: (m["metadata"].get("creationTimestamp") or "",
+                                                    m["metadata"].get("name") or ""))
+            phase = (newest.get("status") or {}).get("phase") or "Pending"
+            failed = any((m.get("status") or {}).get("phase") == "Failed" for m in migrations)
+            if phase in kubevirt.FINISHED_PHASES or (failed and phase == "Pending"):
                 idle.add(key)
         return idle
+
+    def _by_vmi(self):
+        """This drain's migrations (not those that had failed before it), by (namespace, VMI name)."""
+        by_vmi = {}
+        for migration in self._all():
+            if migration["metadata"].get("uid") in (self._failed_before or ()):
+                continue
+            key = (migration["metadata"].get("namespace"), (migration.get("spec") or {}).get("vmiName"))
+            by_vmi.setdefault(key, []).append(migration)
+        return by_vmi
 
 
 def shut_down_vm(client, target):
