@@ -80,17 +80,23 @@ def populate(kube, workers, pods_per_node):
     """ReplicaSets pinned to each node, so that the lab holds ``pods_per_node`` pods per worker
     besides the VMs' (the controller-manager creates the pods: :func:`wait_for_pods` waits)."""
     _namespace(kube, NAMESPACE)
-    existing = {rs["metadata"]["name"] for rs in kube.list("ReplicaSet", NAMESPACE)[0]}
+    existing = dict((rs["metadata"]["name"], rs["spec"].get("replicas"))
+                    for rs in kube.list("ReplicaSet", NAMESPACE)[0])
     daemon_pods = 1 if kube.list("Pod", "kubevirt", limit=1)[0] else 0
     replicas = max(0, pods_per_node - daemon_pods)
 
     def create(node):
-        rs = w.replica_set(f"rs-{node}", replicas)
+        name = f"rs-{node}"
+        if name in existing:
+            # Left by an earlier run of another size: scaled to this one's.
+            kube.patch("ReplicaSet", name, {"spec": {"replicas": replicas}}, NAMESPACE)
+            return
+        rs = w.replica_set(name, replicas)
         rs["spec"]["template"]["spec"]["nodeName"] = node
         kube.create("ReplicaSet", rs, NAMESPACE)
 
     with ThreadPoolExecutor(CREATE_WORKERS) as pool:
-        list(pool.map(create, [n for n in workers if f"rs-{n}" not in existing]))
+        list(pool.map(create, [n for n in workers if existing.get(f"rs-{n}") != replicas]))
     return replicas * len(workers), daemon_pods * len(workers)
 
 
