@@ -110,8 +110,23 @@ def _slim_vmi(vmi, share=_no_sharing):
     for key in ("labels", "ownerReferences"):
         if key in meta:
             meta[key] = share(meta[key])
-    return {"metadata": meta, "spec": vmi.get("spec") or {},
-            "status": _picked(vmi.get("status") or {}, _VMI_STATUS_KEYS)}
+    status = _picked(vmi.get("status") or {}, _VMI_STATUS_KEYS)
+    if "conditions" in status:  # what they say, not when: then most VMIs' conditions are equal
+        status["conditions"] = [_picked(c, ("type", "status", "reason", "message")) for c in status["conditions"] or []]
+    for key in ("conditions", "memory"):
+        if key in status:
+            status[key] = share(status[key])
+    return {"metadata": meta, "spec": _shared_parts(vmi.get("spec") or {}, share), "status": status}
+
+
+def _shared_parts(spec, share):
+    """A VMI's spec with its parts shared among VMIs where equal: VMs made from one template differ
+    in their volumes and their domain's firmware (serial, UUID), not in CPU, devices, memory,
+    networks or placement rules."""
+    shared = dict((k, share(v)) for k, v in spec.items() if k != "domain")
+    if "domain" in spec:
+        shared["domain"] = dict((k, share(v)) for k, v in (spec["domain"] or {}).items())
+    return shared
 
 
 def _slim_vm(vm):

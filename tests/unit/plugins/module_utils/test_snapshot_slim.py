@@ -93,12 +93,26 @@ def test_a_trimmed_vmi_answers_as_the_whole_one(change):
     assert "volumeStatus" not in slim["status"] and "interfaces" not in slim["status"]
 
 
-def test_trimmed_vmis_share_equal_labels_and_owners():
+def test_vmis_of_one_template_share_what_is_equal():
     share = snapshot_mod._Shared()  # pylint: disable=protected-access
-    a = snapshot_mod._slim_vmi(copy.deepcopy(VMI), share)  # pylint: disable=protected-access
-    b = snapshot_mod._slim_vmi(copy.deepcopy(VMI), share)  # pylint: disable=protected-access
+    first, second = copy.deepcopy(VMI), copy.deepcopy(VMI)
+    second["metadata"].update(name="web-2", uid="1234")
+    second["spec"]["domain"]["firmware"] = {"uuid": "other"}
+    second["spec"]["volumes"] = [{"name": "root", "persistentVolumeClaim": {"claimName": "web-2-root"}}]
+    for cond in second["status"]["conditions"]:
+        cond["lastTransitionTime"] = "2026-11-26T21:00:00Z"  # when differs, what is the same
+    a = snapshot_mod._slim_vmi(first, share)  # pylint: disable=protected-access
+    b = snapshot_mod._slim_vmi(second, share)  # pylint: disable=protected-access
     assert a["metadata"]["labels"] is b["metadata"]["labels"]
     assert a["metadata"]["ownerReferences"] is b["metadata"]["ownerReferences"]
+    assert a["status"]["conditions"] is b["status"]["conditions"]
+    for key in ("devices", "cpu", "memory", "resources"):
+        assert a["spec"]["domain"][key] is b["spec"]["domain"][key]
+    assert a["spec"]["networks"] is b["spec"]["networks"] and a["spec"]["nodeSelector"] is b["spec"]["nodeSelector"]
+    # What differs stays each VMI's own.
+    assert a["spec"]["volumes"] != b["spec"]["volumes"]
+    assert a["spec"]["domain"].get("firmware") != b["spec"]["domain"]["firmware"]
+    assert _answers(b)["spec"] == second["spec"] and a["metadata"]["uid"] != b["metadata"]["uid"]
 
 
 @pytest.mark.parametrize("spec,strategy", [
