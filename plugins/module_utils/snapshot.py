@@ -51,17 +51,24 @@ def _slim_pod(pod, share=_no_sharing):
             "status": share({"phase": status.get("phase")})}
 
 
-def _slim_metadata(meta, share):
-    """The pod's name, owners, labels and versions, and the mirror-pod annotation only."""
+_POD_META_KEYS = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp", "resourceVersion")
+
+
+def _slim_metadata(meta, share, keys=_POD_META_KEYS):
+    """``keys`` of an object's metadata (a pod's: name, owners, labels and versions), labels and
+    owner references shared, and of the annotations only a pod's mirror-pod one."""
     annotations = meta.get("annotations") or {}
-    slim_meta = dict((k, meta[k]) for k in ("name", "namespace", "uid", "labels", "ownerReferences",
-                                            "deletionTimestamp", "resourceVersion") if k in meta)
+    slim_meta = _picked(meta, keys)
     if "kubernetes.io/config.mirror" in annotations:
         slim_meta["annotations"] = {"kubernetes.io/config.mirror": annotations["kubernetes.io/config.mirror"]}
     for key in ("labels", "ownerReferences"):
         if key in slim_meta:
             slim_meta[key] = share(slim_meta[key])
     return slim_meta
+
+
+def _picked(obj, keys):
+    return dict((k, obj[k]) for k in keys if k in obj)
 
 
 def _requests_only(containers):
@@ -99,17 +106,10 @@ _VMI_META_KEYS = ("name", "namespace", "uid", "labels", "ownerReferences", "dele
                   "resourceVersion", "creationTimestamp")
 
 
-def _picked(obj, keys):
-    return dict((k, obj[k]) for k in keys if k in obj)
-
-
 def _slim_vmi(vmi, share=_no_sharing):
     """A VMI as the plan reads it: its metadata (no annotations or managed fields), its whole spec
     (placement, eviction strategy, memory) and the status keys of ``_VMI_STATUS_KEYS``."""
-    meta = _picked(vmi.get("metadata") or {}, _VMI_META_KEYS)
-    for key in ("labels", "ownerReferences"):
-        if key in meta:
-            meta[key] = share(meta[key])
+    meta = _slim_metadata(vmi.get("metadata") or {}, share, _VMI_META_KEYS)
     status = _picked(vmi.get("status") or {}, _VMI_STATUS_KEYS)
     if "conditions" in status:  # what they say, not when: then most VMIs' conditions are equal
         status["conditions"] = [_picked(c, ("type", "status", "reason", "message")) for c in status["conditions"] or []]
