@@ -80,3 +80,21 @@ def record(state, node, current, now, method, verify=None, failed_task=None, fai
                       "error": None})
     updated["records"] = records + [entry]
     return updated
+
+
+def record_all(state, outcomes, order, max_failures=0):
+    """The run's state with the nodes of ``order`` recorded, in that order, each from its outcome:
+    ``{"node", "current", "now", "method"}`` and ``verify`` (done) or ``failed_task``/``failed_result``
+    (failed). A node of ``order`` without an outcome is not recorded; outcomes of other nodes are ignored."""
+    by_node = dict((o.get("node"), o) for o in outcomes if isinstance(o, dict))
+    for node in order:
+        outcome = by_node.get(node)
+        if outcome is None:
+            continue
+        failed = outcome.get("verify") is None
+        state = record(state, node, outcome.get("current"), outcome.get("now"), outcome.get("method"),
+                       verify=outcome.get("verify"),
+                       failed_task=(outcome.get("failed_task") or {}) if failed else None,
+                       failed_result=outcome.get("failed_result") if failed else None,
+                       max_failures=max_failures)
+    return state

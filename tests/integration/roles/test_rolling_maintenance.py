@@ -835,12 +835,123 @@ def test_max_parallel_bad_input_changes_nothing(lab, k8s, tmp_path, lock_name):
     assert unlabelled.returncode != 0
     assert any("Node lab-worker-1 has no label example.com/rack, so its failure domain is unknown" in m
                for m in failure_messages(unlabelled)), failure_messages(unlabelled)
-    inventory = tmp_path / "lab.nodes.yml"
-    inventory.write_text("plugin: kubevirt_ops.maintenance.nodes\n")
-    hosts = runs._run([os.path.join(runs.BIN, "ansible-playbook"), "-i", str(inventory), HOSTS_PLAYBOOK, "-e",
-                       json.dumps(base_vars(tmp_path, lock_name, rolling_maintenance_max_parallel=2))],
-                      lab.kubeconfig, None, 900)
+    hosts = host_based_run(lab, tmp_path, base_vars(tmp_path, lock_name, rolling_maintenance_max_parallel=0))
     assert hosts.returncode != 0
-    assert any("is for the single-play style" in m for m in failure_messages(hosts)), failure_messages(hosts)
+    assert any("rolling_maintenance_max_parallel (0) is not a number of nodes" in m
+               for m in failure_messages(hosts)), failure_messages(hosts)
     assert node_marks(k8s) == before
     assert lease(k8s, lock_name) is None
+
+
+def host_based_run(lab, tmp_path, extra, *options):
+    """The host-based playbook over the nodes of the inventory plugin."""
+    inventory = tmp_path / "lab.nodes.yml"
+    inventory.write_text("plugin: kubevirt_ops.maintenance.nodes\n")
+    return runs._run([os.path.join(runs.BIN, "ansible-playbook"), "-i", str(inventory), HOSTS_PLAYBOOK, "-e",
+                      json.dumps(extra)] + list(options), lab.kubeconfig, None, 1200)
+
+
+def overlap(first, second):
+    """Whether two phases of the report ran at the same time for a while."""
+    return first["start"] < second["end"] and second["start"] < first["end"]
+
+
+def test_host_based_play_runs_a_batch_on_its_hosts_at_the_same_time(lab, k8s, namespace, tmp_path, lock_name, zones,
+                                                                   four_vms, task_files, workers_back):
+    """The host-based playbook with max_parallel 2 by zone: the play's serial batches are the preflight's
+    (hosts in the run's order, not the inventory's), both nodes of a zone are out together and never
+    nodes of two zones, and the node tasks of a batch's hosts run at the same time."""
+    vm_safety = safety.VmSafety(k8s)
+    extra = base_vars(tmp_path, lock_name, rolling_maintenance_target="workers", rolling_maintenance_max_parallel=2,
+                      rolling_maintenance_failure_domain=ZONE, rolling_maintenance_node_tasks=task_files["ok"],
+                      node_task_seconds=6)
+    with safety.PdbWatcher(k8s) as budgets, safety.ParallelWatcher(k8s, WORKERS, ZONE) as parallel:
+        run = host_based_run(lab, tmp_path, extra)
+    assert run.returncode == 0, run.output[-4000:]
+    assert "lab-worker-1 + lab-worker-3, then lab-worker-2 + lab-worker-4 (up to 2 at once" in run.output
+    assert "entering maintenance together: lab-worker-1, lab-worker-3" in run.output
+    assert "[2/4 lab-worker-3] done" in run.output and "[4/4 lab-worker-4] done" in run.output
+    assert parallel.most_cordoned == 2, parallel.cordoned_sets
+    assert ["lab-worker-1", "lab-worker-3"] in parallel.cordoned_sets
+    assert ["lab-worker-2", "lab-worker-4"] in parallel.cordoned_sets
+    assert parallel.mixed_domains == []
+    assert budgets.violations == []
+    vm_safety.verify()
+    assert all(in_service(k8s, name) for name in WORKERS)
+    assert not lease(k8s, lock_name).spec.holder_identity
+    report = report_of(tmp_path)
+    assert report["status"] == "succeeded"
+    nodes = report["nodes"]
+    assert [(n["node"], n["index"], n["status"]) for n in nodes] == [
+        ("lab-worker-1", 1, "done"), ("lab-worker-3", 2, "done"), ("lab-worker-2", 3, "done"),
+        ("lab-worker-4", 4, "done")]
+    assert report["batches"] == [["lab-worker-1", "lab-worker-3"], ["lab-worker-2", "lab-worker-4"]]
+    # The node tasks (6 s each) of a batch's two hosts ran at the same time; the batches one after the other.
+    tasks = dict((n["node"], n["phases"]["tasks"]) for n in nodes)
+    assert overlap(tasks["lab-worker-1"], tasks["lab-worker-3"]), tasks
+    assert overlap(tasks["lab-worker-2"], tasks["lab-worker-4"]), tasks
+    assert max(tasks["lab-worker-1"]["end"], tasks["lab-worker-3"]["end"]) < min(
+        tasks["lab-worker-2"]["start"], tasks["lab-worker-4"]["start"]), tasks
+
+
+def test_a_failure_in_a_host_based_batch_finishes_the_batch_and_starts_no_other(lab, k8s, namespace, tmp_path,
+                                                                               lock_name, zones, task_files,
+                                                                               four_vms, workers_back):
+    extra = base_vars(tmp_path, lock_name, rolling_maintenance_target="workers", rolling_maintenance_max_parallel=2,
+                      rolling_maintenance_failure_domain=ZONE, rolling_maintenance_node_tasks=task_files["failing"],
+                      fail_on_node="lab-worker-1")
+    # One fork: the hosts of a batch take turns through the node tasks, and the plan says so.
+    with safety.ParallelWatcher(k8s, WORKERS, ZONE) as parallel:
+        run = host_based_run(lab, tmp_path, extra, "--forks", "1")
+    assert run.returncode != 0
+    assert "Ansible's forks (1) are fewer than rolling_maintenance_max_parallel (2)" in run.output
+    final = failure_messages(run)[-1]
+    assert "Done: lab-worker-3." in final, final
+    assert "Failed and left cordoned (in maintenance): lab-worker-1." in final
+    assert "Not started: lab-worker-2, lab-worker-4." in final
+    assert any(m.startswith("1 node(s) of the batch failed and are left cordoned (in maintenance): lab-worker-1.")
+               and "firmware update of lab-worker-1 exited 1" in m for m in failure_messages(run)), failure_messages(run)
+    assert not in_service(k8s, "lab-worker-1")
+    assert all(in_service(k8s, name) for name in ("lab-worker-2", "lab-worker-3", "lab-worker-4"))
+    assert parallel.most_cordoned == 2 and parallel.mixed_domains == []
+    assert not lease(k8s, lock_name).spec.holder_identity
+    report = report_of(tmp_path)
+    assert report["status"] == "failed"
+    assert [(n["node"], n["index"], n["status"]) for n in report["nodes"]] == [
+        ("lab-worker-1", 1, "failed"), ("lab-worker-3", 2, "done")]
+    assert report["nodes"][0]["phases"]["tasks"]["failed"]
+    assert report["nodes"][0]["error"] == "Update the firmware: firmware update of lab-worker-1 exited 1"
+    # Both hosts of the batch failed the play at once (the run stops); the run was finished once for them.
+    assert run.output.count("Release the cluster lock]") == 1, run.output[-4000:]
+
+
+@pytest.mark.parametrize("style", ["single-play", "host-based"])
+def test_a_failed_drain_in_a_batch_fails_its_node_before_its_node_tasks(lab, k8s, namespace, tmp_path, lock_name,
+                                                                       zones, four_vms, held_pod, task_files,
+                                                                       workers_back, style):
+    """lab-worker-1 cannot finish its drain (a pod of it stays terminating until the test releases it):
+    its drain fails with the batch's, the node is recorded as failed in its drain, before any node task,
+    and left cordoned; lab-worker-3, drained with it, is finished; no other batch starts."""
+    _held_pods, release = held_pod
+    extra = base_vars(tmp_path, lock_name, rolling_maintenance_max_parallel=2, rolling_maintenance_failure_domain=ZONE,
+                      rolling_maintenance_drain_timeout=45, rolling_maintenance_node_tasks=task_files["ok"])
+    try:
+        if style == "host-based":
+            run = host_based_run(lab, tmp_path, dict(extra, rolling_maintenance_target="workers"))
+        else:
+            run = runs.playbook(lab.kubeconfig, PLAYBOOK, dict(extra, rolling_maintenance_nodes=WORKERS))
+    finally:
+        release()
+    assert run.returncode != 0
+    final = failure_messages(run)[-1]
+    assert "Done: lab-worker-3." in final, final
+    assert "Failed and left cordoned (in maintenance): lab-worker-1." in final
+    assert "Not started: lab-worker-2, lab-worker-4." in final
+    report = report_of(tmp_path)
+    assert [(n["node"], n["status"]) for n in report["nodes"]] == [("lab-worker-1", "failed"), ("lab-worker-3", "done")]
+    failed = report["nodes"][0]
+    assert list(failed["phases"]) == ["drain"] and failed["phases"]["drain"]["failed"], failed["phases"]
+    assert failed["error"].startswith("Enter maintenance (drain) with the batch: "), failed["error"]
+    assert not in_service(k8s, "lab-worker-1")
+    assert all(in_service(k8s, name) for name in ("lab-worker-2", "lab-worker-3", "lab-worker-4"))
+    assert not lease(k8s, lock_name).spec.holder_identity

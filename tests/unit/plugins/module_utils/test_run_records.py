@@ -5,6 +5,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_phase import run_phase
 from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_record import run_record
+from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_records import run_records
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.duration import predict
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_records import advance, record
 
@@ -117,3 +118,33 @@ def test_filters_refuse_what_is_not_a_run():
         run_record([], "w1", {}, T[0], "auto", verify={})
     with pytest.raises(AnsibleFilterError, match="give verify"):
         run_record({}, "w1", {}, T[0], "auto")
+    with pytest.raises(AnsibleFilterError, match="run's state"):
+        run_records("x", [], ["w1"])
+    with pytest.raises(AnsibleFilterError, match="outcomes and order must be lists"):
+        run_records({}, {"node": "w1"}, ["w1"])
+
+
+def outcome(node, index, verify=None, **failure):
+    base = {"node": node, "current": in_flight("verify", index=str(index)), "now": T[10 + index], "method": "auto"}
+    if verify is not None:
+        base["verify"] = verify
+    base.update(failure)
+    return base
+
+
+def test_a_batch_finished_on_its_hosts_is_recorded_in_the_batch_order_as_node_by_node():
+    """The host-based style: each host of a batch keeps its node's outcome, the batch records them together,
+    in the batch's order whatever order the hosts come in; the same state as recording them one by one."""
+    task, result = {"name": "Update the firmware", "action": "ansible.builtin.fail"}, {"msg": "exited 1"}
+    w1 = outcome("w1", 1, **{"failed_task": task, "failed_result": result})
+    w3 = outcome("w3", 2, verify=VERIFY)
+    stale = outcome("w9", 9, verify=VERIFY)  # a host of an earlier batch: not of this one
+    together = run_records(state(), [stale, w3, w1, None], ["w1", "w3"], max_failures=0)
+    one_by_one = record(record(state(), "w1", w1["current"], w1["now"], "auto", failed_task=task, failed_result=result),
+                        "w3", w3["current"], w3["now"], "auto", verify=VERIFY)
+    assert together == one_by_one
+    assert [(r["node"], r["index"], r["status"]) for r in together["records"]] == [("w1", 1, "failed"), ("w3", 2, "done")]
+    assert (together["failures"], together["stop"], together["stop_reason"]) == (1, True, "failure")
+    # Within max_failures the run goes on; a node without an outcome (its host never finished) is not recorded.
+    within = run_records(state(), [w1], ["w1", "w3"], max_failures=1)
+    assert [r["node"] for r in within["records"]] == ["w1"] and not within["stop"]
