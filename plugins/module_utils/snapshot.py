@@ -129,25 +129,32 @@ def _shared_parts(spec, share):
     return shared
 
 
+_VM_META_KEYS = ("name", "namespace", "uid", "labels", "deletionTimestamp", "resourceVersion")
+
+
 def _slim_vm(vm):
     """A VM as the plan reads it: who it is and its run strategy (``kubevirt.vm_run_strategy``);
     its template is the VMI's spec, read from the VMI."""
-    spec = vm.get("spec") or {}
-    meta = _picked(vm.get("metadata") or {}, ("name", "namespace", "uid", "labels", "deletionTimestamp",
-                                              "resourceVersion"))
-    return {"metadata": meta,
-            "spec": _picked(spec, ("runStrategy", "running"))}
+    return {"metadata": _picked(vm.get("metadata") or {}, _VM_META_KEYS),
+            "spec": _picked(vm.get("spec") or {}, ("runStrategy", "running"))}
+
+
+def _without(obj, key):
+    return dict((k, v) for k, v in obj.items() if k != key)
 
 
 def _slim_node(node):
-    """A node without its image list (status.images: up to tens of KB on a real node, never read)."""
-    status = node.get("status")
+    """A node without its image list (status.images: up to tens of KB on a real node, never read)
+    and its managed fields; the node itself is left as it was."""
+    status, meta = node.get("status"), node.get("metadata")
+    if not (status and "images" in status) and not (meta and "managedFields" in meta):
+        return node
+    slim = dict(node)
     if status and "images" in status:
-        node = dict(node, status=dict((k, v) for k, v in status.items() if k != "images"))
-    meta = node.get("metadata") or {}
-    if "managedFields" in meta:
-        node = dict(node, metadata=dict((k, v) for k, v in meta.items() if k != "managedFields"))
-    return node
+        slim["status"] = _without(status, "images")
+    if meta and "managedFields" in meta:
+        slim["metadata"] = _without(meta, "managedFields")
+    return slim
 
 
 def _requests(pod):

@@ -7,6 +7,7 @@ puts every worker back in service afterwards. The lab needs at least 4 workers.
 import datetime
 import json
 import os
+import re
 import threading
 import uuid
 
@@ -839,6 +840,16 @@ def test_max_parallel_bad_input_changes_nothing(lab, k8s, tmp_path, lock_name):
     assert hosts.returncode != 0
     assert any("rolling_maintenance_max_parallel (0) is not a number of nodes" in m
                for m in failure_messages(hosts)), failure_messages(hosts)
+    # The host-based playbook plans only nodes with a host: lab-worker-2 has none in this inventory.
+    static = tmp_path / "one-host.ini"
+    static.write_text("[workers]\nlab-worker-1 ansible_connection=local\n")
+    hostless = runs._run([os.path.join(runs.BIN, "ansible-playbook"), "-i", str(static), HOSTS_PLAYBOOK, "-e",
+                          json.dumps(base_vars(tmp_path, lock_name, rolling_maintenance_max_parallel=2,
+                                               rolling_maintenance_nodes=["lab-worker-1", "lab-worker-2"]))],
+                         lab.kubeconfig, None, 900)
+    assert hostless.returncode != 0
+    assert any(m.startswith("Node lab-worker-2 has no inventory host, and the host-based playbook maintains each node")
+               for m in failure_messages(hostless)), failure_messages(hostless)
     assert node_marks(k8s) == before
     assert lease(k8s, lock_name) is None
 
@@ -904,7 +915,7 @@ def test_a_failure_in_a_host_based_batch_finishes_the_batch_and_starts_no_other(
     with safety.ParallelWatcher(k8s, WORKERS, ZONE) as parallel:
         run = host_based_run(lab, tmp_path, extra, "--forks", "1")
     assert run.returncode != 0
-    assert "Ansible's forks (1) are fewer than rolling_maintenance_max_parallel (2)" in run.output
+    assert "Ansible's forks (1) are fewer than rolling_maintenance_max_parallel (2)" in run.output, [l for l in run.output.splitlines() if "in this order" in l]
     final = failure_messages(run)[-1]
     assert "Done: lab-worker-3." in final, final
     assert "Failed and left cordoned (in maintenance): lab-worker-1." in final
@@ -955,3 +966,26 @@ def test_a_failed_drain_in_a_batch_fails_its_node_before_its_node_tasks(lab, k8s
     assert not in_service(k8s, "lab-worker-1")
     assert all(in_service(k8s, name) for name in ("lab-worker-2", "lab-worker-3", "lab-worker-4"))
     assert not lease(k8s, lock_name).spec.holder_identity
+
+
+def test_a_host_based_play_of_ones_own_must_take_its_batches_from_the_plan(lab, k8s, tmp_path, lock_name):
+    """A copy of the host-based playbook with hosts: workers and serial: 1 and max_parallel 2: refused
+    before the batch is drained (lab-worker-2 would be drained without its host); nothing left changed."""
+    before = node_marks(k8s)
+    with open(HOSTS_PLAYBOOK) as handle:
+        own = handle.read()
+    own = re.sub(r'(?m)^  hosts: "\{\{ hostvars.*$', "  hosts: workers", own)
+    own = re.sub(r'(?m)^  serial: "\{\{ hostvars.*$', "  serial: 1", own)
+    assert own.count("  serial: 1\n") == 1 and own.count("  hosts: workers\n") == 1
+    (tmp_path / "own.yml").write_text(own)
+    inventory = tmp_path / "lab.nodes.yml"
+    inventory.write_text("plugin: kubevirt_ops.maintenance.nodes\n")
+    run = runs._run([os.path.join(runs.BIN, "ansible-playbook"), "-i", str(inventory), str(tmp_path / "own.yml"),
+                     "-e", json.dumps(base_vars(tmp_path, lock_name, rolling_maintenance_max_parallel=2))],
+                    lab.kubeconfig, None, 900)
+    assert run.returncode != 0
+    assert any(m.startswith("The play's serial batch (lab-worker-1) is not the run's batch of node lab-worker-1 "
+                            "(lab-worker-1, lab-worker-2)") for m in failure_messages(run)), failure_messages(run)
+    assert node_marks(k8s) == before
+    assert not lease(k8s, lock_name).spec.holder_identity
+    assert report_of(tmp_path)["status"] == "not_started"

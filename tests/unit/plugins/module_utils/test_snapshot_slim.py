@@ -143,3 +143,7 @@ def test_a_trimmed_node_loses_only_its_image_list_and_managed_fields():
     assert "images" not in slim["status"] and "managedFields" not in slim["metadata"]
     del whole["status"]["images"], whole["metadata"]["managedFields"]
     assert slim == whole
+    # Nothing to trim: the node itself, not a copy.
+    assert snapshot_mod._slim_node(slim) is slim  # pylint: disable=protected-access
+    only_images = {"metadata": {"name": "worker-2"}, "status": {"images": []}}
+    assert snapshot_mod._slim_node(only_images) == {"metadata": {"name": "worker-2"}, "status": {}}  # pylint: disable=protected-access
