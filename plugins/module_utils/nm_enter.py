@@ -61,17 +61,36 @@ def _drain_phase(client, name, outcome, drainer, deadline, explanations, result)
         result["phase"] = "Succeeded" if not outcome.pending else "Running"
 
 
+def _cordon(module, result, node, progress, note=""):
+    """Cordon and taint the node and record it as in maintenance by this collection; (node after, diff)."""
+    name = nodes_mod.node_name(node)
+    before = nodes_mod.maintenance_view(node)
+    node_after, (patch, after, _record) = nodes_mod.update_node(
+        module.client, name, lambda current: nodes_mod.enter_changes(current, module.params.get("reason")), node=node)
+    result["changed"] = result["changed"] or patch is not None
+    if patch is not None:
+        progress.line("phase=Running cordoned, tainted %s:NoSchedule%s" % (nodes_mod.DRAIN_TAINT["key"], note))
+    return node_after, {"before": before, "after": after}
+
+
+def enter_without_drain(module, result, plan, node, progress):
+    """drain=false: the node enters maintenance (cordon, taints, this collection's record) and nothing is
+    evicted; a later call with drain=true finds the maintenance its own and drains the node."""
+    require(module.client, [Permission("patch", "nodes")], "put node %s into maintenance" % plan.node)
+    node_after, diff = _cordon(module, result, node, progress, note="; not drained (drain=false)")
+    result["phase"] = nodes_mod.maintenance_state(node_after)[1]
+    result["vms"] = vm_report(module.client, plan, {}, final=False)
+    if module.diff_mode:
+        result["diff"] = diff
+    return False
+
+
 def enter_drain(module, result, plan, node, shutdown, options, deadline, progress):
     params = module.params
     client = module.client
     name = plan.node
     require(client, _permissions_for_drain(plan, options, shutdown), "drain node %s" % name)
-    before = nodes_mod.maintenance_view(node)
-    node_after, (patch, after, _record) = nodes_mod.update_node(
-        client, name, lambda current: nodes_mod.enter_changes(current, params.get("reason")), node=node)
-    result["changed"] = result["changed"] or patch is not None
-    if patch is not None:
-        progress.line("phase=Running cordoned, tainted %s:NoSchedule" % nodes_mod.DRAIN_TAINT["key"])
+    node_after, diff = _cordon(module, result, node, progress)
     wait_only = restart_elsewhere.shut_down(client, shutdown)
     if shutdown:
         result["changed"] = True
@@ -99,7 +118,7 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
                     sum(1 for t in outcome.pending if t.launcher), phase=result["phase"],
                     vms=drainer.pending_vms(), error=result["last_error"] or drainer.last_error)
     if module.diff_mode:
-        result["diff"] = {"before": before, "after": after}
+        result["diff"] = diff
     return outcome.timed_out
 
 

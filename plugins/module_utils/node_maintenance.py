@@ -32,7 +32,11 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_sel
     requirements_match,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import refuse_while_held
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_enter import enter_cr, enter_drain
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_enter import (
+    enter_cr,
+    enter_drain,
+    enter_without_drain,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_leave import leave
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_result import (
     base_result,
@@ -107,6 +111,8 @@ def operator_ignored(params):
             ignored.append(("%s=%s" % (option, shown), instead))
     if params.get("non_migratable") == "shutdown":
         ignored.append(("non_migratable=shutdown", OPERATOR_RETRIES_FAILED_MIGRATIONS))
+    if params.get("drain") is False:
+        ignored.append(("drain=false", "always drains the node"))
     return ignored
 
 
@@ -206,7 +212,8 @@ def enter(module):
     if fatal:
         raise BlockedError(blocked_message(name, fatal, policy), blockers=[b.text for b in fatal],
                            plan=plan.as_dict(), node=name, method=method, method_reason=method_reason)
-    shutdown = [vm for vm in plan.vms if vm["_fate"].shut_down_by_us]
+    drain = params.get("drain", True)
+    shutdown = [vm for vm in plan.vms if vm["_fate"].shut_down_by_us] if drain else []
     pauses = remediation.to_pause(client, node) if params["pause_remediation"] else []
     if module.check_mode:
         result["remediation_paused"] = [remediation.entry(kind, check, remediation.how(kind)) for kind, check in pauses] \
@@ -223,7 +230,9 @@ def enter(module):
         result["changed"] = True
         progress.line("paused remediation: %s" % ", ".join(describe_check(e) for e in paused))
     try:
-        if method == "drain":
+        if not drain:
+            timed_out = enter_without_drain(module, result, plan, node, progress)
+        elif method == "drain":
             timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress)
         else:
             timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress)
@@ -248,6 +257,16 @@ def predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pau
     """Check mode: the same shape, computed from the plan, with nothing written."""
     params = module.params
     result["plan"] = plan.as_dict()
+    if not params.get("drain", True):
+        patch, after, record = nodes_mod.enter_changes(node, params.get("reason"))
+        result["phase"] = record["phase"]
+        result["changed"] = bool(patch or pauses)
+        result["vms"]["pending"] = [{"namespace": vm["namespace"], "name": vm["name"], "source": plan.node,
+                                     "outcome": vm["outcome"]} for vm in plan.vms]
+        if module.diff_mode:
+            result["diff"] = {"before": nodes_mod.maintenance_view(node), "after": after}
+        result["duration_seconds"] = round(deadline.elapsed(), 1)
+        return result
     result["phase"] = "Succeeded" if params["wait"] else "Running"
     if params["wait"]:
         result["pending_pods"] = []

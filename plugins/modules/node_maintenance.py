@@ -108,6 +108,18 @@ options:
     type: str
     choices: [auto, drain, cr]
     default: auto
+  drain:
+    description:
+      - With O(state=present), whether to drain the node. V(false) puts it into maintenance without evicting anything;
+        it is cordoned and tainted and recorded as in maintenance by this collection (RV(phase) V(Running), the VMs
+        and pods it runs listed as pending), and the remediation that covers it is paused. A later task with
+        V(true) finds the maintenance its own and drains the node; O(state=absent) ends it as any other.
+      - For taking several nodes out of scheduling before any of them drains, so that the VMs and pods leaving one
+        cannot land on another about to be drained (the C(rolling_maintenance) role does this for a batch).
+      - The node-maintenance operator always drains, so V(false) needs O(method=drain) or V(auto) (which then
+        chooses V(drain)); O(method=cr) refuses it. The blockers are checked as for a drain, before anything changes.
+    type: bool
+    default: true
   allow_last_schedulable_node:
     description:
       - Allow maintenance of the only node that is Ready, uncordoned and untainted. Its pods then have nowhere to go.
@@ -191,6 +203,17 @@ EXAMPLES = r"""
     method: cr
     wait_timeout: 3600
 
+- name: Take worker-3 and worker-4 out of scheduling first, so nothing leaving one lands on the other
+  kubevirt_ops.maintenance.node_maintenance:
+    name: "{{ item }}"
+    drain: false
+  loop: [worker-3, worker-4]
+
+- name: Then drain both
+  kubevirt_ops.maintenance.node_maintenance:
+    name: "{{ item }}"
+  loop: [worker-3, worker-4]
+
 - name: End maintenance
   kubevirt_ops.maintenance.node_maintenance:
     name: worker-3
@@ -218,8 +241,8 @@ method_reason:
   sample: "method auto chose drain: the NodeMaintenance operator ignores pod_selector='app=web' (it evicts every pod)."
 phase:
   description:
-    - V(Succeeded) when every evictable pod is gone, V(Running) when O(wait=false) returned before, V(Failed) when
-      the drain could not finish (the task then fails, with these keys set). Null with O(state=absent).
+    - V(Succeeded) when every evictable pod is gone, V(Running) when O(wait=false) returned before (or
+      O(drain=false) drained nothing), V(Failed) when the drain could not finish (the task then fails, with these keys set). Null with O(state=absent).
     - In check mode, the phase the run would end in.
   returned: always
   type: str
@@ -546,6 +569,7 @@ def main():
                 state=dict(type="str", choices=["present", "absent"], default="present"),
                 reason=dict(type="str"),
                 method=dict(type="str", choices=["auto", "drain", "cr"], default="auto"),
+                drain=dict(type="bool", default=True),
                 allow_last_schedulable_node=dict(type="bool", default=False),
                 allow_control_plane=dict(type="bool", default=False),
                 pause_remediation=dict(type="bool", default=True),

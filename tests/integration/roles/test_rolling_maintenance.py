@@ -759,6 +759,14 @@ def held_pod(k8s, namespace):
     wait_for(gone, 120, "the held pods to go")
 
 
+def assert_no_move_within_a_batch(moves):
+    """Every node of a batch (here: a zone) was out of scheduling before any of them drained, so no VM
+    left one node of a batch for another node of the same batch."""
+    assert moves.hops, "no VM moved"
+    within = [hop for hop in moves.hops if ZONES[hop[1]] == ZONES[hop[2]]]
+    assert within == [], moves.hops
+
+
 def test_two_nodes_of_one_zone_at_a_time(lab, k8s, namespace, tmp_path, lock_name, zones, eight_vms, held_pod,
                                          workers_back):
     """max_parallel 2 by zone: both nodes of a zone are drained together, never nodes of two zones, never
@@ -768,6 +776,7 @@ def test_two_nodes_of_one_zone_at_a_time(lab, k8s, namespace, tmp_path, lock_nam
     extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=WORKERS, rolling_maintenance_max_parallel=2,
                       rolling_maintenance_failure_domain=ZONE)
     outcome = {}
+    moves = VmiMoves(k8s, namespace)
     with safety.PdbWatcher(k8s) as budgets, safety.ParallelWatcher(k8s, WORKERS, ZONE) as parallel:
         thread = threading.Thread(target=lambda: outcome.update(run=runs.playbook(lab.kubeconfig, PLAYBOOK, extra)))
         thread.start()
@@ -780,8 +789,10 @@ def test_two_nodes_of_one_zone_at_a_time(lab, k8s, namespace, tmp_path, lock_nam
         finally:
             release()
             thread.join(1200)
+            moves.stop()
     run = outcome["run"]
     assert run.returncode == 0, run.output[-4000:]
+    assert_no_move_within_a_batch(moves)
     assert "lab-worker-1 + lab-worker-3, then lab-worker-2 + lab-worker-4 (up to 2 at once" in run.output
     assert "entering maintenance together: lab-worker-1, lab-worker-3" in run.output
     # Both nodes of a zone were out at the same time, and only ever those.
@@ -876,9 +887,14 @@ def test_host_based_play_runs_a_batch_on_its_hosts_at_the_same_time(lab, k8s, na
     extra = base_vars(tmp_path, lock_name, rolling_maintenance_target="workers", rolling_maintenance_max_parallel=2,
                       rolling_maintenance_failure_domain=ZONE, rolling_maintenance_node_tasks=task_files["ok"],
                       node_task_seconds=6)
-    with safety.PdbWatcher(k8s) as budgets, safety.ParallelWatcher(k8s, WORKERS, ZONE) as parallel:
-        run = host_based_run(lab, tmp_path, extra)
+    moves = VmiMoves(k8s, namespace)
+    try:
+        with safety.PdbWatcher(k8s) as budgets, safety.ParallelWatcher(k8s, WORKERS, ZONE) as parallel:
+            run = host_based_run(lab, tmp_path, extra)
+    finally:
+        moves.stop()
     assert run.returncode == 0, run.output[-4000:]
+    assert_no_move_within_a_batch(moves)
     assert "lab-worker-1 + lab-worker-3, then lab-worker-2 + lab-worker-4 (up to 2 at once" in run.output
     assert "entering maintenance together: lab-worker-1, lab-worker-3" in run.output
     assert "[2/4 lab-worker-3] done" in run.output and "[4/4 lab-worker-4] done" in run.output

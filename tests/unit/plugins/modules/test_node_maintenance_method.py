@@ -24,6 +24,7 @@ IGNORED = [
     ({"delete_emptydir_data": False}, "delete_emptydir_data=false", "evicts pods with emptyDir data"),
     ({"non_migratable": "shutdown"}, "non_migratable=shutdown",
      "retries a VM whose live migrations keep failing instead of shutting it down"),
+    ({"drain": False}, "drain=false", "always drains the node"),
 ]
 IDS = [text.split("=", maxsplit=1)[0] + ("-" + text.split("=")[1] if "grace" in text else "") for _a, text, _i in IGNORED]
 

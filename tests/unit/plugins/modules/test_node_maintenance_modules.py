@@ -93,6 +93,44 @@ def test_check_mode_diff_run_rerun_and_absent(api, capsys):
     assert run(node_maintenance, {"name": "worker-1", "state": "absent"}, capsys)["changed"] is False
 
 
+def test_drain_false_enters_maintenance_and_evicts_nothing_then_a_drain_finishes_it(api, capsys):
+    for i in range(2):
+        api.add("Pod", pod("web-%d" % i))
+    ReplicaSetSimulator(api)
+    add_vm(api, "web-vm")
+    pods_before = sorted(key for key in api.objects if key[0] == "Pod")
+    before = versions(api)
+
+    checked = run(node_maintenance, {"name": "worker-1", "drain": False}, capsys, check=True, diff=True)
+    assert versions(api) == before
+    assert checked["changed"] is True and checked["phase"] == "Running"
+    assert checked["diff"]["after"]["unschedulable"] is True
+    assert [vm["name"] for vm in checked["vms"]["pending"]] == ["web-vm"] and checked["vms"]["migrated"] == []
+    assert_documented(checked, node_maintenance)
+
+    cordoned = run(node_maintenance, {"name": "worker-1", "drain": False, "reason": "batch"}, capsys, diff=True)
+    assert cordoned["changed"] is True and cordoned["phase"] == "Running" and cordoned["method"] == "drain"
+    assert cordoned["eviction_pods"] == 3 and len(cordoned["pending_pods"]) == 3 and cordoned["drain_progress"] == 0
+    assert [vm["name"] for vm in cordoned["vms"]["pending"]] == ["web-vm"]
+    assert cordoned["diff"]["before"]["unschedulable"] is False and cordoned["diff"]["after"]["unschedulable"] is True
+    assert_documented(cordoned, node_maintenance)
+    assert sorted(key for key in api.objects if key[0] == "Pod") == pods_before
+    assert not [r for r in api.requests if r[0] == "POST" and "eviction" in r[1]]
+    worker = api.get("Node", "worker-1")
+    assert worker["spec"]["unschedulable"] is True
+    assert nodes.maintenance_record(worker)["phase"] == "Running"
+    assert run(node_maintenance, {"name": "worker-1", "drain": False, "reason": "batch"}, capsys)["changed"] is False
+
+    # The drain that follows finds the maintenance its own: ending it later takes the cordon off.
+    drained = run(node_maintenance, {"name": "worker-1", "reason": "batch"}, capsys)
+    assert drained["changed"] is True and drained["phase"] == "Succeeded" and drained["pending_pods"] == []
+    assert drained["method_reason"] == ("method auto kept drain: node worker-1 is already in maintenance through a "
+                                        "drain by this collection.")
+    left = run(node_maintenance, {"name": "worker-1", "state": "absent"}, capsys)
+    assert left["changed"] is True
+    assert not api.get("Node", "worker-1")["spec"].get("unschedulable")
+
+
 def test_blockers_fail_before_any_write_and_match_info(api, capsys):
     add_vm(api, "db", migratable=False)
     info = run(node_maintenance_info, {"label_selector": "node-role.kubernetes.io/worker"}, capsys)
