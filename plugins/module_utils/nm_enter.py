@@ -191,12 +191,20 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
     params = module.params
     client = module.client
     name = plan.node
+    node = nodes_mod.get_node(client, name)
+    pending_off = nodes_mod.without_pending_taint(node) is not None
     perms = [] if ours_cr else [Permission("create", "nodemaintenances", group=nm_cr.API_VERSIONS[cr_kind].split("/")[0])]
     perms.extend(restart_elsewhere.permissions(shutdown, plan.vms))
+    if pending_off:
+        perms.append(Permission("patch", "nodes"))
     if perms:
         require(client, perms, "put node %s into maintenance" % name)
-    node = nodes_mod.get_node(client, name)
     before = nodes_mod.maintenance_view(node)
+    if pending_off:
+        # What a drain by this collection does in its cordon (nodes.enter_changes); the operator keeps other taints.
+        node, _patch = nodes_mod.update_node(client, name, lambda current: (nodes_mod.without_pending_taint(current),),
+                                             node=node)
+        result["changed"] = True
     kind, cr = _cr_to_follow(client, name, cr_kind, ours_cr, params.get("reason"), result, progress)
     cr_name = cr["metadata"]["name"]
     if shutdown:

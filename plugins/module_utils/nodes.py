@@ -14,12 +14,18 @@ import copy
 import json
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import NODE_STATE_ANNOTATION
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import (
+    NODE_STATE_ANNOTATION,
+    PENDING_TAINT_KEY,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.timeutil import now_seconds
 
 DRAIN_TAINT = {"key": "medik8s.io/drain", "effect": "NoSchedule"}
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 MAINTENANCE_TAINTS = (UNSCHEDULABLE_TAINT, DRAIN_TAINT)
+# A rolling run's mark on the nodes still to do (pending_nodes.py): a preference, which a node
+# entering maintenance no longer needs (it is cordoned, and done when it leaves).
+PENDING_TAINT = {"key": PENDING_TAINT_KEY, "effect": "PreferNoSchedule"}
 EXCLUDE_LABEL = "remediation.medik8s.io/exclude-from-remediation"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 ETCD_GUARD_PDB = ("openshift-etcd", "etcd-guard-pdb")
@@ -78,6 +84,17 @@ def has_taint(node, taint):
                for t in (node.get("spec") or {}).get("taints") or [])
 
 
+def is_pending_taint(taint):
+    return taint.get("key") == PENDING_TAINT["key"] and taint.get("effect") == PENDING_TAINT["effect"]
+
+
+def without_pending_taint(node):
+    """The merge patch that takes a rolling run's pending taint off the node, or None."""
+    taints = (node.get("spec") or {}).get("taints") or []
+    kept = [t for t in taints if not is_pending_taint(t)]
+    return None if len(kept) == len(taints) else {"spec": {"taints": kept or None}}
+
+
 def blocking_taints(node):
     """The node's taints that keep pods away unless tolerated (NoSchedule, NoExecute)."""
     return [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
@@ -130,7 +147,8 @@ def enter_changes(node, reason=None):
     spec = node.get("spec") or {}
     record = maintenance_record(node)
     added = set((record or {}).get("added") or [])
-    taints = copy.deepcopy(spec.get("taints") or [])
+    taints = [copy.deepcopy(t) for t in spec.get("taints") or [] if not is_pending_taint(t)]
+    pending_off = len(taints) != len(spec.get("taints") or [])
     patch = {}
     if not spec.get("unschedulable"):
         patch["spec"] = {"unschedulable": True}
@@ -140,14 +158,15 @@ def enter_changes(node, reason=None):
         if not has_taint(node, taint):
             new_taints.append(dict(taint, timeAdded=now_seconds()))
             added.add("taint:" + taint["key"])
-    if new_taints:
-        patch.setdefault("spec", {})["taints"] = taints + new_taints
+    if new_taints or pending_off:
+        patch.setdefault("spec", {})["taints"] = (taints + new_taints) or None
     if labels_of(node).get(EXCLUDE_LABEL) != "true":
         patch.setdefault("metadata", {})["labels"] = {EXCLUDE_LABEL: "true"}
         added.add("label")
     existing = record
     record = dict(existing or {"method": "drain", "started": now_seconds()})
-    if patch or existing is None:
+    if new_taints or "unschedulable" in patch.get("spec", {}) or "labels" in patch.get("metadata", {}) \
+            or existing is None:
         record["phase"] = "Running"  # a finished drain keeps its phase until the node changes again
     if reason is not None:
         record["reason"] = reason

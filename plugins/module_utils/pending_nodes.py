@@ -33,27 +33,27 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import PENDING_TAINT_KEY
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nodes import node_name, update_node
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nodes import (
+    PENDING_TAINT,
+    is_pending_taint,
+    node_name,
+    update_node,
+)
 
-PENDING_EFFECT = "PreferNoSchedule"
-
-
-def _ours(taint):
-    return taint.get("key") == PENDING_TAINT_KEY and taint.get("effect") == PENDING_EFFECT
+PENDING_TAINT_KEY, PENDING_EFFECT = PENDING_TAINT["key"], PENDING_TAINT["effect"]
 
 
 def marks_of(node):
     """The marks of our taint on the node (normally one, or none)."""
-    return [t.get("value") or "" for t in (node.get("spec") or {}).get("taints") or [] if _ours(t)]
+    return [t.get("value") or "" for t in (node.get("spec") or {}).get("taints") or [] if is_pending_taint(t)]
 
 
 def taint_changes(node, mark):
     """The merge patch that leaves exactly our taint with ``mark`` (None: none of ours) on the node."""
     taints = (node.get("spec") or {}).get("taints") or []
-    kept = [t for t in taints if not _ours(t)]
+    kept = [t for t in taints if not is_pending_taint(t)]
     wanted = kept + ([{"key": PENDING_TAINT_KEY, "value": mark, "effect": PENDING_EFFECT}] if mark else [])
-    if [t for t in taints if _ours(t)] == [t for t in wanted if _ours(t)]:
+    if [t for t in taints if is_pending_taint(t)] == [t for t in wanted if is_pending_taint(t)]:
         return None
     return {"spec": {"taints": wanted or None}}
 

@@ -27,6 +27,10 @@ description:
     (HTTP 429) is retried as soon as a watch shows that budget allowing a disruption again, else with backoff.
   - With O(method=cr), a NodeMaintenance (C(nodemaintenance.medik8s.io), or C(nodemaintenance.kubevirt.io) when only
     that API is served) named C(kubevirt-ops-<node>) is created and its status is reported in the same shape.
+  - With either method, entering maintenance takes off the taint C(kubevirt-ops.io/maintenance-pending:PreferNoSchedule)
+    that a rolling run (M(kubevirt_ops.maintenance.pending_nodes)) puts on the nodes still to do; the node is cordoned
+    now, and done once it leaves maintenance, so VMs leaving the next nodes may come to it then. Leaving maintenance
+    does not put it back.
   - Refuses, unless told otherwise, the last schedulable node, a control-plane node whose loss would break etcd
     quorum, and a node that a NodeMaintenance created by someone else already holds.
   - Progress (one line per change, with the pods left, the VMs still to leave the node by name, the last error and the

@@ -23,7 +23,8 @@ description:
     With O(state=absent) it is taken off every node.
   - Scheduler profiles that score nodes (the Kubernetes defaults, OpenShift's V(LowNodeUtilization) and
     V(HighNodeUtilization)) honour the preference; V(NoScoring) turns every score plugin off and ignores it.
-  - The rolling_maintenance role calls it before the first node, after each node and at the end.
+  - M(kubevirt_ops.maintenance.node_maintenance) takes the taint off a node when it enters maintenance. The
+    rolling_maintenance role calls this module before the first node and at the end.
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:

@@ -212,6 +212,37 @@ def test_method_cr_creates_ours_and_reports_its_status(api, capsys):
     assert left["changed"] is True and api.get("NodeMaintenance", "kubevirt-ops-worker-1") is None
 
 
+PENDING = {"key": "kubevirt-ops.io/maintenance-pending", "value": "run-1", "effect": "PreferNoSchedule"}
+KEPT = {"key": "dedicated", "value": "vms", "effect": "PreferNoSchedule"}
+
+
+@pytest.mark.parametrize("method", ["drain", "cr"])
+def test_entering_maintenance_takes_a_rolling_runs_pending_taint_off_and_leaving_keeps_it_off(api, capsys, method):
+    if method == "cr":
+        api.served.add("NodeMaintenance")
+    api.get("Node", "worker-1")["spec"]["taints"] = [dict(PENDING), dict(KEPT)]
+    checked = run(node_maintenance, {"name": "worker-1", "method": method}, capsys, check=True, diff=True)
+    assert PENDING not in checked["diff"]["after"]["taints"] and KEPT in checked["diff"]["after"]["taints"]
+    assert PENDING in api.get("Node", "worker-1")["spec"]["taints"]
+    entered = run(node_maintenance, {"name": "worker-1", "method": method, "wait": False}, capsys)
+    assert entered["changed"] is True, entered
+    taints = api.get("Node", "worker-1")["spec"]["taints"]
+    assert PENDING not in taints and KEPT in taints
+    run(node_maintenance, {"name": "worker-1", "state": "absent", "wait": False}, capsys)
+    assert api.get("Node", "worker-1")["spec"]["taints"] == [KEPT]
+
+
+def test_a_pending_taint_put_back_on_a_drained_node_goes_without_resetting_its_phase(api, capsys):
+    """A resumed run marks every node still to do, a node an earlier run left drained included."""
+    assert run(node_maintenance, {"name": "worker-1"}, capsys)["phase"] == "Succeeded"
+    worker = api.get("Node", "worker-1")
+    worker["spec"]["taints"] = worker["spec"]["taints"] + [dict(PENDING)]
+    again = run(node_maintenance, {"name": "worker-1", "drain": False}, capsys)
+    assert again["changed"] is True and again["phase"] == "Succeeded", again
+    worker = api.get("Node", "worker-1")
+    assert PENDING not in worker["spec"]["taints"] and nodes.maintenance_record(worker)["phase"] == "Succeeded"
+
+
 def test_someone_elses_node_maintenance_is_left_alone(api, capsys):
     api.served.add("NodeMaintenance")
     api.add("NodeMaintenance", {"apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
