@@ -357,6 +357,31 @@ def test_failure_on_node_2_stops_the_run_and_a_rerun_finishes_it(lab, k8s, tmp_p
     assert [n["node"] for n in report["nodes"]] == ["lab-worker-2", "lab-worker-3", "lab-worker-4"]
 
 
+def test_a_failure_within_max_failures_goes_on_with_the_next_node(lab, k8s, tmp_path, lock_name, task_files,
+                                                                 workers_back):
+    """rolling_maintenance_max_failures 1: the failed node is left cordoned and the run goes on; it still
+    ends failed, naming the node to fix, and a second failure would have stopped it."""
+    extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=WORKERS, rolling_maintenance_max_failures=1,
+                      rolling_maintenance_node_tasks=task_files["failing"], fail_on_node="lab-worker-2")
+    run = runs.playbook(lab.kubeconfig, PLAYBOOK, extra)
+    assert run.returncode != 0
+    assert ("Node lab-worker-2 failed and is left cordoned: Update the firmware: firmware update of lab-worker-2 "
+            "exited 1.") in run.output, run.output[-4000:]
+    assert "1 of at most 1 failure(s); going on with the next node." in run.output
+    final = failure_messages(run)[-1]
+    assert "Done: lab-worker-1, lab-worker-3, lab-worker-4." in final, final
+    assert "Failed and left cordoned (in maintenance): lab-worker-2." in final
+    assert '"rolling_maintenance_nodes": ["lab-worker-2"]' in final
+    assert not in_service(k8s, "lab-worker-2")
+    assert all(in_service(k8s, name) for name in ("lab-worker-1", "lab-worker-3", "lab-worker-4"))
+    assert not lease(k8s, lock_name).spec.holder_identity
+    report = report_of(tmp_path)
+    assert report["status"] == "failed" and report["untouched"] == []
+    assert [(n["node"], n["status"]) for n in report["nodes"]] == [
+        ("lab-worker-1", "done"), ("lab-worker-2", "failed"), ("lab-worker-3", "done"), ("lab-worker-4", "done")]
+    assert "firmware update of lab-worker-2 exited 1" in report["nodes"][1]["error"]
+
+
 def test_host_based_play_with_the_inventory_plugin(lab, k8s, tmp_path, lock_name, task_files, workers_back):
     inventory = tmp_path / "lab.nodes.yml"
     inventory.write_text("plugin: kubevirt_ops.maintenance.nodes\n")
