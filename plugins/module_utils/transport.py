@@ -111,14 +111,15 @@ class ApiTransport:
             self.headers["Authorization"] = value
         return value
 
-    def _renew_credentials(self):
-        """After a 401: load the credentials from scratch; True when there is something new to try."""
+    def _renew_credentials(self, used):
+        """After a 401 to a request sent with Authorization ``used``: load the credentials from scratch,
+        unless another thread already did since; True when there is something new to try."""
         credentials = self.settings.credentials
         if credentials is None:
             return False
-        before = self.headers.get("Authorization")
-        credentials.renew()
-        return self._authorization() != before
+        if self._authorization() == used:
+            credentials.renew()
+        return self._authorization() != used
 
     # -- low level -----------------------------------------------------------------
 
@@ -158,9 +159,10 @@ class ApiTransport:
             if status < 300:
                 return json.loads(raw) if raw else {}
             if status == 401 and not renewed:
-                # A token can expire before the time it announced (or be revoked): renew once.
+                # A token can expire before the time it announced (or be revoked): renew once. The
+                # threads of a drain share the credentials: compare with what this request sent.
                 renewed = True
-                if self._renew_credentials():
+                if self._renew_credentials(headers.get("Authorization")):
                     continue
             retry_after = _retry_after(resp)
             if _is_transient(status, retry_429) and time.monotonic() < deadline:

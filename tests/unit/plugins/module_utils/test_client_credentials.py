@@ -44,6 +44,7 @@ class Api:
     def __init__(self):
         self.seen = []  # (path, Authorization, [Impersonate-Group lines])
         self.rejected = set()  # Authorization values answered with 401
+        self.on_reject = None  # called before a 401 is answered
         self.sni = []
 
     def handler(self):
@@ -53,6 +54,8 @@ class Api:
             def do_GET(self):
                 auth = self.headers.get("Authorization")
                 state.seen.append((self.path, auth, self.headers.get_all("Impersonate-Group") or []))
+                if auth in state.rejected and state.on_reject is not None:
+                    state.on_reject()
                 status, body = (401, {"kind": "Status", "message": "Unauthorized"}) if auth in state.rejected \
                     else (200, NODE)
                 payload = json.dumps(body).encode()
@@ -293,6 +296,25 @@ def test_exec_token_rejected_early_is_renewed_once(api, tmp_path):
     with pytest.raises(errors.ApiError, match="credentials were rejected"):
         c.get("Node", "n1")
     assert invocations(counter) == 3, "renewed once per request, not in a loop"
+
+
+def test_a_401_answered_after_another_thread_renewed_is_retried_with_that_token(api, tmp_path):
+    """The threads of a drain share the credentials: a request sent with the old token and answered 401
+    after another thread renewed them goes again with the token that thread got (a plugin that hands out
+    the same token again would otherwise leave nothing new to try, and the request would fail)."""
+    path, counter = exec_kubeconfig(tmp_path, api.url, lifetime=3600)
+    c = KubeClient(resolve_settings({"kubeconfig": path}), retry_budget=0.5)
+    api.rejected.add("Bearer exec-token-1")
+
+    def another_thread_renews():
+        api.on_reject = None
+        c.settings.credentials.renew()
+        c._authorization()  # pylint: disable=protected-access
+
+    api.on_reject = another_thread_renews
+    assert c.get("Node", "n1")["metadata"]["name"] == "n1"
+    assert [auth for _p, auth, _g in api.seen] == ["Bearer exec-token-1", "Bearer exec-token-2"]
+    assert invocations(counter) == 2, "the plugin is not asked again for what another thread just got"
 
 
 def test_exec_plugin_failing_at_renewal_is_one_sentence(api, tmp_path):
