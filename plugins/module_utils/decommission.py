@@ -19,7 +19,8 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, power, restart_elsewhere
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt, power, remediation
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.blockers import NODE, SAFETY
@@ -32,6 +33,12 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors im
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.explain import explain_pending
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.lock import refuse_while_held
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_result import (
+    describe_check,
+    pause_remediation,
+    pauses_predicted,
+    restore_remediation,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import (
     blocked_message,
 )
@@ -57,7 +64,8 @@ def _result(name):
     return {"changed": False, "node": name, "deleted": False, "evicted_pods": 0,
             "vms": {"rescheduled": [], "not_restarted": []}, "duration_seconds": 0.0,
             "powered_off_by": None, "power_off": {"method": None, "bmh": None, "heartbeat": None},
-            "reregistration": {"watch_seconds": 0, "reregistered": False}}
+            "reregistration": {"watch_seconds": 0, "reregistered": False},
+            "remediation_paused": [], "remediation_restored": []}
 
 
 def _check_bmh_option(params, name):
@@ -173,27 +181,31 @@ def run(module):
                            "heartbeat": beat.as_dict()}
     result["reregistration"]["watch_seconds"] = params["reregistration_watch"]
     shutdown = [] if powered_off else [vm for vm in plan.vms if vm["_fate"].shut_down_by_us]
+    pauses = remediation.to_pause(client, node) if params["pause_remediation"] else []
     result["changed"] = True
     if module.check_mode:
+        result["remediation_paused"] = pauses_predicted(node, pauses)
         return _check_mode_result(plan, decision, powered_off, result)
 
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
     delete_pods = powered_off or options.drain.disable_eviction
     _require_permissions(client, name, plan, shutdown, powered_off, delete_pods, host, decision)
 
-    nodes_mod.update_node(client, name, lambda current: nodes_mod.enter_changes(current, "decommission"), node=node)
-    if decision.before_drain:
-        _confirm_powered_off(client, name, decision, host, deadline, progress, result)
-    _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result)
-
-    if not decision.before_drain:
-        _confirm_powered_off(client, name, decision, host, deadline, progress, result)
-    deleted_uid = (client.get_or_none("Node", name) or node)["metadata"].get("uid")
-    client.delete("Node", name)
-    result["deleted"] = True
-    progress.line("phase=Running deleted node")
-    watch = _ReregistrationWatch(client, name, deleted_uid, params["reregistration_watch"])
+    node = pause_remediation(client, node, pauses, progress, result)
     try:
+        node = _empty_and_delete(client, name, node, plan, options, policy, powered_off, shutdown, decision,
+                                 host, deadline, progress, result)
+    except Exception:
+        if params["pause_remediation"]:
+            try:
+                restore_remediation(client, name, progress, result)
+            except MaintenanceError as exc:
+                module.warn("Decommissioning node %s failed, and restoring the remediation paused for it failed too "
+                            "(node_maintenance state=absent restores it): %s" % (name, exc.msg))
+        raise  # the failure of the decommission, not of the restore
+    watch = _ReregistrationWatch(client, name, node["metadata"].get("uid"), params["reregistration_watch"])
+    try:
+        _restore_after_deletion(module, client, name, node, progress, result)
         _after_deletion(module, client, name, snapshot, plan, powered_off, deadline, progress, result)
         watch.finish(result, deadline, progress)
     finally:
@@ -202,6 +214,42 @@ def run(module):
     progress.line("phase=Succeeded node deleted, %d VM%s running elsewhere" % (
         len(result["vms"]["rescheduled"]), "" if len(result["vms"]["rescheduled"]) == 1 else "s"))
     return result
+
+
+def _restore_after_deletion(module, client, name, node, progress, result):
+    """The node is gone: nothing is left to remediate, and the shared pauses must not outlive the task."""
+    try:
+        restored = restore_remediation(client, name, progress, result, node=node)
+    except MaintenanceError as exc:
+        raise MaintenanceError(
+            "Node %s is deleted, but restoring the remediation paused for it failed: %s Remove the pause by hand: the "
+            "entry '%s' of spec.pauseRequests in NodeHealthChecks, and the annotation %s of MachineHealthChecks that "
+            "list the node in %s." % (name, exc.msg.rstrip("."), remediation.pause_request(name),
+                                      remediation.PAUSED_ANNOTATION, remediation.PAUSED_FOR_ANNOTATION), **result)
+    machines = [e for e in restored if e["kind"] == "MachineHealthCheck"]
+    if machines:
+        # A MachineHealthCheck remediates a Machine whose Node is gone (machine-api-operator
+        # pkg/controller/machinehealthcheck, cluster-api machinehealthcheck_targets.go: node missing).
+        module.warn("Node %s is deleted, but its Machine is not: %s covers it again and remediates (replaces) a "
+                    "Machine whose Node is gone. To remove the machine for good, delete the Machine or scale its "
+                    "MachineSet down." % (name, ", ".join(describe_check(e) for e in machines)))
+
+
+def _empty_and_delete(client, name, node, plan, options, policy, powered_off, shutdown, decision, host, deadline,
+                      progress, result):
+    """Cordon and mark the node, see its machine off, drain it and delete it; returns the node as last read."""
+    nodes_mod.update_node(client, name, lambda current: nodes_mod.enter_changes(current, "decommission"), node=node)
+    if decision.before_drain:
+        _confirm_powered_off(client, name, decision, host, deadline, progress, result)
+    _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result)
+
+    if not decision.before_drain:
+        _confirm_powered_off(client, name, decision, host, deadline, progress, result)
+    node = client.get_or_none("Node", name) or node
+    client.delete("Node", name)
+    result["deleted"] = True
+    progress.line("phase=Running deleted node")
+    return node
 
 
 def _after_deletion(module, client, name, snapshot, plan, powered_off, deadline, progress, result):

@@ -192,7 +192,7 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
     client = module.client
     name = plan.node
     node = nodes_mod.get_node(client, name)
-    pending_off = nodes_mod.without_pending_taint(node) is not None
+    pending_off = nodes_mod.pending_taint_changes(node, None) is not None
     perms = [] if ours_cr else [Permission("create", "nodemaintenances", group=nm_cr.API_VERSIONS[cr_kind].split("/")[0])]
     perms.extend(restart_elsewhere.permissions(shutdown, plan.vms))
     if pending_off:
@@ -202,7 +202,7 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
     before = nodes_mod.maintenance_view(node)
     if pending_off:
         # What a drain by this collection does in its cordon (nodes.enter_changes); the operator keeps other taints.
-        node, _patch = nodes_mod.update_node(client, name, lambda current: (nodes_mod.without_pending_taint(current),),
+        node, _patch = nodes_mod.update_node(client, name, lambda current: (nodes_mod.pending_taint_changes(current, None),),
                                              node=node)
         result["changed"] = True
     kind, cr = _cr_to_follow(client, name, cr_kind, ours_cr, params.get("reason"), result, progress)

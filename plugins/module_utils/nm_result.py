@@ -11,6 +11,7 @@ __metaclass__ = type
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import pod_key
 
 MOVE_BACK_NOTE = "VMs that left the node during maintenance do not move back by themselves."
@@ -46,9 +47,32 @@ def describe_check(item):
     return "%s %s" % (item["kind"], where)
 
 
-def restore_remediation(client, name, progress, result=None):
-    """Undo this collection's remediation pauses for node ``name`` (failure or end of maintenance)."""
-    _node, restored = remediation.restore(client, nodes_mod.get_node(client, name))
+def pauses_predicted(node, pauses):
+    """Check mode: what :func:`pause_remediation` would report as ``remediation_paused``."""
+    return [remediation.entry(kind, check, remediation.how(kind)) for kind, check in pauses] \
+        + remediation.label_entry(node)
+
+
+def pause_remediation(client, node, pauses, progress, result):
+    """Pause ``pauses`` (remediation.to_pause) for ``node``, recorded on the node first; the entries go to
+    ``result["remediation_paused"]`` with the exclude label the node gets with maintenance. Returns the node after."""
+    name = node["metadata"]["name"]
+    if pauses:
+        require(client, [Permission("patch", "nodes")] + remediation.permissions(pauses),
+                "pause the remediation of node %s" % name)
+    label = remediation.label_entry(node)
+    node, paused = remediation.pause(client, node, pauses)
+    result["remediation_paused"] = paused + label
+    if paused:
+        result["changed"] = True
+        progress.line("paused remediation: %s" % ", ".join(describe_check(e) for e in paused))
+    return node
+
+
+def restore_remediation(client, name, progress, result=None, node=None):
+    """Undo this collection's remediation pauses for node ``name`` (failure or end of maintenance);
+    ``node``: the node as last read, for a node that is gone (decommissioned)."""
+    _node, restored = remediation.restore(client, node or nodes_mod.get_node(client, name))
     if restored:
         progress.line("restored remediation: %s" % ", ".join(describe_check(e) for e in restored))
     if result is not None:

@@ -20,7 +20,6 @@ __metaclass__ = type
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nm_cr, remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
     BlockedError,
     InvalidInputError,
@@ -41,7 +40,8 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_leave 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_result import (
     base_result,
     blocker_text,
-    describe_check,
+    pause_remediation,
+    pauses_predicted,
     restore_remediation,
     shut_down_entry,
 )
@@ -216,19 +216,10 @@ def enter(module):
     shutdown = [vm for vm in plan.vms if vm["_fate"].shut_down_by_us] if drain else []
     pauses = remediation.to_pause(client, node) if params["pause_remediation"] else []
     if module.check_mode:
-        result["remediation_paused"] = [remediation.entry(kind, check, remediation.how(kind)) for kind, check in pauses] \
-            + remediation.label_entry(node)
+        result["remediation_paused"] = pauses_predicted(node, pauses)
         return predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pauses)
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
-    if pauses:
-        require(client, [Permission("patch", "nodes")] + remediation.permissions(pauses),
-                "pause the remediation of node %s" % name)
-    label = remediation.label_entry(node)
-    node, paused = remediation.pause(client, node, pauses)
-    result["remediation_paused"] = paused + label
-    if paused:
-        result["changed"] = True
-        progress.line("paused remediation: %s" % ", ".join(describe_check(e) for e in paused))
+    node = pause_remediation(client, node, pauses, progress, result)
     try:
         if not drain:
             timed_out = enter_without_drain(module, result, plan, node, progress)

@@ -88,11 +88,15 @@ def is_pending_taint(taint):
     return taint.get("key") == PENDING_TAINT["key"] and taint.get("effect") == PENDING_TAINT["effect"]
 
 
-def without_pending_taint(node):
-    """The merge patch that takes a rolling run's pending taint off the node, or None."""
+def pending_taint_changes(node, mark):
+    """The merge patch that leaves exactly a rolling run's pending taint with ``mark`` on the node
+    (``mark`` None: none), or None when the node already has exactly that."""
     taints = (node.get("spec") or {}).get("taints") or []
     kept = [t for t in taints if not is_pending_taint(t)]
-    return None if len(kept) == len(taints) else {"spec": {"taints": kept or None}}
+    wanted = kept + ([dict(PENDING_TAINT, value=mark)] if mark else [])
+    if [t for t in taints if is_pending_taint(t)] == [t for t in wanted if is_pending_taint(t)]:
+        return None
+    return {"spec": {"taints": wanted or None}}
 
 
 def blocking_taints(node):

@@ -37,6 +37,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nodes imp
     PENDING_TAINT,
     is_pending_taint,
     node_name,
+    pending_taint_changes,
     update_node,
 )
 
@@ -46,16 +47,6 @@ PENDING_TAINT_KEY, PENDING_EFFECT = PENDING_TAINT["key"], PENDING_TAINT["effect"
 def marks_of(node):
     """The marks of our taint on the node (normally one, or none)."""
     return [t.get("value") or "" for t in (node.get("spec") or {}).get("taints") or [] if is_pending_taint(t)]
-
-
-def taint_changes(node, mark):
-    """The merge patch that leaves exactly our taint with ``mark`` (None: none of ours) on the node."""
-    taints = (node.get("spec") or {}).get("taints") or []
-    kept = [t for t in taints if not is_pending_taint(t)]
-    wanted = kept + ([{"key": PENDING_TAINT_KEY, "value": mark, "effect": PENDING_EFFECT}] if mark else [])
-    if [t for t in taints if is_pending_taint(t)] == [t for t in wanted if is_pending_taint(t)]:
-        return None
-    return {"spec": {"taints": wanted or None}}
 
 
 def plan(nodes, wanted, mark):
@@ -115,7 +106,7 @@ def set_pending(module):
     for name in sorted(changes):
         if module.check_mode:
             continue
-        update_node(module.client, name, lambda current: (taint_changes(current, changes[name][1]),),
+        update_node(module.client, name, lambda current: (pending_taint_changes(current, changes[name][1]),),
                     node=by_name[name])
     result = _pending_result(state, mark, wanted, changes)
     if module.diff_mode:

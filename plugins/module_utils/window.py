@@ -93,8 +93,8 @@ class Window:
         """{open, now, opens_at, closes_at, message} for the instant ``now`` (default: the current time)."""
         now = (now or utc_now()).astimezone(self.zone)
         today = now.date()
-        occurrences = [self._occurrence(today + datetime.timedelta(days=offset)) for offset in range(-1, 9)
-                       if (today + datetime.timedelta(days=offset)).weekday() in self.days]
+        dates = (today + datetime.timedelta(days=offset) for offset in range(-1, 9))
+        occurrences = [self._occurrence(day) for day in dates if day.weekday() in self.days]
         current = next(((opens, closes) for opens, closes in occurrences if opens <= now < closes), None)
         if current:
             # Back-to-back windows (sat and sun all day, or 22:00-22:00 every day) are one: it closes

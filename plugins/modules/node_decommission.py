@@ -33,6 +33,15 @@ description:
     stop is not deleted; it stays drained and cordoned.
   - After deleting the node the module watches its name for O(reregistration_watch) seconds and fails if a Node of
     that name registers again.
+  - >-
+    Node remediation is paused for the time of the decommission (O(pause_remediation)), so that no health check
+    reboots, powers on or reprovisions the machine while it is drained, powered off and deleted: the same pauses as
+    M(kubevirt_ops.maintenance.node_maintenance) (an entry in C(spec.pauseRequests) of the medik8s NodeHealthChecks
+    that select the node, the annotation C(cluster.x-k8s.io/paused) on the MachineHealthChecks that select its
+    Machine, the label C(remediation.medik8s.io/exclude-from-remediation=true) on the node). They are restored once the
+    node is deleted, and when the decommission fails before that. A MachineHealthCheck then remediates the Machine
+    whose Node is gone (it replaces it); the module warns when the node has such a Machine. To remove the machine for
+    good, delete its Machine or scale its MachineSet down.
   - A node that no longer exists is reported unchanged.
   - Respects the cluster lock O(lock) (by default the one the C(rolling_maintenance) and C(node_decommission) roles
     take); while another run holds it, the module refuses and changes nothing (a node that no longer exists is still
@@ -96,6 +105,12 @@ options:
     description: Allow decommissioning a control-plane node even when etcd quorum would be at risk.
     type: bool
     default: false
+  pause_remediation:
+    description:
+      - Pause the NodeHealthChecks and MachineHealthChecks that cover the node until it is deleted (see the
+        description); V(false) leaves them alone. Pauses of this collection for the node are restored either way.
+    type: bool
+    default: true
   progress_file:
     description:
       - A file to append progress lines to (they also go to the system log of the host that runs the module).
@@ -257,6 +272,23 @@ reregistration:
       description: Whether a Node of the same name registered again (the task then fails).
       type: bool
       sample: false
+remediation_paused:
+  description:
+    - What was paused of node remediation for the time of the decommission (in check mode, would be), in the shape of
+      RV(kubevirt_ops.maintenance.node_maintenance#module:remediation_paused).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{kind: NodeHealthCheck, api_version: remediation.medik8s.io/v1alpha1, namespace: null, name: nhc-workers,
+            how: pauseRequests}]
+remediation_restored:
+  description:
+    - The pauses of this collection for the node that were undone once the node was deleted (or because the
+      decommission failed), in the shape of RV(remediation_paused).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
 lock:
   description:
     - The cluster lock that another run holds, as M(kubevirt_ops.maintenance.cluster_lock) returns it in RV(kubevirt_ops.maintenance.cluster_lock#module:lock).
@@ -290,6 +322,7 @@ def main():
                 wait_for_vms=dict(type="bool", default=True),
                 allow_last_schedulable_node=dict(type="bool", default=False),
                 allow_control_plane=dict(type="bool", default=False),
+                pause_remediation=dict(type="bool", default=True),
                 progress_file=dict(type="path"),
                 wait_timeout=dict(type="int", default=1800),
             ),

@@ -39,6 +39,22 @@ def run_module(module, args, capsys, check=False, diff=False):
     return info.value.code, json.loads(capsys.readouterr().out)
 
 
+def record_warnings(monkeypatch, texts=None):
+    """A list (``texts``, or a new one) that collects the texts of the warnings modules give from now on (how
+    ansible-core passes them on in the result depends on its version and on what else the test session imported)."""
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
+
+    texts = [] if texts is None else texts
+    warn = module_mod.MaintenanceModule.warn
+
+    def recorded(self, text):
+        texts.append(text)
+        warn(self, text)
+
+    monkeypatch.setattr(module_mod.MaintenanceModule, "warn", recorded)
+    return texts
+
+
 def run(module, args, capsys, check=False, diff=False):
     """The result of one run of ``module`` with ``args``."""
     return run_module(module, args, capsys, check=check, diff=diff)[1]

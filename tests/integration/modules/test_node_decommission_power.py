@@ -6,6 +6,7 @@ baremetal.py) powers a node off by stopping that heartbeat, as ``lab node-fail``
 """
 
 import itertools
+import json
 import threading
 import uuid
 
@@ -173,3 +174,44 @@ def test_node_that_registers_again_fails_the_task(k8s, run_module, spare):
     assert result["msg"].startswith("Node %s registered again after this run deleted it" % node), result["msg"]
     assert result["deleted"] is True and result["reregistration"]["reregistered"] is True
     assert read_node(k8s, node).metadata.uid != first_uid
+
+
+def test_remediation_is_paused_until_the_node_is_deleted(lab, k8s, namespace, run_module, spare, tmp_path):
+    """The health checks that cover the node stay paused while its machine is powered off, and are
+    restored once the node is gone; the Machine left behind is named in a warning."""
+    from test_node_maintenance_remediation import OPENSHIFT, PAUSED, PAUSED_FOR, Checks, annotations, ours
+
+    node = spare()
+    checks = Checks(k8s, namespace)
+    try:
+        covering = checks.nhc("decom", {"matchLabels": {"kubernetes.io/hostname": node}}, pause_requests=["upgrade"])
+        role = {"machine.openshift.io/cluster-api-machine-role": "decom-" + checks.suffix}
+        checks.machine(OPENSHIFT, "m-" + node, node, role)
+        checks.mhc(OPENSHIFT, "mhc-decom", {"matchLabels": role})
+        progress = tmp_path / "progress.log"
+        thread, outcome = in_background(run_module, {"name": node, "power_off": "manual", "wait_timeout": 600,
+                                                     "reregistration_watch": 2, "progress_file": str(progress)})
+        wait_for(lambda: "to stop heartbeating" in (progress.read_text() if progress.exists() else "") or outcome,
+                 300, "node_decommission to wait for node %s's heartbeat to stop" % node)
+        assert not outcome, outcome
+        # Drained, waiting for the machine to go off: nothing may remediate it meanwhile.
+        assert checks.get_nhc(covering)["spec"]["pauseRequests"] == ["upgrade", ours(node)]
+        mhc = annotations(checks.get_mhc(OPENSHIFT, "mhc-decom"))
+        assert mhc[PAUSED] == ours(node) and json.loads(mhc[PAUSED_FOR]) == [node]
+        lab.node_fail(node, wait=False)
+        thread.join(900)
+        assert outcome, "node_decommission did not return"
+        result = outcome[0]
+        assert not result.get("failed") and result["deleted"], result
+        assert sorted((e["kind"], e["name"], e["how"]) for e in result["remediation_paused"]) == [
+            ("MachineHealthCheck", "mhc-decom", "annotation"), ("Node", node, "label"),
+            ("NodeHealthCheck", covering, "pauseRequests")]
+        assert sorted((e["kind"], e["name"]) for e in result["remediation_restored"]) == [
+            ("MachineHealthCheck", "mhc-decom"), ("NodeHealthCheck", covering)]
+        assert checks.get_nhc(covering)["spec"]["pauseRequests"] == ["upgrade"]
+        mhc = annotations(checks.get_mhc(OPENSHIFT, "mhc-decom"))
+        assert PAUSED not in mhc and PAUSED_FOR not in mhc
+        assert "its Machine is not" in str(result.get("warnings")), result.get("warnings")
+        assert read_node(k8s, node) is None
+    finally:
+        checks.delete_all()

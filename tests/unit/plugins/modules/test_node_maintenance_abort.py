@@ -7,10 +7,10 @@ import pytest
 
 from drain_cluster import module_cluster, node, vmi
 from fake_apiserver import FakeResponse
-from module_runner import assert_documented, run
+from module_runner import assert_documented, record_warnings, run
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, remediation
-from ansible_collections.kubevirt_ops.maintenance.plugins.modules import node_maintenance
+from ansible_collections.kubevirt_ops.maintenance.plugins.modules import node_decommission, node_maintenance
 
 SUBRESOURCES = "/apis/subresources.kubevirt.io/v1"
 
@@ -212,3 +212,68 @@ def test_absent_leaves_evacuations_of_a_node_not_in_maintenance(api, capsys):
 
 def test_a_label_already_set_is_not_reported_as_paused():
     assert remediation.label_entry(node("worker-1", labels={"remediation.medik8s.io/exclude-from-remediation": "true"})) == []
+
+
+def test_decommission_pauses_remediation_until_the_node_is_deleted(api, capsys, monkeypatch):
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import decommission
+
+    api.add("NodeHealthCheck", nhc("workers", {"matchLabels": {"node-role.kubernetes.io/worker": ""}}, ["upgrade"]))
+    api.add("Machine", machine("m-worker-1", "worker-1", {"role": "worker"}))
+    api.add("MachineHealthCheck", mhc("workers", {"matchLabels": {"role": "worker"}}))
+    args = {"name": "worker-1", "assume_powered_off": True, "reregistration_watch": 1}
+    before = versions(api)
+    checked = run(node_decommission, args, capsys, check=True)
+    assert versions(api) == before
+    assert sorted((e["kind"], e["name"], e["how"]) for e in checked["remediation_paused"]) == [
+        ("MachineHealthCheck", "workers", "annotation"), ("Node", "worker-1", "label"),
+        ("NodeHealthCheck", "workers", "pauseRequests")]
+    assert_documented(checked, node_decommission)
+
+    seen = []
+    delete_node = decommission.Drainer.run
+
+    def drain_and_look(self, wait=True):
+        annotations = api.get("MachineHealthCheck", "workers", "openshift-machine-api")["metadata"]["annotations"]
+        seen.append((api.get("NodeHealthCheck", "workers")["spec"]["pauseRequests"],
+                     annotations.get(remediation.PAUSED_ANNOTATION)))
+        return delete_node(self, wait)
+
+    monkeypatch.setattr(decommission.Drainer, "run", drain_and_look)
+    warned = record_warnings(monkeypatch)
+    result = run(node_decommission, args, capsys)
+    assert result["deleted"] and api.get("Node", "worker-1") is None, result
+    assert seen == [(["upgrade", remediation.pause_request("worker-1")], remediation.pause_request("worker-1"))]
+    assert sorted((e["kind"], e["name"]) for e in result["remediation_restored"]) == [
+        ("MachineHealthCheck", "workers"), ("NodeHealthCheck", "workers")]
+    assert api.get("NodeHealthCheck", "workers")["spec"]["pauseRequests"] == ["upgrade"]
+    shared = api.get("MachineHealthCheck", "workers", "openshift-machine-api")["metadata"].get("annotations") or {}
+    assert remediation.PAUSED_ANNOTATION not in shared and identity.PAUSED_FOR_ANNOTATION not in shared
+    assert any("its Machine is not" in w and "MachineHealthCheck openshift-machine-api/workers" in w
+               for w in warned), warned
+    assert_documented(result, node_decommission)
+
+
+def test_a_failed_decommission_restores_the_pause_and_keeps_the_node(api, capsys, monkeypatch):
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import decommission
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError
+
+    api.add("NodeHealthCheck", nhc("workers", {}))
+
+    def broken(self, wait=True):
+        raise ApiError("Cannot list pods: the API server answered 500.", status=500)
+
+    monkeypatch.setattr(decommission.Drainer, "run", broken)
+    failed = run(node_decommission, {"name": "worker-1", "assume_powered_off": True}, capsys)
+    assert failed.get("failed") and failed["msg"].startswith("Cannot list pods"), failed
+    assert "pauseRequests" not in api.get("NodeHealthCheck", "workers")["spec"]
+    assert api.get("Node", "worker-1")["spec"]["unschedulable"] is True  # drained no further, not deleted
+
+
+def test_decommission_without_pausing_leaves_the_checks_alone(api, capsys):
+    api.add("NodeHealthCheck", nhc("workers", {}))
+    before = api.get("NodeHealthCheck", "workers")["metadata"]["resourceVersion"]
+    result = run(node_decommission, {"name": "worker-1", "assume_powered_off": True, "reregistration_watch": 1,
+                                     "pause_remediation": False}, capsys)
+    assert result["deleted"] and [e["kind"] for e in result["remediation_paused"]] == ["Node"], result
+    assert result["remediation_restored"] == []
+    assert api.get("NodeHealthCheck", "workers")["metadata"]["resourceVersion"] == before

@@ -5,9 +5,8 @@ node-maintenance operator ignores, against the in-memory API server."""
 import pytest
 
 from drain_cluster import module_cluster, pod
-from module_runner import assert_documented, run_module
+from module_runner import assert_documented, record_warnings, run_module
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import node_maintenance as nm
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import node_maintenance
 
@@ -44,13 +43,7 @@ def api(monkeypatch):
     """Three workers, KubeVirt, and the node-maintenance operator's API served."""
     server = module_cluster(monkeypatch, operator=True)
     server.add("Pod", pod("web-a"))
-    warn = module_mod.MaintenanceModule.warn
-
-    def recorded(self, text):
-        WARNED.append(text)
-        warn(self, text)
-
-    monkeypatch.setattr(module_mod.MaintenanceModule, "warn", recorded)
+    record_warnings(monkeypatch, WARNED)
     return server
 
 

@@ -5,7 +5,7 @@ logic) against the in-memory API server, and return exactly what their RETURN do
 import pytest
 
 from kubevirt_objects import cluster, hyperconverged, kubevirt, vm, vmi
-from module_runner import assert_documented, run
+from module_runner import assert_documented, record_warnings, run
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
@@ -20,14 +20,7 @@ def api(monkeypatch):
     client, server = cluster(namespaces=("ns1", "ns2"))
     monkeypatch.setattr(module_mod.MaintenanceModule, "client", property(lambda self: client))
     # Warnings reach the result only outside the controller process; record them here too.
-    server.module_warnings = []
-    original = module_mod.MaintenanceModule.warn
-
-    def warn(self, text):
-        server.module_warnings.append(text)
-        original(self, text)
-
-    monkeypatch.setattr(module_mod.MaintenanceModule, "warn", warn)
+    server.module_warnings = record_warnings(monkeypatch)
     return server
 
 
