@@ -38,6 +38,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_result
     pause_remediation,
     pauses_predicted,
     restore_remediation,
+    restored_on_failure,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import (
     blocked_message,
@@ -192,17 +193,9 @@ def run(module):
     _require_permissions(client, name, plan, shutdown, powered_off, delete_pods, host, decision)
 
     node = pause_remediation(client, node, pauses, progress, result)
-    try:
+    with restored_on_failure(module, name, progress, result, "Decommissioning"):
         node = _empty_and_delete(client, name, node, plan, options, policy, powered_off, shutdown, decision,
                                  host, deadline, progress, result)
-    except Exception:
-        if params["pause_remediation"]:
-            try:
-                restore_remediation(client, name, progress, result)
-            except MaintenanceError as exc:
-                module.warn("Decommissioning node %s failed, and restoring the remediation paused for it failed too "
-                            "(node_maintenance state=absent restores it): %s" % (name, exc.msg))
-        raise  # the failure of the decommission, not of the restore
     watch = _ReregistrationWatch(client, name, node["metadata"].get("uid"), params["reregistration_watch"])
     try:
         _restore_after_deletion(module, client, name, node, progress, result)

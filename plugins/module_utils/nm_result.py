@@ -8,10 +8,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
+
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import MaintenanceError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import pod_key
 
 MOVE_BACK_NOTE = "VMs that left the node during maintenance do not move back by themselves."
@@ -67,6 +70,22 @@ def pause_remediation(client, node, pauses, progress, result):
         result["changed"] = True
         progress.line("paused remediation: %s" % ", ".join(describe_check(e) for e in paused))
     return node
+
+
+@contextlib.contextmanager
+def restored_on_failure(module, name, progress, result, doing):
+    """Undo the remediation pauses for node ``name`` when the body fails (``doing``: what failed, e.g.
+    "Decommissioning"); the body's failure is raised, a failure to restore is a warning."""
+    try:
+        yield
+    except Exception:
+        if module.params["pause_remediation"]:
+            try:
+                restore_remediation(module.client, name, progress, result)
+            except MaintenanceError as exc:
+                module.warn("%s node %s failed, and restoring the remediation paused for it failed too "
+                            "(node_maintenance state=absent restores it): %s" % (doing, name, exc.msg))
+        raise
 
 
 def restore_remediation(client, name, progress, result=None, node=None):

@@ -43,6 +43,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_result
     pause_remediation,
     pauses_predicted,
     restore_remediation,
+    restored_on_failure,
     shut_down_entry,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan import (
@@ -220,21 +221,13 @@ def enter(module):
         return predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pauses)
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
     node = pause_remediation(client, node, pauses, progress, result)
-    try:
+    with restored_on_failure(module, name, progress, result, "Entering maintenance of"):
         if not drain:
             timed_out = enter_without_drain(module, result, plan, node, progress)
         elif method == "drain":
             timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress)
         else:
             timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress)
-    except Exception:
-        if params["pause_remediation"]:
-            try:
-                restore_remediation(client, name, progress, result)
-            except MaintenanceError as exc:
-                module.warn("Entering maintenance of node %s failed, and restoring the remediation paused for it "
-                            "failed too (state=absent restores it): %s" % (name, exc.msg))
-        raise  # the failure of the drain, not of the restore
     result["duration_seconds"] = round(deadline.elapsed(), 1)
     if result["phase"] == "Failed":
         if params["pause_remediation"]:
