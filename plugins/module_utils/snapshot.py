@@ -9,9 +9,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import functools
-from concurrent.futures import ThreadPoolExecutor
-
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
@@ -24,19 +21,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.quantitie
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import why_not_on_node
 
 NODE_MAINTENANCE_KINDS = ("NodeMaintenance", "LegacyNodeMaintenance")
-
-
-def run_side_by_side(reads):
-    """Call every function of ``reads`` at the same time, each in a thread of its own; once all
-    have returned, raise the first failure in the order given (as one after the other would)."""
-    if len(reads) < 2:
-        for read in reads:
-            read()
-        return
-    with ThreadPoolExecutor(max_workers=len(reads)) as pool:
-        futures = [pool.submit(read) for read in reads]
-    for future in futures:
-        future.result()
 
 
 class _Shared:
@@ -211,35 +195,22 @@ class Snapshot:
 
     @classmethod
     def load(cls, client, node_names=None):
-        """Read the cluster. ``node_names``: the nodes to plan (VMs are then read per namespace).
-
-        The lists are independent reads, so they are asked for side by side: on a large cluster
-        most of a read is the API server encoding the list, which it does for several lists at
-        once on as many cores as it has, while this process decodes the pages that arrived.
-        """
+        """Read the cluster. ``node_names``: the nodes to plan (VMs are then read per namespace)."""
         snap = cls(client)
-        # Discovery first, once, in this thread: it decides which lists there are.
+        items, _rv = client.list("Node", transform=_slim_node, drop_managed_fields=True)
+        snap.nodes = dict((n["metadata"]["name"], n) for n in items)
+        snap._read_pods()
         snap.kubevirt = snap.served("VirtualMachineInstance")
-        reads = [snap._read_nodes, snap._read_pods, snap._read_pdbs]
-        maintenance_kinds = [kind for kind in NODE_MAINTENANCE_KINDS if snap.served(kind)]
-        if maintenance_kinds:
-            reads.append(functools.partial(snap._read_maintenances, maintenance_kinds))
         if snap.kubevirt:
-            if node_names is None:
-                reads.extend([snap._read_vmis, functools.partial(snap._read_vms, None)])
-            else:  # which VMs to read follows from the VMIs on the planned nodes
-                reads.append(functools.partial(snap._read_vmis_then_vms, node_names))
-            if snap.served("KubeVirt"):
-                reads.append(snap._read_cluster_eviction_strategy)
-        run_side_by_side(reads)
+            snap._read_kubevirt(node_names)
+        snap._read_pdbs()
+        for kind in NODE_MAINTENANCE_KINDS:
+            if snap.served(kind):
+                snap.maintenances.extend((kind, cr) for cr in client.list(kind)[0])
         planned = snap.nodes.values() if node_names is None else [snap.nodes[n] for n in node_names if n in snap.nodes]
         if any(nodes_mod.is_control_plane(n) for n in planned):
             snap._read_etcd_guard()
         return snap
-
-    def _read_nodes(self):
-        items, _rv = self.client.list("Node", transform=_slim_node, drop_managed_fields=True)
-        self.nodes = dict((n["metadata"]["name"], n) for n in items)
 
     def _read_pods(self):
         share = _Shared()
@@ -247,15 +218,8 @@ class Snapshot:
         for pod in pods:
             self.pods_by_node.setdefault(pod["spec"].get("nodeName") or "", []).append(pod)
 
-    def _read_maintenances(self, kinds):
-        for kind in kinds:
-            self.maintenances.extend((kind, cr) for cr in self.client.list(kind)[0])
-
-    def _read_vmis_then_vms(self, node_names):
-        self._read_vmis()
-        self._read_vms(node_names)
-
-    def _read_vmis(self):
+    def _read_kubevirt(self, node_names):
+        """The VMIs, the cluster-wide eviction strategy and the VMs."""
         share = _Shared()
         vmis, _rv = self.client.list("VirtualMachineInstance", drop_managed_fields=True,
                                      transform=lambda vmi: _slim_vmi(vmi, share))
@@ -263,6 +227,9 @@ class Snapshot:
         self.vmis_by_uid = dict((v["metadata"].get("uid"), v) for v in self.vmis)
         for vmi in self.vmis:
             self.vmis_by_node.setdefault(kubevirt.vmi_node(vmi), []).append(vmi)
+        if self.served("KubeVirt"):
+            self._read_cluster_eviction_strategy()
+        self._read_vms(node_names)
 
     def _read_cluster_eviction_strategy(self):
         crs, _rv = self.client.list("KubeVirt")
@@ -274,13 +241,13 @@ class Snapshot:
                 break
 
     def _read_vms(self, node_names):
-        """All VMs (``node_names`` None), or those of the namespaces with VMIs on the planned nodes
-        when there are few (the VMIs are read by then)."""
-        namespaces = None
+        """All VMs, or those of the namespaces with VMIs on the planned nodes when there are few."""
+        wanted = None
         if node_names is not None:
             wanted = set(node_names)
-            namespaces = sorted(set(v["metadata"]["namespace"] for v in self.vmis if kubevirt.vmi_node(v) in wanted))
-        if namespaces is None or len(namespaces) > 3:
+        namespaces = sorted(set(v["metadata"]["namespace"] for v in self.vmis
+                                if wanted is None or kubevirt.vmi_node(v) in wanted))
+        if wanted is None or len(namespaces) > 3:
             vms, _rv = self.client.list("VirtualMachine", transform=_slim_vm, drop_managed_fields=True)
         else:
             vms = []
