@@ -108,7 +108,8 @@ options:
   pause_remediation:
     description:
       - Pause the NodeHealthChecks and MachineHealthChecks that cover the node until it is deleted (see the
-        description); V(false) leaves them alone. Pauses of this collection for the node are restored either way.
+        description); V(false) leaves them alone. Pauses of this collection for the node (an earlier run's) are
+        restored once the node is deleted either way.
     type: bool
     default: true
   progress_file:
