@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from kubernetes import client
@@ -294,6 +295,54 @@ def test_node_fail_and_recover(lab, k8s, restore_nodes):
     node = core.read_node(name)
     assert nodes.ready_condition(node) == "True"
     assert nodes.UNREACHABLE_TAINT not in nodes.taint_keys(node)
+
+
+def bare_pod(name, node):
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": PAUSE_IMAGE}],
+        },
+    }
+
+
+def pod_ready(core, namespace, name):
+    pod = core.read_namespaced_pod(name, namespace)
+    return {c.type: c.status for c in pod.status.conditions or []}.get("Ready")
+
+
+def test_a_live_kubelet_puts_back_the_readiness_the_node_controller_took(lab, k8s, namespace, restore_nodes):
+    """The node-lifecycle controller marks the pods of a node with a stale Lease not Ready
+    (MarkPodsNotReady: Ready False, containers untouched). A kubelet that still runs writes
+    its own status back; a dead one does not, until it comes back."""
+    live, dead = worker_names(k8s)[:2]
+    core = client.CoreV1Api(k8s)
+    for name, node in (("on-live", live), ("on-dead", dead)):
+        core.create_namespaced_pod(namespace, bare_pod(name, node))
+        wait_for(lambda name=name: pod_ready(core, namespace, name) == "True", WAIT, f"pod {name} to be Ready")
+
+    # What MarkPodsNotReady writes, on a node whose kubelet lives.
+    pod = core.read_namespaced_pod("on-live", namespace)
+    conditions = [{"type": c.type, "status": "False" if c.type == "Ready" else c.status,
+                   "lastTransitionTime": c.last_transition_time.isoformat()}
+                  for c in pod.status.conditions]
+    core.patch_namespaced_pod_status("on-live", namespace, {"status": {"conditions": conditions}})
+    assert pod_ready(core, namespace, "on-live") == "False"
+    wait_for(lambda: pod_ready(core, namespace, "on-live") == "True", WAIT, "the kubelet to put Ready back")
+
+    # A dead kubelet: the controller itself marks the pod not Ready, and it stays so.
+    lab.cli("node-fail", dead)
+    wait_for(lambda: pod_ready(core, namespace, "on-dead") == "False", WAIT,
+             "the node-lifecycle controller to mark the pod not Ready")
+    deadline = time.monotonic() + 15  # beyond the kubelet's 10 s status sync
+    while time.monotonic() < deadline:
+        assert pod_ready(core, namespace, "on-dead") == "False", "a dead kubelet wrote a pod status"
+        time.sleep(1)
+    lab.cli("node-recover", dead)
+    wait_for(lambda: pod_ready(core, namespace, "on-dead") == "True", WAIT,
+             "the recovered kubelet to put Ready back")
 
 
 def test_restart_apiserver_keeps_port_and_cluster(lab, k8s):
