@@ -75,16 +75,20 @@ def pause_remediation(client, node, pauses, progress, result):
 @contextlib.contextmanager
 def restored_on_failure(module, name, progress, result, doing):
     """Undo the remediation pauses for node ``name`` when the body fails (``doing``: what failed, e.g.
-    "Decommissioning"); the body's failure is raised, a failure to restore is a warning."""
+    "Decommissioning"); the body's failure is raised, with ``remediation_restored`` in its result, and a
+    failure to restore is a warning."""
     try:
         yield
-    except Exception:
+    except Exception as failure:
         if module.params["pause_remediation"]:
             try:
-                restore_remediation(module.client, name, progress, result)
+                restored = restore_remediation(module.client, name, progress, result)
             except MaintenanceError as exc:
                 module.warn("%s node %s failed, and restoring the remediation paused for it failed too "
                             "(node_maintenance state=absent restores it): %s" % (doing, name, exc.msg))
+            else:
+                if isinstance(failure, MaintenanceError):
+                    failure.details["remediation_restored"] = restored
         raise
 
 

@@ -42,7 +42,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_result
     blocker_text,
     pause_remediation,
     pauses_predicted,
-    restore_remediation,
     restored_on_failure,
     shut_down_entry,
 )
@@ -228,12 +227,10 @@ def enter(module):
             timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress)
         else:
             timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress)
-    result["duration_seconds"] = round(deadline.elapsed(), 1)
-    if result["phase"] == "Failed":
-        if params["pause_remediation"]:
-            restore_remediation(client, name, progress, result)
-        error = WaitTimeoutError if timed_out else MaintenanceError
-        raise error(result["last_error"], **result)
+        result["duration_seconds"] = round(deadline.elapsed(), 1)
+        if result["phase"] == "Failed":
+            error = WaitTimeoutError if timed_out else MaintenanceError
+            raise error(result["last_error"], **result)
     return result
 
 

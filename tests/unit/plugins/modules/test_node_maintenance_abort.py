@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from drain_cluster import module_cluster, node, vmi
+from drain_cluster import module_cluster, node, pdb, pod, vmi
 from fake_apiserver import FakeResponse
 from module_runner import assert_documented, record_warnings, run
 
@@ -107,6 +107,17 @@ def test_checks_covering_the_node_are_paused_shared_and_restored(api, capsys):
     shared = api.get("MachineHealthCheck", "workers", "openshift-machine-api")["metadata"].get("annotations") or {}
     assert remediation.PAUSED_ANNOTATION not in shared and identity.PAUSED_FOR_ANNOTATION not in shared
     assert run(node_maintenance, {"name": "worker-2", "state": "absent"}, capsys)["changed"] is False
+
+
+def test_a_drain_that_times_out_restores_the_pause_and_says_so(api, capsys):
+    api.add("NodeHealthCheck", nhc("workers", {}, ["upgrade"]))
+    api.add("Pod", pod("web-a"))
+    api.add("PodDisruptionBudget", pdb("web", allowed=0, expected=4, desired=3))
+    failed = run(node_maintenance, {"name": "worker-1", "wait_timeout": 2}, capsys)
+    assert failed["failed"] and failed["phase"] == "Failed" and failed["msg"].startswith("Timed out after 2s"), failed
+    assert [(e["kind"], e["name"]) for e in failed["remediation_restored"]] == [("NodeHealthCheck", "workers")]
+    assert api.get("NodeHealthCheck", "workers")["spec"]["pauseRequests"] == ["upgrade"]
+    assert api.get("Node", "worker-1")["spec"]["unschedulable"] is True  # left cordoned, as every failed drain
 
 
 def test_a_recorded_pause_is_restored_after_an_interrupted_run(api, capsys):
@@ -266,6 +277,7 @@ def test_a_failed_decommission_restores_the_pause_and_keeps_the_node(api, capsys
     failed = run(node_decommission, {"name": "worker-1", "assume_powered_off": True}, capsys)
     assert failed.get("failed") and failed["msg"].startswith("Cannot list pods"), failed
     assert "pauseRequests" not in api.get("NodeHealthCheck", "workers")["spec"]
+    assert [(e["kind"], e["name"]) for e in failed["remediation_restored"]] == [("NodeHealthCheck", "workers")]
     assert api.get("Node", "worker-1")["spec"]["unschedulable"] is True  # drained no further, not deleted
 
 
