@@ -117,7 +117,8 @@ options:
       - A file to append progress lines to (they also go to the system log of the host that runs the module).
       - When the module runs on the controller (connection C(local)), its action plugin prints the drain's progress
         in the job output while it runs, each change and the latest status at least every 10 seconds; this option is
-        not needed for that.
+        not needed for that. Started as an async job (C(async) with C(poll=0)),
+        M(kubevirt_ops.maintenance.wait_for_drains) prints it while it waits for the job.
     type: path
   wait_timeout:
     description: How many seconds the whole task may take at most (drain and VM restarts included).

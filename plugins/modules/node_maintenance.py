@@ -37,7 +37,9 @@ description:
     percentage) goes to the system log of the host that runs the module and, when O(progress_file) is set, to that file.
     When the module runs on the controller (connection C(local), for example a task delegated to C(localhost)), the action
     plugin of this module also prints it in the job output while the drain runs (C(ansible-playbook), ansible-runner,
-    AWX / AAP job output), each change and the latest status at least every 10 seconds.
+    AWX / AAP job output), each change and the latest status at least every 10 seconds. Started as an async job
+    (C(async) with C(poll=0)), for example to drain several nodes at once, M(kubevirt_ops.maintenance.wait_for_drains)
+    prints it while it waits for the jobs.
   - While virt-api is down, KubeVirt's eviction webhook refuses every eviction of a virt-launcher pod; the drain keeps
     waiting (until O(wait_timeout)) and its progress says "virt-api is not answering", then when it answers again.
   - When the node goes NotReady during the drain (its kubelet stopped) and stays so for 60 seconds with pods still on

@@ -24,9 +24,14 @@ Why an action plugin and not a callback or the async_wrapper:
 
 The progress file is read on the controller, so live progress needs the module to run
 there (connection ``local``: localhost, or ``delegate_to: localhost`` as the roles and
-playbooks do). Otherwise, under ``become`` without a O(progress_file), with ``no_log``, in
-check mode or with the task's own ``async``, the module runs as it always did and only
-its result is shown. The module does not need the plugin: ``progress_file`` stays optional.
+playbooks do). Otherwise, under ``become`` without a O(progress_file), with ``no_log`` or in
+check mode, the module runs as it always did and only its result is shown. The module does
+not need the plugin: ``progress_file`` stays optional.
+
+A drain started as an async job (``async`` with ``poll: 0``, several nodes at once) returns at
+once; its start result then carries ``live_progress`` (the file the job writes, where its new
+lines start, and whether the file is ours to remove), and the ``wait_for_drains`` action
+(plugins/action/wait_for_drains.py) follows the files of all the jobs it waits for.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -149,6 +154,13 @@ class Follower:
             self._show(describe(self.action, self.node, self.status, now - self.started))
 
 
+def remove_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 class DrainProgressAction(ActionBase):
     """ActionBase of the modules that drain: the ``normal`` action, plus live progress."""
 
@@ -159,8 +171,10 @@ class DrainProgressAction(ActionBase):
         """The progress file to follow and where its new lines start, or (None, None, None)
         when live progress is not possible (see the module docstring)."""
         task = self._task
-        if task.async_val or task.check_mode or task.no_log:
+        if task.check_mode or task.no_log:
             return None, None, None
+        if task.async_val and task.poll:
+            return None, None, None  # Ansible polls the job itself, and only its end reaches us
         if getattr(self._connection, "transport", None) != "local":
             return None, None, None
         given = task.args.get("progress_file")
@@ -188,19 +202,26 @@ class DrainProgressAction(ActionBase):
         if path is not None:
             module_args = dict(self._task.args)
             module_args["progress_file"] = path
-            action = self._task.action.rsplit(".", 1)[-1]
-            follower = Follower(path, self._display, action, str(self._task.args.get("name") or "?"),
-                                offset=offset).start()
+            if not self._task.async_val:
+                action = self._task.action.rsplit(".", 1)[-1]
+                follower = Follower(path, self._display, action, str(self._task.args.get("name") or "?"),
+                                    offset=offset).start()
         try:
             outcome = self._execute_module(module_args=module_args, task_vars=task_vars, wrap_async=wrap_async)
+        except Exception:
+            if ours:
+                remove_quietly(path)
+            raise
         finally:
             if follower is not None:
                 follower.finish()
-            if ours:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+        if self._task.async_val and path is not None and not outcome.get("failed"):
+            # The job runs on: wait_for_drains follows the file and removes it if it is ours.
+            outcome["live_progress"] = {"file": path, "offset": offset, "temporary": ours,
+                                        "action": self._task.action.rsplit(".", 1)[-1],
+                                        "node": str(self._task.args.get("name") or "?")}
+        elif ours:
+            remove_quietly(path)
         if ours:
             # The result shows the arguments the task was given, not the file used here.
             invocation = (outcome.get("invocation") or {}).get("module_args")

@@ -820,6 +820,10 @@ def test_two_nodes_of_one_zone_at_a_time(lab, k8s, namespace, tmp_path, lock_nam
     assert_no_move_within_a_batch(moves)
     assert "lab-worker-1 + lab-worker-3, then lab-worker-2 + lab-worker-4 (up to 2 at once" in run.output
     assert "entering maintenance together: lab-worker-1, lab-worker-3" in run.output
+    # The drains of a batch show their progress while they run, each node its own lines.
+    for name in WORKERS:
+        assert "node_maintenance %s: drained: 0/" % name in run.output, run.output[-4000:]
+    assert "RETRYING" not in run.output
     # Both nodes of a zone were out at the same time, and only ever those.
     assert parallel.most_cordoned == 2, parallel.cordoned_sets
     assert ["lab-worker-1", "lab-worker-3"] in parallel.cordoned_sets
@@ -922,6 +926,10 @@ def test_host_based_play_runs_a_batch_on_its_hosts_at_the_same_time(lab, k8s, na
     assert_no_move_within_a_batch(moves)
     assert "lab-worker-1 + lab-worker-3, then lab-worker-2 + lab-worker-4 (up to 2 at once" in run.output
     assert "entering maintenance together: lab-worker-1, lab-worker-3" in run.output
+    # The drains of a batch show their progress while they run, each node its own lines.
+    for name in WORKERS:
+        assert "node_maintenance %s: drained: 0/" % name in run.output, run.output[-4000:]
+    assert "RETRYING" not in run.output
     assert "[2/4 lab-worker-3] done" in run.output and "[4/4 lab-worker-4] done" in run.output
     assert parallel.most_cordoned == 2, parallel.cordoned_sets
     assert ["lab-worker-1", "lab-worker-3"] in parallel.cordoned_sets

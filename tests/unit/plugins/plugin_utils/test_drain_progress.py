@@ -75,3 +75,49 @@ def test_follower_before_any_line_says_planning(tmp_path):
                                        heartbeat=0.0, poll=0.05)
     follower.step()
     assert shown.lines == ["node_decommission worker-9: planning [0s]"]
+
+
+def _drain_action(async_val, poll, transport="local"):
+    from unittest import mock
+
+    task = mock.MagicMock()
+    task.args = {"name": "worker-1"}
+    task.async_val = async_val
+    task.poll = poll
+    task.check_mode = False
+    task.no_log = False
+    task.action = "kubevirt_ops.maintenance.node_maintenance"
+    connection = mock.MagicMock()
+    connection.transport = transport
+    connection.has_native_async = False
+    connection._shell.tmpdir = None
+    play_context = mock.MagicMock()
+    play_context.become = False
+    plugin = drain_progress.DrainProgressAction(task, connection, play_context, loader=None, templar=None,
+                                                shared_loader_obj=None)
+    plugin._remove_tmp_path = lambda path: None
+    given = []
+
+    def execute(module_args=None, task_vars=None, wrap_async=False):
+        given.append(module_args)
+        return {"ansible_job_id": "j1", "started": 1, "finished": 0} if async_val else {"changed": False}
+
+    plugin._execute_module = execute
+    return plugin, given
+
+
+def test_an_async_drain_started_with_poll_0_names_its_progress_file_for_the_wait():
+    import os
+
+    plugin, given = _drain_action(async_val=600, poll=0)
+    result = plugin.run(task_vars={})
+    live = result["live_progress"]
+    assert live["temporary"] is True and live["node"] == "worker-1" and live["action"] == "node_maintenance"
+    assert given[0]["progress_file"] == live["file"] and os.path.exists(live["file"])
+    os.unlink(live["file"])
+
+
+def test_an_async_drain_that_ansible_polls_itself_gets_no_progress_file():
+    plugin, given = _drain_action(async_val=600, poll=10)
+    result = plugin.run(task_vars={})
+    assert "live_progress" not in result and given == [None]

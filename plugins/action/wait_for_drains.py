@@ -1,0 +1,130 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Waits for drains started as async jobs (several nodes at once) and shows their progress
+while they run: the module documentation is plugins/modules/wait_for_drains.py.
+
+Each job's state comes from Ansible's own ``async_status`` module, as the ``async_status``
+action asks for it; the progress comes from the files the drains write, followed by one
+``Follower`` per job (plugin_utils/drain_progress.py), the same lines a drain run without
+``async`` prints."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+
+from ansible.module_utils.six import string_types
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.drain_progress import (
+    HEARTBEAT,
+    Follower,
+    remove_quietly,
+)
+
+ARGUMENT_SPEC = {
+    "jobs": {"type": "list", "elements": "dict", "required": True},
+    "timeout": {"type": "int", "default": 3600},
+    "poll": {"type": "float", "default": 5.0},
+}
+
+
+def job_node(job):
+    """The node of a job: its live progress names it, else the loop item it was started for."""
+    node = (job.get("live_progress") or {}).get("node")
+    if node:
+        return node
+    item = job.get("item")
+    return item if isinstance(item, string_types) else None
+
+
+def summary(entries):
+    failed = [e["node"] or e["ansible_job_id"] for e in entries if e.get("failed")]
+    if not failed:
+        return None
+    return "The drain of %d of %d node%s failed: %s." % (
+        len(failed), len(entries), "" if len(entries) == 1 else "s", ", ".join(str(f) for f in failed))
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = False
+
+    def _async_dir(self):
+        return self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+
+    def _status(self, jid, task_vars):
+        args = {"jid": jid, "mode": "status", "_async_dir": self._async_dir()}
+        return self._execute_module(module_name="ansible.legacy.async_status", module_args=args, task_vars=task_vars)
+
+    def _followers(self, jobs):
+        local = getattr(self._connection, "transport", None) == "local"
+        followers = {}
+        for index, job in enumerate(jobs):
+            live = job.get("live_progress") or {}
+            if local and live.get("file"):
+                followers[index] = Follower(live["file"], self._display, live.get("action") or "node_maintenance",
+                                            job_node(job) or "?", offset=int(live.get("offset") or 0)).start()
+        return followers
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        jobs = args["jobs"]
+        entries = [None] * len(jobs)
+        waiting = {}
+        for index, job in enumerate(jobs):
+            if job.get("ansible_job_id") and not job.get("failed") and not job.get("skipped"):
+                waiting[index] = job["ansible_job_id"]
+            else:  # never started (skipped, or refused at its start): its own result is its end
+                entries[index] = dict(job, node=job_node(job), finished=True)
+        followers = self._followers(jobs)
+        started = time.monotonic()
+        last_shown = started
+        try:
+            while waiting:
+                for index, jid in sorted(waiting.items()):
+                    status = self._status(jid, task_vars)
+                    if status.get("finished"):  # also a job that cannot be found or read: failed and finished
+                        entries[index] = dict(status, node=job_node(jobs[index]), ansible_job_id=jid, finished=True)
+                        del waiting[index]
+                        if index in followers:
+                            followers.pop(index).finish()
+                if not waiting:
+                    break
+                elapsed = time.monotonic() - started
+                if elapsed >= args["timeout"]:
+                    for index, jid in waiting.items():
+                        entries[index] = {"node": job_node(jobs[index]), "ansible_job_id": jid, "finished": False,
+                                          "failed": True,
+                                          "msg": "Timed out after %ds waiting for the drain of node %s (async job %s); "
+                                                 "it may still be running." % (args["timeout"], job_node(jobs[index]),
+                                                                               jid)}
+                    break
+                if not followers and time.monotonic() - last_shown >= HEARTBEAT:
+                    self._display.display("waiting for the drain%s of %s [%ds]" % (
+                        "" if len(waiting) == 1 else "s",
+                        ", ".join(str(job_node(jobs[i]) or jid) for i, jid in sorted(waiting.items())), int(elapsed)))
+                    last_shown = time.monotonic()
+                time.sleep(args["poll"])
+        finally:
+            for follower in followers.values():
+                follower.finish()
+            for job in jobs:
+                live = job.get("live_progress") or {}
+                if live.get("temporary") and live.get("file"):
+                    remove_quietly(live["file"])
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        for entry in entries:  # as Ansible's own loop results: failed and changed always there
+            entry["failed"] = bool(entry.get("failed"))
+            entry["changed"] = bool(entry.get("changed"))
+        result["results"] = entries
+        result["changed"] = any(e.get("changed") for e in entries)
+        failure = summary(entries)
+        if failure:
+            result["failed"] = True
+            result["msg"] = failure
+        return result

@@ -1,0 +1,102 @@
+"""wait_for_drains: the async drains' results in the order given, their live progress while they
+run, the temporary progress files removed, a timeout and a drain that failed."""
+
+from unittest import mock
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.action.wait_for_drains import ActionModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress
+
+
+class Shown:
+    def __init__(self):
+        self.lines = []
+
+    def display(self, line, *args, **kwargs):
+        self.lines.append(line)
+
+
+def action(args, transport="local"):
+    task = mock.MagicMock()
+    task.args = args
+    task.async_val = 0
+    task.check_mode = False
+    connection = mock.MagicMock()
+    connection.transport = transport
+    connection._shell.tmpdir = None
+    plugin = ActionModule(task, connection, mock.MagicMock(), loader=None, templar=None, shared_loader_obj=None)
+    plugin._display = Shown()
+    plugin._remove_tmp_path = lambda path: None
+    plugin._async_dir = lambda: "/nowhere"
+    return plugin
+
+
+def started(node, jid, path=None, temporary=True):
+    job = {"item": node, "ansible_job_id": jid, "started": 1, "finished": 0, "changed": True}
+    if path:
+        job["live_progress"] = {"file": str(path), "offset": 0, "temporary": temporary,
+                                "action": "node_maintenance", "node": node}
+    return job
+
+
+def test_results_in_order_with_live_progress_and_the_files_removed(tmp_path):
+    files = {n: tmp_path / ("%s.log" % n) for n in ("worker-1", "worker-2")}
+    for path in files.values():
+        path.write_text("")
+    jobs = [started("worker-1", "j1", files["worker-1"]), started("worker-2", "j2", files["worker-2"]),
+            {"item": "worker-3", "skipped": True, "changed": False}]
+    polls = {"j1": 0, "j2": 0}
+
+    def status(jid, task_vars):
+        polls[jid] += 1
+        if jid == "j1" and polls[jid] == 1:
+            Progress("worker-1", path=str(files["worker-1"])).update(10, 4, 2, 1, vms=["prod/db-1"])
+        if polls[jid] < 3:
+            return {"ansible_job_id": jid, "started": 1, "finished": 0}
+        if jid == "j2":
+            return {"ansible_job_id": jid, "started": 1, "finished": 1, "failed": True,
+                    "msg": "Timed out after 60s draining node worker-2: 1 pod left."}
+        return {"ansible_job_id": jid, "started": 1, "finished": 1, "changed": True, "phase": "Succeeded"}
+
+    plugin = action({"jobs": jobs, "poll": 0.05})
+    plugin._status = status
+    result = plugin.run(task_vars={})
+    assert [e["node"] for e in result["results"]] == ["worker-1", "worker-2", "worker-3"]
+    assert result["results"][0]["phase"] == "Succeeded" and result["results"][0]["failed"] is False
+    assert result["results"][1]["failed"] and result["results"][1]["msg"].startswith("Timed out after 60s")
+    assert result["results"][2]["skipped"] and result["results"][2]["finished"]
+    assert [e["changed"] for e in result["results"]] == [True, False, False]
+    assert result["failed"] and result["msg"] == "The drain of 1 of 3 nodes failed: worker-2."
+    assert result["changed"] is True
+    assert any(line.startswith("node_maintenance worker-1: running: 2/4 pods left, 1 VM to move (migrating: "
+                               "prod/db-1)") for line in plugin._display.lines), plugin._display.lines
+    assert not any(path.exists() for path in files.values())  # temporary: the wait removes them
+
+
+def test_a_given_progress_file_is_kept_and_a_job_still_running_times_out(tmp_path):
+    given = tmp_path / "mine.log"
+    given.write_text("")
+    plugin = action({"jobs": [started("worker-1", "j1", given, temporary=False)], "poll": 0.05, "timeout": 0})
+    plugin._status = lambda jid, task_vars: {"ansible_job_id": jid, "started": 1, "finished": 0}
+    result = plugin.run(task_vars={})
+    entry = result["results"][0]
+    assert entry["failed"] and entry["finished"] is False
+    assert entry["msg"] == ("Timed out after 0s waiting for the drain of node worker-1 (async job j1); it may still "
+                            "be running.")
+    assert given.exists()
+
+
+def test_without_a_local_connection_a_line_names_the_drains_still_running(monkeypatch, tmp_path):
+    from ansible_collections.kubevirt_ops.maintenance.plugins.action import wait_for_drains
+
+    monkeypatch.setattr(wait_for_drains, "HEARTBEAT", 0.0)
+    polls = []
+
+    def status(jid, task_vars):
+        polls.append(jid)
+        return {"ansible_job_id": jid, "started": 1, "finished": int(len(polls) > 2)}
+
+    plugin = action({"jobs": [started("worker-1", "j1", tmp_path / "x.log")], "poll": 0.01}, transport="ssh")
+    plugin._status = status
+    result = plugin.run(task_vars={})
+    assert not result.get("failed") and result["results"][0]["finished"]
+    assert plugin._display.lines and plugin._display.lines[0].startswith("waiting for the drain of worker-1 [")
