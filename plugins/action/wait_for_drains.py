@@ -15,7 +15,6 @@ __metaclass__ = type
 
 import time
 
-from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.drain_progress import (
@@ -37,7 +36,7 @@ def job_node(job):
     if node:
         return node
     item = job.get("item")
-    return item if isinstance(item, string_types) else None
+    return item if isinstance(item, str) else None
 
 
 def summary(entries):
