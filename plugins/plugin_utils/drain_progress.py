@@ -199,13 +199,13 @@ class DrainProgressAction(ActionBase):
         path, offset, ours = self._follow_progress()
         follower = None
         module_args = None
+        action = self._task.action.rsplit(".", 1)[-1]
+        node = str(self._task.args.get("name") or "?")
         if path is not None:
             module_args = dict(self._task.args)
             module_args["progress_file"] = path
             if not self._task.async_val:
-                action = self._task.action.rsplit(".", 1)[-1]
-                follower = Follower(path, self._display, action, str(self._task.args.get("name") or "?"),
-                                    offset=offset).start()
+                follower = Follower(path, self._display, action, node, offset=offset).start()
         try:
             outcome = self._execute_module(module_args=module_args, task_vars=task_vars, wrap_async=wrap_async)
         except Exception:
@@ -217,9 +217,8 @@ class DrainProgressAction(ActionBase):
                 follower.finish()
         if self._task.async_val and path is not None and not outcome.get("failed"):
             # The job runs on: wait_for_drains follows the file and removes it if it is ours.
-            outcome["live_progress"] = {"file": path, "offset": offset, "temporary": ours,
-                                        "action": self._task.action.rsplit(".", 1)[-1],
-                                        "node": str(self._task.args.get("name") or "?")}
+            outcome["live_progress"] = {"file": path, "offset": offset, "temporary": ours, "action": action,
+                                        "node": node}
         elif ours:
             remove_quietly(path)
         if ours:
