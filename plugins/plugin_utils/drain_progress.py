@@ -32,12 +32,17 @@ A drain started as an async job (``async`` with ``poll: 0``, several nodes at on
 once; its start result then carries ``live_progress`` (the file the job writes, where its new
 lines start, and whether the file is ours to remove), and the ``wait_for_drains`` action
 (plugins/action/wait_for_drains.py) follows the files of all the jobs it waits for.
+
+A temporary progress file is removed when the drain ends (or, for a job, by ``wait_for_drains``);
+one left behind because the run was killed is removed by the next drain on the controller
+(``new_temporary_file``).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
 import os
 import re
 import tempfile
@@ -161,6 +166,38 @@ def remove_quietly(path):
         pass
 
 
+# Temporary progress files are named after the process that owns them: ansible-playbook (or
+# ansible-runner's), the parent of the worker that runs the action. A file outlives its run only
+# when that process was killed mid-drain; the next drain on this controller removes such files.
+TEMPORARY_PREFIX = "kubevirt-ops-progress-"
+_OWNED = re.compile(r"^" + re.escape(TEMPORARY_PREFIX) + r"(?P<pid>\d+)-.*\.log$")
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError as e:
+        return e.errno != errno.ESRCH  # EPERM: someone else's live process
+    return True
+
+
+def new_temporary_file(directory=None):
+    """A new temporary progress file of this run, after removing those of runs that were killed."""
+    directory = directory or tempfile.gettempdir()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        names = []
+    for name in names:
+        owned = _OWNED.match(name)
+        if owned and not _alive(int(owned.group("pid"))):
+            remove_quietly(os.path.join(directory, name))
+    handle, path = tempfile.mkstemp(prefix="%s%d-" % (TEMPORARY_PREFIX, os.getppid()), suffix=".log",
+                                    dir=directory)
+    os.close(handle)
+    return path
+
+
 class DrainProgressAction(ActionBase):
     """ActionBase of the modules that drain: the ``normal`` action, plus live progress."""
 
@@ -187,9 +224,7 @@ class DrainProgressAction(ActionBase):
             return path, offset, False
         if self._play_context.become:
             return None, None, None  # the module would run as another user, who cannot write our file
-        handle, path = tempfile.mkstemp(prefix="kubevirt-ops-progress-", suffix=".log")
-        os.close(handle)
-        return path, 0, True
+        return new_temporary_file(), 0, True
 
     def run(self, tmp=None, task_vars=None):
         result = super(DrainProgressAction, self).run(tmp, task_vars)

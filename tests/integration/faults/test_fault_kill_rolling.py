@@ -17,8 +17,10 @@ doing so refuses cleanly, naming the dead holder. (Expiry of the lock after its 
 test_fault_lock_holder_dies.py.)
 """
 
+import glob
 import json
 import os
+import tempfile
 import time
 
 import pytest
@@ -227,9 +229,12 @@ def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes,
     logs = []
     left_cordoned = []
     refused_once = False
+    killed = []  # process ids of the killed ansible-playbook runs
+    left_progress = set()  # the temporary progress files they left, each until the next drain removed it
     with safety.PdbWatcher(k8s) as watcher:
         for (name, trigger), (_n, figure) in zip(POINTS, figures):
             run = runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
+            killed.append(run.proc.pid)
             log = tmp_path / ("run-%02d.log" % (len(logs) + 1))
             logs.append(str(log))
             try:
@@ -250,6 +255,7 @@ def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes,
             finally:
                 log.write_text(run.output())
                 run.close()
+            left_progress.update(progress_files_of(killed))
             # The run before this one left these nodes cordoned: this run must have said it resumes them.
             preflight = preflight_of(results)
             if left_cordoned and not set(left_cordoned) <= set((preflight or {}).get("resumed") or []):
@@ -284,6 +290,13 @@ def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes,
 
         final = runs.playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
     converged = final.returncode == 0
+    # A run killed mid-drain cannot remove the temporary file its drain's progress went through;
+    # the next drain removes those of runs whose process is gone.
+    if not left_progress:
+        problems.append("no killed run left a temporary progress file (the kills are mid-drain)")
+    if progress_files_of(killed):
+        problems.append("temporary progress files of killed runs are still there after the final run: %s"
+                        % progress_files_of(killed))
     if not converged:
         problems.append("the final run failed (rc=%s):\n%s" % (final.returncode, final.output[-4000:]))
     preflight = preflight_of(final.lines) or {}
@@ -306,6 +319,22 @@ def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes,
         for _name, figure in figures:
             figure.failed()
     assert problems == [], "\n\n".join(problems + ["outputs of the killed runs: %s" % ", ".join(logs)])
+
+
+def progress_files_of(pids):
+    """The temporary progress files (plugin_utils/drain_progress.py) of these ansible-playbook
+    processes, for those that are gone (a process id taken again by a live process keeps its files)."""
+    files = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        files += glob.glob(os.path.join(tempfile.gettempdir(), "kubevirt-ops-progress-%d-*.log" % pid))
+    return sorted(files)
 
 
 def collection_watches(audit_log, offset, resource):

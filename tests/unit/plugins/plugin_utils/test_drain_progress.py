@@ -121,3 +121,25 @@ def test_an_async_drain_that_ansible_polls_itself_gets_no_progress_file():
     plugin, given = _drain_action(async_val=600, poll=10)
     result = plugin.run(task_vars={})
     assert "live_progress" not in result and given == [None]
+
+
+def test_a_new_temporary_file_is_named_after_its_run_and_clears_those_of_killed_runs(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    killed = tmp_path / ("kubevirt-ops-progress-%d-abc.log" % gone.pid)
+    running = tmp_path / ("kubevirt-ops-progress-%d-def.log" % os.getpid())
+    given = tmp_path / "kubevirt-ops-progress-drain.log"  # a progress_file of the user's: not ours
+    other = tmp_path / "other.log"
+    for path in (killed, running, given, other):
+        path.write_text("x\n")
+
+    path = drain_progress.new_temporary_file(str(tmp_path))
+
+    assert os.path.basename(path).startswith("kubevirt-ops-progress-%d-" % os.getppid())
+    assert os.path.exists(path) and os.path.getsize(path) == 0
+    assert not killed.exists()
+    assert running.exists() and given.exists() and other.exists()
