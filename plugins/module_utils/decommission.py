@@ -212,7 +212,7 @@ def run(module):
 def _restore_after_deletion(module, client, name, node, progress, result):
     """The node is gone: nothing is left to remediate, and the shared pauses must not outlive the task."""
     try:
-        restored = restore_remediation(client, name, progress, result, node=node)
+        restored = restore_remediation(client, name, progress, result, deleted_node=node)
     except MaintenanceError as exc:
         raise MaintenanceError(
             "Node %s is deleted, but restoring the remediation paused for it failed: %s Remove the pause by hand: the "

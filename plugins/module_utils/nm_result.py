@@ -92,10 +92,13 @@ def restored_on_failure(module, name, progress, result, doing):
         raise
 
 
-def restore_remediation(client, name, progress, result=None, node=None):
+def restore_remediation(client, name, progress, result=None, deleted_node=None):
     """Undo this collection's remediation pauses for node ``name`` (failure or end of maintenance);
-    ``node``: the node as last read, for a node that is gone (decommissioned)."""
-    _node, restored = remediation.restore(client, node or nodes_mod.get_node(client, name))
+    ``deleted_node``: the node as last read, for a node that is gone (decommissioned)."""
+    if deleted_node is not None:
+        _node, restored = remediation.restore(client, deleted_node, node_deleted=True)
+    else:
+        _node, restored = remediation.restore(client, nodes_mod.get_node(client, name))
     if restored:
         progress.line("restored remediation: %s" % ", ".join(describe_check(e) for e in restored))
     if result is not None:

@@ -287,8 +287,10 @@ def to_restore(client, node):
     return found
 
 
-def restore(client, node, targets=None):
-    """Undo our pauses for ``node`` and drop its record; returns (node after, entries restored)."""
+def restore(client, node, targets=None, node_deleted=False):
+    """Undo our pauses for ``node`` and drop its record; returns (node after, entries restored).
+
+    ``node_deleted``: the node is gone (decommissioned), so its record went with it."""
     name = _meta(node).get("name")
     if targets is None:
         targets = to_restore(client, node)
@@ -300,7 +302,8 @@ def restore(client, node, targets=None):
             continue
         if changed:
             done.append(entry(kind, check, how(kind)))
-    if recorded(node) or REMEDIATION_RECORD_ANNOTATION in (_meta(node).get("annotations") or {}):
+    has_record = recorded(node) or REMEDIATION_RECORD_ANNOTATION in (_meta(node).get("annotations") or {})
+    if has_record and not node_deleted:
         try:
             node = _write_record(client, node, [])
         except NotFoundError:

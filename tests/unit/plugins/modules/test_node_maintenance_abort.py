@@ -253,6 +253,8 @@ def test_decommission_pauses_remediation_until_the_node_is_deleted(api, capsys, 
     warned = record_warnings(monkeypatch)
     result = run(node_decommission, args, capsys)
     assert result["deleted"] and api.get("Node", "worker-1") is None, result
+    node_writes = [r for r in api.writes("Node") if r[2] == "worker-1"]
+    assert node_writes[-1][0] == "DELETE", "the deleted node was written to afterwards: %s" % node_writes
     assert seen == [(["upgrade", remediation.pause_request("worker-1")], remediation.pause_request("worker-1"))]
     assert sorted((e["kind"], e["name"]) for e in result["remediation_restored"]) == [
         ("MachineHealthCheck", "workers"), ("NodeHealthCheck", "workers")]
