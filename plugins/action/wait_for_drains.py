@@ -51,8 +51,16 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
 
+    def __init__(self, *args, **kwargs):
+        super(ActionModule, self).__init__(*args, **kwargs)
+        self._expanded_async_dir = None
+
     def _async_dir(self):
-        return self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+        """Where the jobs write their status (the shell's async_dir); expanding "~" runs a command, so once."""
+        if self._expanded_async_dir is None:
+            self._expanded_async_dir = self._remote_expand_user(
+                self.get_shell_option("async_dir", default="~/.ansible_async"))
+        return self._expanded_async_dir
 
     def _status(self, jid, task_vars):
         args = {"jid": jid, "mode": "status", "_async_dir": self._async_dir()}

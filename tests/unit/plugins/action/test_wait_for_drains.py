@@ -100,3 +100,18 @@ def test_without_a_local_connection_a_line_names_the_drains_still_running(monkey
     result = plugin.run(task_vars={})
     assert not result.get("failed") and result["results"][0]["finished"]
     assert plugin._display.lines and plugin._display.lines[0].startswith("waiting for the drain of worker-1 [")
+
+
+def test_the_async_directory_is_worked_out_once_for_all_polls():
+    task = mock.MagicMock()
+    connection = mock.MagicMock()
+    plugin = ActionModule(task, connection, mock.MagicMock(), loader=None, templar=None, shared_loader_obj=None)
+    expanded = []
+    plugin.get_shell_option = lambda option, default=None: default
+    plugin._remote_expand_user = lambda path: expanded.append(path) or "/home/ops/.ansible_async"
+    executed = []
+    plugin._execute_module = lambda module_name, module_args, task_vars: executed.append(module_args) or {}
+    for _poll in range(3):
+        plugin._status("j1", {})
+    assert expanded == ["~/.ansible_async"]
+    assert [a["_async_dir"] for a in executed] == ["/home/ops/.ansible_async"] * 3
