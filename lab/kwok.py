@@ -44,6 +44,7 @@ STAGE_FILES = (
 POD_DELETE_STAGE = "pod/fast/pod-delete.yaml"
 # Running, containers ready, yet not Ready: what MarkPodsNotReady leaves. Put back within the
 # kubelet's 10 s status sync.
+RECONCILE_MAX_DELAY_SECONDS = 10
 POD_STATUS_RECONCILE = """\
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -68,14 +69,14 @@ spec:
       values: ['True']
   delay:
     durationMilliseconds: 1000
-    jitterDurationMilliseconds: 10000
+    jitterDurationMilliseconds: %d
   next:
     statusTemplate: |
       conditions:
       - lastTransitionTime: {{ Now | Quote }}
         status: "True"
         type: Ready
-"""
+""" % (RECONCILE_MAX_DELAY_SECONDS * 1000)
 # kwok's selector keys are jq expressions; NotIn also matches pods without the label.
 NOT_A_LAUNCHER = {"key": '.metadata.labels["kubevirt.io"]', "operator": "NotIn", "values": ["virt-launcher"]}
 

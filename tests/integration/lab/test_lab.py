@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from lab import network, nodes, processes
+from lab import kwok, network, nodes, processes
 from lab.paths import LabPaths
 from lab.wait import wait_for
 
@@ -335,10 +335,10 @@ def test_a_live_kubelet_puts_back_the_readiness_the_node_controller_took(lab, k8
     # A dead kubelet: the controller itself marks the pod not Ready, and it stays so. kwok still
     # plays a Stage it took up while it held the Lease (lab/kwok.py): on a loaded machine the node
     # can miss its heartbeat just before the failure, the controller marks the pod then, and that
-    # reconcile (at most the Stage's 10 s delay) may land after the failure. Judged once it has.
+    # reconcile (at most the Stage's delay) may land after the failure. Judged once it has.
     failed = time.monotonic()
     lab.cli("node-fail", dead)
-    time.sleep(max(0.0, failed + 12 - time.monotonic()))
+    time.sleep(max(0.0, failed + kwok.RECONCILE_MAX_DELAY_SECONDS + 2 - time.monotonic()))
     wait_for(lambda: pod_ready(core, namespace, "on-dead") == "False", WAIT,
              "the node-lifecycle controller to mark the pod not Ready")
     deadline = time.monotonic() + 15  # beyond the kubelet's 10 s status sync
