@@ -95,10 +95,8 @@ def restored_on_failure(module, name, progress, result, doing):
 def restore_remediation(client, name, progress, result=None, deleted_node=None):
     """Undo this collection's remediation pauses for node ``name`` (failure or end of maintenance);
     ``deleted_node``: the node as last read, for a node that is gone (decommissioned)."""
-    if deleted_node is not None:
-        _node, restored = remediation.restore(client, deleted_node, node_deleted=True)
-    else:
-        _node, restored = remediation.restore(client, nodes_mod.get_node(client, name))
+    node = deleted_node if deleted_node is not None else nodes_mod.get_node(client, name)
+    _node, restored = remediation.restore(client, node, node_deleted=deleted_node is not None)
     if restored:
         progress.line("restored remediation: %s" % ", ".join(describe_check(e) for e in restored))
     if result is not None:
