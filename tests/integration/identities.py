@@ -8,10 +8,11 @@ TokenRequest API. The cluster part of the kubeconfig (server, CA) is the lab's.
 import base64
 import json
 import os
+import time
 import uuid
 
 import yaml
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -156,12 +157,21 @@ def create_identity(k8s, lab_kubeconfig, directory, cluster_roles=(), roles=(), 
     return identity
 
 
-def delete_identity(k8s, identity):
+def delete_identity(k8s, identity, until_refused=False):
+    """Delete the ServiceAccount, its bindings and its own namespace.
+
+    ``until_refused``: for a test that goes on using the token, wait after deleting the
+    ServiceAccount until the API server refuses the token (401) before deleting the bindings.
+    The API server keeps a successful token authentication for 10 s (kubernetes
+    pkg/kubeapiserver/options/authentication.go, ``TokenSuccessCacheTTL``), so a token whose
+    ServiceAccount is gone still authenticates for a while; with its bindings gone too it would
+    be forbidden (403) in that while, which is a different failure from an expired token.
+    """
     core = client.CoreV1Api(k8s)
     rbac = client.RbacAuthorizationV1Api(k8s)
-    # The ServiceAccount first: from then on its token is refused (401) rather than, for a
-    # moment between the two deletions, authenticated but forbidden (403).
     _ignore_status(lambda: core.delete_namespaced_service_account(identity.name, identity.namespace), 404)
+    if until_refused:
+        wait_until_refused(identity)
     for kind, namespace, name in identity.bindings:
         if kind == "ClusterRoleBinding":
             _ignore_status(lambda: rbac.delete_cluster_role_binding(name), 404)
@@ -169,6 +179,26 @@ def delete_identity(k8s, identity):
             _ignore_status(lambda: rbac.delete_namespaced_role_binding(name, namespace), 404)
     if getattr(identity, "own_namespace", False):
         _ignore_status(lambda: core.delete_namespace(identity.namespace), 404)
+
+
+def wait_until_refused(identity, timeout=60):
+    """Wait until a request with the identity's token is answered 401 Unauthorized."""
+    api = config.new_client_from_config(config_file=identity.kubeconfig)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                client.VersionApi(api).get_code()
+            except ApiException as exc:
+                if exc.status == 401:
+                    return
+                raise
+            if time.monotonic() > deadline:
+                raise AssertionError("the token of %s still authenticates %d s after its ServiceAccount was deleted"
+                                     % (identity.username, timeout))
+            time.sleep(0.5)
+    finally:
+        api.close()
 
 
 def can_i(k8s, identity, verb, resource, group="", namespace=None, subresource=None, name=None):

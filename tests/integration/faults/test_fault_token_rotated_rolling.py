@@ -51,7 +51,7 @@ def test_token_rotated_during_a_rolling_run(k8s, lab, pair, fault_namespace, res
                      "the run to cordon %s" % a)
             assert run.running(), "the run ended before draining %s: %s" % (a, run.output()[-3000:])
             token_file.write_text(second.token)
-            identities.delete_identity(k8s, first)  # the first token is refused from now on
+            identities.delete_identity(k8s, first, until_refused=True)  # the first token is refused from now on
             rc = run.wait(900)
             output = run.output()
             results = run.results()

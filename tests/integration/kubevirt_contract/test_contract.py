@@ -1025,14 +1025,16 @@ def test_failing_migration_leaves_the_vm_on_its_node(lab, namespace, restore_nod
     assert status(vmi)["migrationState"]["migrationUid"] == failed["metadata"]["uid"]
     assert "kubevirt-ops.lab/fail-migration" in status(vmi)["migrationState"]["failureReason"]
     # The migration turns Failed first; a later sync of the final migration stores the VMI's migration
-    # state in it (the IsFinal branch of pkg/virt-controller/watch/migration/migration.go).
+    # state in it (the IsFinal branch of pkg/virt-controller/watch/migration/migration.go). It copies
+    # virt-controller's cached view of the VMI at each sync of the final migration, so the first Failed
+    # object seen may carry none or an earlier one: only the state stored with the failure is judged.
     stored = wait(
         lambda: next((m for m in items(lab, namespace, "vmim") if m["metadata"]["uid"] == failed["metadata"]["uid"]
                       and (status(m).get("migrationState") or {}).get("failureReason")), None),
         "the failed migration to store its migration state",
     )
     assert status(stored)["migrationState"]["failureReason"] == status(vmi)["migrationState"]["failureReason"]
-    assert status(failed)["migrationState"]["failed"] is True  # page: also a Failed condition; real: none
+    assert status(stored)["migrationState"]["failed"] is True  # page: also a Failed condition; real: none
     # A drain keeps being refused while every migration fails: the webhook marked the VMI, and
     # virt-controller retries the evacuation after each failure, with a backoff
     # (pkg/virt-controller/watch/migration/migration.go, handleMigrationBackoff).

@@ -164,7 +164,7 @@ def test_a_token_that_expires_mid_drain_is_renewed_by_the_exec_plugin(lab, k8s, 
                  "the drain to cordon %s" % node)
         assert drain.is_alive(), outcome[0].output[-3000:]
         token_file.write_text(second.token)
-        identities.delete_identity(k8s, first)  # the first token is refused from now on
+        identities.delete_identity(k8s, first, until_refused=True)  # the first token is refused from now on
         # Past the first token's announced expiry the plugin is asked again, and the drain's
         # requests (it retries the held-back eviction) go on as the second identity.
         wait_for(lambda: len(counter.read_text()) >= 2, 120, "the plugin to be asked for a new token")
