@@ -90,3 +90,19 @@ options:
         description: As O(disable_eviction).
         type: bool
 """
+
+    # Paired with module_utils/args.py DRAIN_OWNER.
+    OWNER = r"""
+options:
+  owner_pid:
+    description:
+      - The process ID, on the host that runs the module, of the run this drain belongs to. Once that process has
+        ended, the drain stops. Nothing more is evicted, the node stays cordoned and in maintenance, KubeVirt finishes
+        the live migrations already under way, and the module fails saying so.
+      - Set by the module's action plugin when the module runs on the controller (connection C(local), for example a
+        task delegated to localhost) to the ansible-playbook process (ansible-runner's, under AWX / AAP), so that a
+        drain started as an async job (C(async) with C(poll) 0, as the roles do for several nodes at once) does not go
+        on unattended after the job is cancelled or the playbook is killed. Leave it out.
+      - A process that is not running when the module starts is refused before anything changes.
+    type: int
+"""

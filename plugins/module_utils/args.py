@@ -4,7 +4,8 @@
 """Argument-spec fragments, each paired with the doc fragment of the same name.
 
 auth <-> doc_fragments/auth.py, wait <-> doc_fragments/wait.py,
-drain <-> doc_fragments/drain.py, drain_grouped <-> doc_fragments/drain.py GROUPED, vm_selection <-> doc_fragments/vm_selection.py,
+drain <-> doc_fragments/drain.py, drain_grouped <-> doc_fragments/drain.py GROUPED,
+drain_owner <-> doc_fragments/drain.py OWNER, vm_selection <-> doc_fragments/vm_selection.py,
 lock <-> doc_fragments/lock.py.
 Option names and K8S_AUTH_* fallbacks are kubernetes.core's, so users reuse their
 variables, environment and module_defaults.
@@ -56,6 +57,11 @@ DRAIN_POD_OPTIONS = ("ignore_daemonsets", "delete_emptydir_data", "force", "pod_
 DRAIN_GROUPED = {
     "drain_options": {"type": "dict", "options": dict(
         (option, {"type": DRAIN[option]["type"]}) for option in DRAIN_POD_OPTIONS)},
+}
+
+# The run a drain belongs to (module_utils/run_owner.py); set by the drain action plugin.
+DRAIN_OWNER = {
+    "owner_pid": {"type": "int"},
 }
 
 VM_SELECTION = {

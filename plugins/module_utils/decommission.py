@@ -50,6 +50,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan impo
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions, pod_key, pods_permission
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_owner import run_owner
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.snapshot import Snapshot
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import (
     Deadline,
@@ -131,7 +132,7 @@ def _drain_failure(client, name, outcome, drainer, deadline):
         round(deadline.seconds), name, "; ".join(sentences))
 
 
-def _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result):
+def _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result, owner=None):
     """Drain the node (force-deleting the pods of a powered-off one); raises when it is not emptied."""
     if powered_off:
         drain_options = DrainOptions(ignore_daemonsets=True, delete_emptydir_data=True, force=True,
@@ -141,7 +142,7 @@ def _drain(client, name, plan, options, policy, powered_off, shutdown, deadline,
         drain_options = options.drain
     wait_only = restart_elsewhere.shut_down(client, shutdown)
     drainer = Drainer(client, name, drain_options, deadline, progress=progress, wait_only=wait_only,
-                      watch_budgets=plan.budgets_matter(), non_migratable=policy)
+                      watch_budgets=plan.budgets_matter(), non_migratable=policy, owner=owner)
     outcome = drainer.run(wait=True)
     result["evicted_pods"] = outcome.eviction - len(outcome.pending)
     if outcome.done:
@@ -161,6 +162,7 @@ def run(module):
     options = PlanOptions.from_params(params)
     result = _result(name)
     _check_bmh_option(params, name)
+    owner = run_owner(params, name)
     if client.get_or_none("Node", name) is None:
         return result  # already gone: nothing to do
     refuse_while_held(client, params.get("lock"), "Node %s was not decommissioned" % name, node=name)
@@ -195,7 +197,7 @@ def run(module):
     node = pause_remediation(client, node, pauses, progress, result)
     with restored_on_failure(module, name, progress, result, "Decommissioning"):
         node = _empty_and_delete(client, name, node, plan, options, policy, powered_off, shutdown, decision,
-                                 host, deadline, progress, result)
+                                 host, deadline, progress, result, owner=owner)
     watch = _ReregistrationWatch(client, name, node["metadata"].get("uid"), params["reregistration_watch"])
     try:
         _restore_after_deletion(module, client, name, node, progress, result)
@@ -229,12 +231,12 @@ def _restore_after_deletion(module, client, name, node, progress, result):
 
 
 def _empty_and_delete(client, name, node, plan, options, policy, powered_off, shutdown, decision, host, deadline,
-                      progress, result):
+                      progress, result, owner=None):
     """Cordon and mark the node, see its machine off, drain it and delete it; returns the node as last read."""
     nodes_mod.update_node(client, name, lambda current: nodes_mod.enter_changes(current, "decommission"), node=node)
     if decision.before_drain:
         _confirm_powered_off(client, name, decision, host, deadline, progress, result)
-    _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result)
+    _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result, owner=owner)
 
     if not decision.before_drain:
         _confirm_powered_off(client, name, decision, host, deadline, progress, result)

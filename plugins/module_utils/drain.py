@@ -74,6 +74,7 @@ MIGRATION_ATTEMPTS = 3
 # evacuating: the next migration is created as a slot frees and starts at once.
 NODE_CHECK_INTERVAL = 5.0  # seconds between two looks at the node's readiness during a drain
 NOT_READY_GRACE = 60  # seconds a node may be NotReady during node_maintenance's drain before it stops
+OWNER_CHECK_INTERVAL = 2.0  # seconds between two looks at the run's process (run_owner.py) during a drain
 
 
 def _evacuating(target):
@@ -99,10 +100,13 @@ class Drainer:
     (its pods can no longer confirm termination, so nothing would finish); None never stops.
     ``migration_lanes``: VMs asked to evacuate at once (None: KubeVirt's limits, read from its CR
     when the node runs VMs; a drain that does not wait, or deletes pods, takes every VM at once).
+    ``owner``: the run_owner.RunOwner of the run the drain belongs to; once its process is gone the
+    drain stops (nothing more is evicted), as after a fatal error. None: never.
     """
 
     def __init__(self, client, node, options, deadline, progress=None, wait_only=(), workers=WORKERS,
-                 watch_budgets=True, non_migratable="wait", not_ready_grace=None, migration_lanes=None):
+                 watch_budgets=True, non_migratable="wait", not_ready_grace=None, migration_lanes=None,
+                 owner=None):
         self.client = client
         self.node = node
         self.options = options
@@ -125,6 +129,8 @@ class Drainer:
         self._not_ready_since = None  # monotonic time the node was first seen NotReady (in a row)
         self._next_node_check = 0.0
         self.migration_lanes = migration_lanes
+        self.owner = owner
+        self._next_owner_check = 0.0
 
     # -- informers ---------------------------------------------------------------------------
 
@@ -265,6 +271,19 @@ class Drainer:
                 ", ".join(t.key for t in pending[:3]) + (" and %d more" % (len(pending) - 3) if len(pending) > 3 else "")),
             node=self.node)
 
+    def _owner_gone(self, now):
+        """A MaintenanceError once the run's process is gone (looked at every OWNER_CHECK_INTERVAL
+        seconds), else None."""
+        if now < self._next_owner_check or not self.result.pending:
+            return None  # nothing left on the node: the drain is done whoever waits for it
+        self._next_owner_check = now + OWNER_CHECK_INTERVAL
+        if not self.owner.gone():
+            return None
+        pending = self.result.pending
+        return self.owner.ended(self.node, "the drain stopped with %d pod%s still on the node; the node stays cordoned "
+                                           "and in maintenance, and KubeVirt finishes the live migrations already "
+                                           "under way" % (len(pending), "" if len(pending) == 1 else "s"))
+
     def _report(self):
         if self.progress is None:
             return
@@ -332,6 +351,8 @@ class Drainer:
                     self._shut_down_stuck_vms(pool, inflight)
                     if result.fatal is None and self.not_ready_grace is not None:
                         result.fatal = self._node_not_ready(time.monotonic())
+                    if result.fatal is None and self.owner is not None:
+                        result.fatal = self._owner_gone(time.monotonic())
                     if result.fatal is not None:
                         break
                     now = time.monotonic()
@@ -419,6 +440,8 @@ class Drainer:
             wake = min(wake, 5.0)  # the informer is re-listing; look again soon
         if self.not_ready_grace is not None:
             wake = min(wake, max(0.01, self._next_node_check - now))
+        if self.owner is not None:
+            wake = min(wake, max(0.01, self._next_owner_check - now))
         return wake
 
     def _abandon_inflight(self):

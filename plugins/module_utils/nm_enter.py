@@ -12,7 +12,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import ku
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nm_cr
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.access import Permission, require
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import NOT_READY_GRACE, Drainer
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import NOT_READY_GRACE, OWNER_CHECK_INTERVAL, Drainer
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import WaitTimeoutError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.explain import explain_pending
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.nm_result import vm_report
@@ -85,7 +85,7 @@ def enter_without_drain(module, result, plan, node, progress):
     return False
 
 
-def enter_drain(module, result, plan, node, shutdown, options, deadline, progress):
+def enter_drain(module, result, plan, node, shutdown, options, deadline, progress, owner=None):
     params = module.params
     client = module.client
     name = plan.node
@@ -97,7 +97,7 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
         progress.line(_vm_list_line("that cannot migrate", [(vm["namespace"], vm["name"]) for vm in shutdown]))
     drainer = Drainer(client, name, options.drain, deadline, progress=progress, wait_only=wait_only,
                       watch_budgets=plan.budgets_matter(), non_migratable=params["non_migratable"],
-                      not_ready_grace=NOT_READY_GRACE)
+                      not_ready_grace=NOT_READY_GRACE, owner=owner)
     outcome = drainer.run(wait=params["wait"])
     if outcome.evicted:
         result["changed"] = True
@@ -132,14 +132,24 @@ def _cr_to_follow(client, name, cr_kind, ours_cr, reason, result, progress):
     return cr_kind, cr
 
 
-def _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress):
-    """(the NodeMaintenance once its phase is final, timed out), reporting the drain's progress meanwhile."""
+def _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress, owner=None):
+    """(the NodeMaintenance once its phase is final, timed out, error of the run's end or None), reporting
+    the drain's progress meanwhile.
+
+    ``owner``: the run_owner.RunOwner of the run; once it is gone the wait ends with its error
+    (the operator goes on draining: the NodeMaintenance stays)."""
     cr_name = cr["metadata"]["name"]
     vm_of_pod = dict((pod_key(p), "%s/%s" % (p["metadata"]["namespace"], kubevirt.launcher_vmi_name(p)))
                      for p in plan.evict if kubevirt.is_launcher_pod(p) and kubevirt.launcher_vmi_name(p))
     informer = Informer(client, kind, field_selector="metadata.name=%s" % cr_name)
+    ended = []
 
     def settled():
+        if owner is not None and owner.gone():
+            ended.append(owner.ended(plan.node, "the module stopped waiting for NodeMaintenance %s; the "
+                                                "node-maintenance operator goes on with it, and the node stays in "
+                                                "maintenance" % cr_name))
+            return True
         current = informer.get(cr_name)
         if current is None:
             return False
@@ -151,10 +161,13 @@ def _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress):
         return current if view["phase"] in kubevirt.FINISHED_PHASES else False
 
     try:
-        return wait_until(settled, [informer], deadline.remaining(), "NodeMaintenance %s" % cr_name,
-                          deadline=deadline), False
+        settled_cr = wait_until(settled, [informer], deadline.remaining(), "NodeMaintenance %s" % cr_name,
+                                deadline=deadline, recheck_every=OWNER_CHECK_INTERVAL if owner is not None else None)
+        if ended:
+            return informer.get(cr_name) or cr, False, ended[0]
+        return settled_cr, False, None
     except WaitTimeoutError:
-        return informer.get(cr_name) or cr, True
+        return informer.get(cr_name) or cr, True, None
     finally:
         informer.stop()
 
@@ -187,7 +200,7 @@ def _cr_view(plan, cr, namespaces, result):
     return view
 
 
-def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress):
+def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress, owner=None):
     params = module.params
     client = module.client
     name = plan.node
@@ -213,17 +226,20 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
         restart_elsewhere.shut_down(client, shutdown)
         result["changed"] = True
     namespaces = dict((p["metadata"]["name"], p["metadata"]["namespace"]) for p in plan.evict)
-    timed_out = False
+    timed_out, ended = False, None
     if params["wait"]:
-        cr, timed_out = _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress)
+        cr, timed_out, ended = _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress, owner=owner)
     else:
         cr = client.get_or_none(kind, cr_name) or cr
     view = _cr_view(plan, cr, namespaces, result)
     explanations = {}
-    if timed_out or view["phase"] == "Failed":
+    if ended is not None:
+        result["phase"] = "Failed"
+        result["last_error"] = ended.msg
+    elif timed_out or view["phase"] == "Failed":
         explanations = _cr_failure(client, name, plan, cr_name, view, timed_out, deadline, result)
     restarted = {}
-    if params["wait"] and view["phase"] in ("Succeeded", "Running"):
+    if params["wait"] and ended is None and view["phase"] in ("Succeeded", "Running"):
         restarted = restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
     result["vms"] = vm_report(client, plan, explanations, final=params["wait"], restarted=restarted)
     if module.diff_mode:

@@ -52,6 +52,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.plan impo
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import pod_key
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress, percent
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_owner import run_owner
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.snapshot import Snapshot
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline
 
@@ -190,6 +191,7 @@ def enter(module):
     name = params["name"]
     policy = params["non_migratable"]
     options = PlanOptions.from_params(params)
+    owner = run_owner(params, name)
     client = module.client
     snapshot = Snapshot.load(client, [name])
     node = snapshot.node(name)
@@ -224,9 +226,9 @@ def enter(module):
         if not drain:
             timed_out = enter_without_drain(module, result, plan, node, progress)
         elif method == "drain":
-            timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress)
+            timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress, owner=owner)
         else:
-            timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress)
+            timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress, owner=owner)
         result["duration_seconds"] = round(deadline.elapsed(), 1)
         if result["phase"] == "Failed":
             error = WaitTimeoutError if timed_out else MaintenanceError

@@ -128,6 +128,7 @@ extends_documentation_fragment:
   - kubevirt_ops.maintenance.auth
   - kubevirt_ops.maintenance.drain
   - kubevirt_ops.maintenance.drain.grouped
+  - kubevirt_ops.maintenance.drain.owner
   - kubevirt_ops.maintenance.lock
   - kubevirt_ops.maintenance.attributes
   - kubevirt_ops.maintenance.attributes.actiongroup
@@ -313,6 +314,7 @@ def main():
         argument_spec=args.spec(
             args.DRAIN,
             args.DRAIN_GROUPED,
+            args.DRAIN_OWNER,
             args.LOCK,
             dict(
                 name=dict(type="str", required=True),

@@ -158,6 +158,7 @@ extends_documentation_fragment:
   - kubevirt_ops.maintenance.auth
   - kubevirt_ops.maintenance.drain
   - kubevirt_ops.maintenance.drain.grouped
+  - kubevirt_ops.maintenance.drain.owner
   - kubevirt_ops.maintenance.wait
   - kubevirt_ops.maintenance.lock
   - kubevirt_ops.maintenance.attributes
@@ -568,6 +569,7 @@ def main():
         argument_spec=args.spec(
             args.DRAIN,
             args.DRAIN_GROUPED,
+            args.DRAIN_OWNER,
             args.WAIT,
             args.LOCK,
             dict(

@@ -36,6 +36,11 @@ lines start, and whether the file is ours to remove), and the ``wait_for_drains`
 A temporary progress file is removed when the drain ends (or, for a job, by ``wait_for_drains``);
 one left behind because the run was killed is removed by the next drain on the controller
 (``new_temporary_file``).
+
+On the controller the module is also given the run's process (``owner_pid``: ansible-playbook,
+or ansible-runner's, the parent of the worker that runs the action), and its drain stops once
+that process is gone (module_utils/run_owner.py): an async job outlives a cancelled or killed
+run otherwise.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -233,14 +238,16 @@ class DrainProgressAction(ActionBase):
 
         path, offset, ours = self._follow_progress()
         follower = None
-        module_args = None
+        added = {}  # arguments the module is given beyond the task's own
         action = self._task.action.rsplit(".", 1)[-1]
         node = str(self._task.args.get("name") or "?")
         if path is not None:
-            module_args = dict(self._task.args)
-            module_args["progress_file"] = path
+            added["progress_file"] = path
             if not self._task.async_val:
                 follower = Follower(path, self._display, action, node, offset=offset).start()
+        if getattr(self._connection, "transport", None) == "local" and self._task.args.get("owner_pid") is None:
+            added["owner_pid"] = os.getppid()
+        module_args = dict(self._task.args, **added) if added else None
         try:
             outcome = self._execute_module(module_args=module_args, task_vars=task_vars, wrap_async=wrap_async)
         except Exception:
@@ -256,11 +263,12 @@ class DrainProgressAction(ActionBase):
                                         "node": node}
         elif ours:
             remove_quietly(path)
-        if ours:
-            # The result shows the arguments the task was given, not the file used here.
-            invocation = (outcome.get("invocation") or {}).get("module_args")
-            if isinstance(invocation, dict) and "progress_file" in invocation:
-                invocation["progress_file"] = self._task.args.get("progress_file")
+        # The result shows the arguments the task was given, not those added here.
+        invocation = (outcome.get("invocation") or {}).get("module_args")
+        if isinstance(invocation, dict):
+            for key in added:
+                if key in invocation:
+                    invocation[key] = self._task.args.get(key)
         result = merge_hash(result, outcome)
         if not wrap_async:
             self._remove_tmp_path(self._connection._shell.tmpdir)

@@ -427,3 +427,76 @@ def test_kill_then_resume_when_only_the_resumed_node_has_room(k8s, lab, pair, fa
             except ApiException:
                 pass
         runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
+
+
+def async_jobs(directory):
+    """{job id: its status file's content (None while it cannot be read as JSON)} of an async directory."""
+    jobs = {}
+    for path in glob.glob(os.path.join(str(directory), "j*")):
+        try:
+            with open(path) as handle:
+                jobs[os.path.basename(path)] = json.load(handle)
+        except (OSError, ValueError):
+            jobs[os.path.basename(path)] = None
+    return jobs
+
+
+def test_kill_mid_batch_drain_stops_the_drain_jobs(k8s, lab, pair, fault_namespace, tmp_path, restore_nodes):
+    """A batch of two nodes (max_parallel 2) drains as async jobs, which Ansible daemonizes: they
+    outlive a killed ansible-playbook (or a cancelled AWX job). Killed while both drains wait on held
+    migrations, the jobs must see their run gone and stop (module_utils/run_owner.py), well before
+    their drain timeout, leaving both nodes cordoned; the next run resumes them."""
+    a, b = pair
+    others = [n for n in workloads.node_names(k8s) if n not in pair]
+    figure = reliability.fault("kill the playbook while a batch of two nodes drains (async jobs)", group="kill")
+    core = client.CoreV1Api(k8s)
+    for node in others:  # so that each VM starts on its node of the pair
+        core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        for index, node in enumerate(pair):
+            workloads.create_vm(k8s, fault_namespace, "held-%d" % index, memory="1Gi", nodes=[node] + others,
+                                annotations={HOLD_MIGRATION: "true"})
+        workloads.wait_vms_running(k8s, fault_namespace, ["held-0", "held-1"])
+    finally:
+        for node in others:
+            core.patch_node(node, {"spec": {"unschedulable": None}})
+    async_dir = tmp_path / "async"
+    extra = runs.rolling_vars([a, b], LOCK, tmp_path, rolling_maintenance_max_parallel=2)
+    try:
+        with safety.PdbWatcher(k8s) as watcher:
+            run = runs.start_playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra,
+                                      env={"ANSIBLE_ASYNC_DIR": str(async_dir)})
+            try:
+                watch = Watch(k8s, run, fault_namespace, [a, b])
+                wait_for(lambda: not run.running() or (
+                    len(async_jobs(async_dir)) == 2 and len(watch.cordoned()) == 2
+                    and len(watch.migrations_running()) == 2), TRIGGER_TIMEOUT,
+                    "both drains of the batch to wait on their held migrations")
+                assert run.running(), "the run ended before its batch drained:\n%s" % run.output()[-3000:]
+                run.kill()
+            finally:
+                run.close()
+            killed = time.monotonic()
+            # Without the run's process the jobs would wait for their drain timeout (300 s).
+            wait_for(lambda: all(job and job.get("failed") for job in async_jobs(async_dir).values()), 120,
+                     "the drain jobs to stop after the run was killed")
+            stopped_after = time.monotonic() - killed
+            for job in async_jobs(async_dir).values():
+                assert "has ended, so the drain stopped" in job["msg"], job
+                assert job["node"] in (a, b) and job["phase"] == "Failed", job
+            assert sorted(watch.cordoned()) == sorted([a, b]), "the stopped drains left the nodes cordoned"
+            for index in range(2):
+                workloads.annotate_vm(k8s, fault_namespace, "held-%d" % index, {HOLD_MIGRATION: None})
+            runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
+            again = runs.playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
+        assert again.returncode == 0, again.output[-3000:]
+        assert in_maintenance(k8s, a) == [] and in_maintenance(k8s, b) == []
+        assert watcher.violations == []
+        figure.passed(stopped_after_seconds=round(stopped_after, 1))
+    finally:
+        for index in range(2):
+            try:
+                workloads.annotate_vm(k8s, fault_namespace, "held-%d" % index, {HOLD_MIGRATION: None})
+            except ApiException:
+                pass
+        runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})

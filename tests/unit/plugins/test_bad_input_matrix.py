@@ -176,6 +176,10 @@ MODULE_CASES = [
      {"name": "worker-1", "disable_eviction": "sometimes"}, ["disable_eviction", "sometimes"]),
     ("vm_eviction_strategy restart not a boolean", vm_eviction_strategy,
      {"namespace": "ns1", "strategy": "None", "restart": "maybe"}, ["restart", "maybe"]),
+    ("node_maintenance owner_pid of no process", node_maintenance, {"name": "worker-1", "owner_pid": -5},
+     ["owner_pid -5", "worker-1"]),
+    ("node_decommission owner_pid of no process", node_decommission, {"name": "worker-1", "owner_pid": -5},
+     ["owner_pid -5", "worker-1"]),
 ]
 
 

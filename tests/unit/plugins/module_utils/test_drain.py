@@ -13,6 +13,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain imp
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.explain import explain_pending
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions, classify_pod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_owner import RunOwner
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline
 
 
@@ -523,3 +524,47 @@ def test_a_vm_kubevirt_backs_off_from_holds_no_lane():
     # vm0 cannot leave; with one lane the three others still leave one after another.
     assert result.timed_out and result.pending_keys == ["ns1/virt-launcher-vm0-abcde"]
     assert len(kubevirt.asked) == 4 and kubevirt.most == 1
+
+
+class Owner(RunOwner):
+    """A run_owner.RunOwner whose process ends when the test says."""
+
+    def __init__(self, pid=4242):  # pylint: disable=super-init-not-called
+        self.pid = pid
+        self.over = threading.Event()
+
+    def gone(self):
+        return self.over.is_set()
+
+
+def test_a_drain_stops_once_the_run_that_started_it_is_gone(monkeypatch):
+    monkeypatch.setattr(drain, "OWNER_CHECK_INTERVAL", 0.05)
+    client, server = cluster()
+    server.add("Pod", pod("web-a"))
+    server.add("Pod", pod("web-b"))
+    server.add("PodDisruptionBudget", pdb("web", allowed=0))  # the pods stay: the drain waits
+    owner = Owner()
+    threading.Timer(0.3, owner.over.set).start()
+    started = time.monotonic()
+    result = Drainer(client, "worker-1", DrainOptions(), Deadline(20), owner=owner).run()
+    assert time.monotonic() - started < 10
+    assert not result.timed_out and result.fatal is not None
+    assert result.fatal.msg == (
+        "The run that started the maintenance of node worker-1 (process 4242) has ended, so the drain stopped with 2 "
+        "pods still on the node; the node stays cordoned and in maintenance, and KubeVirt finishes the live "
+        "migrations already under way. Run again to go on, or leave maintenance with state=absent.")
+    attempts = len(server.evictions)
+    time.sleep(0.5)
+    assert len(server.evictions) == attempts and sorted(server.pods_on("worker-1")) == ["ns1/web-a", "ns1/web-b"]
+
+
+def test_a_drain_whose_run_is_there_or_that_has_nothing_left_is_not_stopped():
+    client, server = cluster()
+    server.add("Pod", pod("web-a"))
+    result = Drainer(client, "worker-1", DrainOptions(), Deadline(10), owner=Owner()).run()
+    assert result.done and result.fatal is None
+    owner = Owner()
+    owner.over.set()
+    engine = Drainer(client, "worker-1", DrainOptions(), Deadline(10), owner=owner)
+    assert engine.result.pending == []
+    assert engine._owner_gone(100.0) is None  # pylint: disable=protected-access

@@ -154,3 +154,25 @@ def test_operator_ignored_only_counts_values_the_operator_does_not_use():
     assert nm.operator_ignored(dict(defaults, pod_selector="", grace_period=None, non_migratable="wait")) == []
     assert [o for o, _i in nm.operator_ignored(dict(defaults, force=False, disable_eviction=True))] == [
         "force=false", "disable_eviction=true"]
+
+
+def test_method_cr_stops_waiting_once_its_run_has_ended(api, capsys):
+    """The operator never finishes here; the run's process ends after a second, and the module stops
+    waiting (the NodeMaintenance stays: the operator goes on with it)."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    run_process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+    threading.Thread(target=run_process.wait).start()  # reaped as it ends, so its process id is gone
+    started = time.monotonic()
+    result = run(node_maintenance, {"name": "worker-1", "method": "cr", "owner_pid": run_process.pid,
+                                    "wait_timeout": 120}, capsys)
+    assert time.monotonic() - started < 60
+    assert result.get("failed") and result["phase"] == "Failed" and result["node"] == "worker-1", result
+    assert result["msg"] == (
+        "The run that started the maintenance of node worker-1 (process %d) has ended, so the module stopped waiting "
+        "for NodeMaintenance %s; the node-maintenance operator goes on with it, and the node stays in maintenance. "
+        "Run again to go on, or leave maintenance with state=absent." % (run_process.pid, CR))
+    assert node_maintenances(api) == [("NodeMaintenance", "", CR)]

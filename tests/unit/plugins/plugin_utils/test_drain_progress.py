@@ -118,9 +118,34 @@ def test_an_async_drain_started_with_poll_0_names_its_progress_file_for_the_wait
 
 
 def test_an_async_drain_that_ansible_polls_itself_gets_no_progress_file():
+    import os
+
     plugin, given = _drain_action(async_val=600, poll=10)
     result = plugin.run(task_vars={})
-    assert "live_progress" not in result and given == [None]
+    assert "live_progress" not in result and given == [{"name": "worker-1", "owner_pid": os.getppid()}]
+
+
+def test_a_drain_on_the_controller_is_given_its_run_and_shows_the_arguments_of_the_task():
+    import os
+
+    plugin, given = _drain_action(async_val=0, poll=0)
+
+    def execute(module_args=None, task_vars=None, wrap_async=False):
+        given.append(module_args)
+        return {"changed": False, "invocation": {"module_args": dict(module_args, wait=True)}}
+
+    plugin._execute_module = execute
+    result = plugin.run(task_vars={})
+    assert given[0]["owner_pid"] == os.getppid() and given[0]["progress_file"]
+    assert result["invocation"]["module_args"] == {"name": "worker-1", "owner_pid": None, "progress_file": None,
+                                                   "wait": True}
+    plugin, given = _drain_action(async_val=600, poll=0, transport="ssh")  # another host: its processes are not ours
+    plugin.run(task_vars={})
+    assert given == [None]
+    plugin, given = _drain_action(async_val=600, poll=10)
+    plugin._task.args = {"name": "worker-1", "owner_pid": 1}
+    plugin.run(task_vars={})
+    assert given == [None]  # a given owner is the task's own
 
 
 def test_a_new_temporary_file_is_named_after_its_run_and_clears_those_of_killed_runs(tmp_path):

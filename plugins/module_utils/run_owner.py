@@ -1,0 +1,78 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The process of the run a drain belongs to (the ``owner_pid`` option), and whether it is still there.
+
+A drain started as an async job (``async`` with ``poll: 0``, the roles' batches) is daemonized by
+Ansible's async_wrapper: it outlives the ansible-playbook that started it, so a cancelled AWX job
+or a killed playbook would leave it evicting pods unattended until its timeout. A drain given its
+run's process stops once that process is gone. The process is known by its id and, where
+``/proc`` tells it, its start time, so a process id taken again by another process does not keep
+the drain going.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import os
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import MaintenanceError
+
+
+def _start_time(pid):
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22), or None when
+    /proc does not say (no such process, or no /proc)."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            stat = handle.read()
+    except (IOError, OSError):
+        return None
+    # Field 2, the command, is in parentheses and may hold spaces; the fields after it start at 3.
+    fields = stat[stat.rfind(")") + 2:].split()
+    try:
+        return fields[19]
+    except IndexError:
+        return None
+
+
+def _exists(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno != errno.ESRCH  # EPERM: another user's live process
+    return True
+
+
+class RunOwner:
+    """The owner process of a drain, identified when the module starts."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.start_time = _start_time(pid)
+
+    def gone(self):
+        if not _exists(self.pid):
+            return True
+        return self.start_time is not None and _start_time(self.pid) not in (None, self.start_time)
+
+    def ended(self, node, stopped):
+        """The error of a module that stops because its run ended; ``stopped`` says what it stopped."""
+        return MaintenanceError("The run that started the maintenance of node %s (process %d) has ended, so %s. Run "
+                                "again to go on, or leave maintenance with state=absent." % (node, self.pid, stopped),
+                                node=node)
+
+
+def run_owner(params, node):
+    """The RunOwner of ``owner_pid`` (None when not given); a process that is not there is refused
+    before anything changes."""
+    pid = params.get("owner_pid")
+    if not pid:
+        return None
+    if pid < 0 or not _exists(pid):
+        raise MaintenanceError("owner_pid %d is not a running process on the host that runs the module, so the "
+                               "maintenance of node %s would stop as soon as it started; leave owner_pid out "
+                               "(the module's action plugin sets it when the module runs on the controller)."
+                               % (pid, node), node=node)
+    return RunOwner(pid)
