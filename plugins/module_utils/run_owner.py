@@ -37,7 +37,8 @@ def _start_time(pid):
         return None
 
 
-def _exists(pid):
+def process_exists(pid):
+    """Whether a process of this id is running (another user's included)."""
     try:
         os.kill(pid, 0)
     except OSError as exc:
@@ -53,7 +54,7 @@ class RunOwner:
         self.start_time = _start_time(pid)
 
     def gone(self):
-        if not _exists(self.pid):
+        if not process_exists(self.pid):
             return True
         return self.start_time is not None and _start_time(self.pid) not in (None, self.start_time)
 
@@ -70,7 +71,7 @@ def run_owner(params, node):
     pid = params.get("owner_pid")
     if not pid:
         return None
-    if pid < 0 or not _exists(pid):
+    if pid < 0 or not process_exists(pid):
         raise MaintenanceError("owner_pid %d is not a running process on the host that runs the module, so the "
                                "maintenance of node %s would stop as soon as it started; leave owner_pid out "
                                "(the module's action plugin sets it when the module runs on the controller)."

@@ -47,7 +47,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import errno
 import os
 import re
 import tempfile
@@ -56,6 +55,8 @@ import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_owner import process_exists
 
 HEARTBEAT = 10.0  # seconds between two lines at most (the job output promises one per 15 s)
 POLL = 1.0  # seconds between two reads of the progress file
@@ -178,14 +179,6 @@ TEMPORARY_PREFIX = "kubevirt-ops-progress-"
 _OWNED = re.compile(r"^" + re.escape(TEMPORARY_PREFIX) + r"(?P<pid>\d+)-.*\.log$")
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except OSError as e:
-        return e.errno != errno.ESRCH  # EPERM: someone else's live process
-    return True
-
-
 def new_temporary_file(directory=None):
     """A new temporary progress file of this run, after removing those of runs that were killed."""
     directory = directory or tempfile.gettempdir()
@@ -195,7 +188,7 @@ def new_temporary_file(directory=None):
         names = []
     for name in names:
         owned = _OWNED.match(name)
-        if owned and not _alive(int(owned.group("pid"))):
+        if owned and not process_exists(int(owned.group("pid"))):
             remove_quietly(os.path.join(directory, name))
     handle, path = tempfile.mkstemp(prefix="%s%d-" % (TEMPORARY_PREFIX, os.getppid()), suffix=".log",
                                     dir=directory)

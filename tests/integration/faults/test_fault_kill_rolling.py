@@ -168,6 +168,15 @@ def in_maintenance(k8s, node):
     return marks
 
 
+def release_held(k8s, namespace, names):
+    """Let the migrations of these VMs end (the lab's hold annotation off), whatever is left of them."""
+    for name in names:
+        try:
+            workloads.annotate_vm(k8s, namespace, name, {HOLD_MIGRATION: None})
+        except ApiException:
+            pass
+
+
 def chain_extra(a, b, tmp_path):
     tasks = tmp_path / "node-tasks.yml"
     tasks.write_text(yaml.safe_dump([{"name": NODE_TASK, "ansible.builtin.wait_for": {"timeout": 2}}]))
@@ -402,8 +411,7 @@ def test_kill_then_resume_when_only_the_resumed_node_has_room(k8s, lab, pair, fa
                 wait_for(lambda: not again.running() or collection_watches(
                     audit_log, offset, "virtualmachineinstancemigrations"), 300,
                     "the resumed run's preflight to watch the migrations in flight")
-                for index in range(2):
-                    workloads.annotate_vm(k8s, fault_namespace, "pair-%d" % index, {HOLD_MIGRATION: None})
+                release_held(k8s, fault_namespace, ["pair-0", "pair-1"])
                 again.wait(1800)
                 output, results = again.output(), again.results()
             finally:
@@ -421,11 +429,7 @@ def test_kill_then_resume_when_only_the_resumed_node_has_room(k8s, lab, pair, fa
         assert report.problems == [] and watcher.violations == []
         figure.passed()
     finally:
-        for index in range(2):
-            try:
-                workloads.annotate_vm(k8s, fault_namespace, "pair-%d" % index, {HOLD_MIGRATION: None})
-            except ApiException:
-                pass
+        release_held(k8s, fault_namespace, ["pair-0", "pair-1"])
         runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
 
 
@@ -485,8 +489,7 @@ def test_kill_mid_batch_drain_stops_the_drain_jobs(k8s, lab, pair, fault_namespa
                 assert "has ended, so the drain stopped" in job["msg"], job
                 assert job["node"] in (a, b) and job["phase"] == "Failed", job
             assert sorted(watch.cordoned()) == sorted([a, b]), "the stopped drains left the nodes cordoned"
-            for index in range(2):
-                workloads.annotate_vm(k8s, fault_namespace, "held-%d" % index, {HOLD_MIGRATION: None})
+            release_held(k8s, fault_namespace, ["held-0", "held-1"])
             runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
             again = runs.playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
         assert again.returncode == 0, again.output[-3000:]
@@ -494,9 +497,5 @@ def test_kill_mid_batch_drain_stops_the_drain_jobs(k8s, lab, pair, fault_namespa
         assert watcher.violations == []
         figure.passed(stopped_after_seconds=round(stopped_after, 1))
     finally:
-        for index in range(2):
-            try:
-                workloads.annotate_vm(k8s, fault_namespace, "held-%d" % index, {HOLD_MIGRATION: None})
-            except ApiException:
-                pass
+        release_held(k8s, fault_namespace, ["held-0", "held-1"])
         runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
