@@ -8,7 +8,7 @@ Ansible's async_wrapper: it outlives the ansible-playbook that started it, so a 
 or a killed playbook would leave it evicting pods unattended until its timeout. A drain given its
 run's process stops once that process is gone. The process is known by its id and, where
 ``/proc`` tells it, its start time, so a process id taken again by another process does not keep
-the drain going.
+the drain going; a process that has exited and not been reaped yet (a zombie) is gone too.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,9 +21,9 @@ import os
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import MaintenanceError
 
 
-def _start_time(pid):
-    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22), or None when
-    /proc does not say (no such process, or no /proc)."""
+def _stat(pid):
+    """(state, start time) of the process from /proc/<pid>/stat (fields 3 and 22; the start time in
+    clock ticks since boot), or None when /proc does not say (no such process, or no /proc)."""
     try:
         with open("/proc/%d/stat" % pid) as handle:
             stat = handle.read()
@@ -31,10 +31,9 @@ def _start_time(pid):
         return None
     # Field 2, the command, is in parentheses and may hold spaces; the fields after it start at 3.
     fields = stat[stat.rfind(")") + 2:].split()
-    try:
-        return fields[19]
-    except IndexError:
+    if len(fields) < 20:
         return None
+    return fields[0], fields[19]
 
 
 def process_exists(pid):
@@ -51,12 +50,17 @@ class RunOwner:
 
     def __init__(self, pid):
         self.pid = pid
-        self.start_time = _start_time(pid)
+        stat = _stat(pid)
+        self.start_time = stat[1] if stat else None
 
     def gone(self):
         if not process_exists(self.pid):
             return True
-        return self.start_time is not None and _start_time(self.pid) not in (None, self.start_time)
+        stat = _stat(self.pid)
+        if stat is None:
+            return False  # no /proc to tell more: the process id is there
+        state, start_time = stat
+        return state == "Z" or (self.start_time is not None and start_time != self.start_time)
 
     def ended(self, node, stopped):
         """The error of a module that stops because its run ended; ``stopped`` says what it stopped."""

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -23,11 +24,25 @@ def test_a_running_process_is_there_and_an_ended_one_is_gone():
     assert owner.gone() is True
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="start times come from /proc")
 def test_a_process_id_taken_again_by_another_process_is_gone(monkeypatch):
     owner = run_owner.RunOwner(os.getpid())
-    assert owner.start_time is not None
-    monkeypatch.setattr(run_owner, "_start_time", lambda pid: "1")  # another process with the same id
+    assert owner.start_time is not None  # /proc is there on the machines the tests run on
+    monkeypatch.setattr(run_owner, "_stat", lambda pid: ("S", "1"))  # another process with the same id
+    assert owner.gone() is True
+    monkeypatch.setattr(run_owner, "_stat", lambda pid: None)  # no /proc: the process id alone decides
+    assert owner.gone() is False
+
+
+def test_a_process_that_exited_and_is_not_reaped_yet_is_gone():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    owner = run_owner.RunOwner(child.pid)
+    assert owner.gone() is False
+    deadline = time.monotonic() + 30
+    while run_owner._stat(child.pid)[0] != "Z" and time.monotonic() < deadline:  # pylint: disable=protected-access
+        time.sleep(0.05)
+    assert run_owner.process_exists(child.pid)  # a zombie: its id is still taken
+    assert owner.gone() is True
+    child.wait()
     assert owner.gone() is True
 
 
@@ -43,7 +58,7 @@ def test_the_start_time_reads_past_a_command_with_spaces_and_parentheses(tmp_pat
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr("builtins.open", fake_open)
-    assert run_owner._start_time(77) == "123456"  # pylint: disable=protected-access
+    assert run_owner._stat(77) == ("S", "123456")  # pylint: disable=protected-access
 
 
 def test_the_option_left_out_watches_nothing_and_a_process_not_running_is_refused():
