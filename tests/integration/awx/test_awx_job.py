@@ -16,6 +16,8 @@ Asserted on the job events ansible-runner records, as AWX shows them:
 
 Figures (the job's duration, the largest gap between two progress events of a drain) go to
 tests/output/awx/figures.json.
+
+A second job is cancelled mid-drain, as AWX cancels it through ansible-runner: its drain must stop.
 """
 
 import base64
@@ -23,6 +25,7 @@ import datetime
 import json
 import os
 import re
+import signal
 import sys
 import time
 
@@ -32,6 +35,7 @@ from kubernetes import client
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import identities  # noqa: E402  (tests/integration helpers)
+import runs  # noqa: E402
 import workloads  # noqa: E402
 
 import ansible_runner  # noqa: E402  (requirements-dev.txt: the tier never skips)
@@ -229,3 +233,101 @@ def test_rolling_maintenance_as_an_awx_job(k8s, awx_vms, bearer_token_credential
     with open(FIGURES, "w") as handle:
         json.dump(figures, handle, indent=2, sort_keys=True)
     print("AWX job figures: %s" % json.dumps(figures, sort_keys=True))
+
+
+HOLD_MIGRATION = "kubevirt-ops.lab/hold-migration"
+
+
+def module_processes(marker):
+    """Process ids of node_maintenance modules whose command line holds ``marker`` (the job's own
+    ANSIBLE_REMOTE_TMP, where Ansible puts the module it runs)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as handle:
+                command = handle.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if "AnsiballZ_node_maintenance" in command and marker in command:
+            found.append(int(entry))
+    return found
+
+
+def test_a_cancelled_awx_job_stops_its_drain(k8s, lab, awx_vms, bearer_token_credential, tmp_path, monkeypatch):
+    """AWX cancels a job the way ansible-runner does: SIGKILL to ansible-playbook's process group.
+    Ansible's workers run in sessions of their own (ansible-core executor/process/worker.py
+    ``_detach``), so the worker running the drain, and the module under it, outlive the cancel.
+    The module must see its run gone (owner_pid, module_utils/run_owner.py) and stop, instead of
+    draining unattended until its timeout (1800 s by default)."""
+    _identity, credential_env = bearer_token_credential
+    for name in ("KUBECONFIG", "K8S_AUTH_KUBECONFIG", "K8S_AUTH_CONTEXT"):
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    private_data_dir = tmp_path / "job"
+    private_data_dir.mkdir()
+    remote_tmp = str(tmp_path / "job-modules")  # the job's modules, and only they, run from here
+    envvars = dict(credential_env)
+    envvars.update({
+        "HOME": str(home),
+        "ANSIBLE_REMOTE_TMP": remote_tmp,
+        "ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO, ".build", "collections"),
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        "ANSIBLE_LOCALHOST_WARNING": "0",
+        "PATH": BIN + os.pathsep + os.environ.get("PATH", ""),
+    })
+    for name, _memory in LONG_VMS:  # their migrations off LONG stay Running until released
+        workloads.annotate_vm(k8s, awx_vms, name, {HOLD_MIGRATION: "true"})
+    core = client.CoreV1Api(k8s)
+    custom = client.CustomObjectsApi(k8s)
+    seen = {}
+
+    def cancel():
+        """True (cancel the job) once LONG is drained into a held migration with the module running."""
+        if not core.read_node(LONG).spec.unschedulable:
+            return False
+        migrations = custom.list_namespaced_custom_object("kubevirt.io", "v1", awx_vms,
+                                                          "virtualmachineinstancemigrations")["items"]
+        if not any((m.get("status") or {}).get("phase") == "Running" for m in migrations):
+            return False
+        seen["modules"] = module_processes(remote_tmp)
+        return bool(seen["modules"])
+
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private_data_dir),
+            project_dir=REPO,
+            playbook="playbooks/rolling_maintenance.yml",
+            inventory={"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}},
+            extravars={"rolling_maintenance_nodes": [LONG, SHORT], "rolling_maintenance_method": "drain",
+                       "rolling_maintenance_report_dir": str(tmp_path / "reports")},
+            envvars=envvars,
+            quiet=True,
+            timeout=900,
+            cancel_callback=cancel,
+        )
+        stdout = "".join(e.get("stdout") or "" for e in runner.events)
+        assert runner.status == "canceled", "the job was not cancelled mid-drain (%s):\n%s" % (
+            runner.status, stdout[-3000:])
+        assert seen["modules"], "no drain module ran when the job was cancelled"
+        cancelled = time.monotonic()
+        deadline = cancelled + 120
+        while module_processes(remote_tmp) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = module_processes(remote_tmp)
+        assert left == [], "the drain module (process %s) still runs 120 s after the job was cancelled" % left
+        print("AWX cancel: the drain stopped %.1f s after the cancel" % (time.monotonic() - cancelled))
+        assert core.read_node(LONG).spec.unschedulable, "the stopped drain left %s in maintenance" % LONG
+    finally:
+        for pid in module_processes(remote_tmp):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for name, _memory in LONG_VMS:
+            workloads.annotate_vm(k8s, awx_vms, name, {HOLD_MIGRATION: None})
+        for node in (LONG, SHORT):
+            runs.module(lab.kubeconfig, "node_maintenance", {"name": node, "state": "absent"})
+        runs.module(lab.kubeconfig, "cluster_lock", {"state": "absent", "force": True})
