@@ -132,9 +132,10 @@ def _progress(events, node, start, end):
             and (e.get("stdout") or "").startswith("node_maintenance %s:" % node)]
 
 
-def test_rolling_maintenance_as_an_awx_job(k8s, awx_vms, bearer_token_credential, tmp_path, monkeypatch):
-    identity, credential_env = bearer_token_credential
-    # No kubeconfig anywhere: not in the environment, not in HOME.
+def job_setup(credential_env, tmp_path, monkeypatch):
+    """(private data dir, environment) of a job as AWX runs it: the credential's variables only, no
+    kubeconfig anywhere (not in the environment, not in an empty HOME), and the job's modules run
+    from a directory of its own (ANSIBLE_REMOTE_TMP, tmp_path / "job-modules")."""
     for name in ("KUBECONFIG", "K8S_AUTH_KUBECONFIG", "K8S_AUTH_CONTEXT"):
         monkeypatch.delenv(name, raising=False)
     home = tmp_path / "home"
@@ -144,11 +145,18 @@ def test_rolling_maintenance_as_an_awx_job(k8s, awx_vms, bearer_token_credential
     envvars = dict(credential_env)
     envvars.update({
         "HOME": str(home),
+        "ANSIBLE_REMOTE_TMP": str(tmp_path / "job-modules"),
         "ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO, ".build", "collections"),
         "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
         "ANSIBLE_LOCALHOST_WARNING": "0",
         "PATH": BIN + os.pathsep + os.environ.get("PATH", ""),
     })
+    return private_data_dir, envvars
+
+
+def test_rolling_maintenance_as_an_awx_job(k8s, awx_vms, bearer_token_credential, tmp_path, monkeypatch):
+    identity, credential_env = bearer_token_credential
+    private_data_dir, envvars = job_setup(credential_env, tmp_path, monkeypatch)
     # The job template's extra variables (a survey's answers arrive the same way).
     extravars = {
         "rolling_maintenance_nodes": [LONG, SHORT],
@@ -262,22 +270,8 @@ def test_a_cancelled_awx_job_stops_its_drain(k8s, lab, awx_vms, bearer_token_cre
     The module must see its run gone (owner_pid, module_utils/run_owner.py) and stop, instead of
     draining unattended until its timeout (1800 s by default)."""
     _identity, credential_env = bearer_token_credential
-    for name in ("KUBECONFIG", "K8S_AUTH_KUBECONFIG", "K8S_AUTH_CONTEXT"):
-        monkeypatch.delenv(name, raising=False)
-    home = tmp_path / "home"
-    home.mkdir()
-    private_data_dir = tmp_path / "job"
-    private_data_dir.mkdir()
-    remote_tmp = str(tmp_path / "job-modules")  # the job's modules, and only they, run from here
-    envvars = dict(credential_env)
-    envvars.update({
-        "HOME": str(home),
-        "ANSIBLE_REMOTE_TMP": remote_tmp,
-        "ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO, ".build", "collections"),
-        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
-        "ANSIBLE_LOCALHOST_WARNING": "0",
-        "PATH": BIN + os.pathsep + os.environ.get("PATH", ""),
-    })
+    private_data_dir, envvars = job_setup(credential_env, tmp_path, monkeypatch)
+    remote_tmp = envvars["ANSIBLE_REMOTE_TMP"]  # the job's modules, and only they, run from here
     for name, _memory in LONG_VMS:  # their migrations off LONG stay Running until released
         workloads.annotate_vm(k8s, awx_vms, name, {HOLD_MIGRATION: "true"})
     core = client.CoreV1Api(k8s)
