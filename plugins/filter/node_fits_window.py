@@ -77,19 +77,14 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.duration import fits_window, predict_batch
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_records import fit
 
 
 def node_fits_window(state, node, window):
     if not isinstance(state, dict) or not isinstance(window, dict):
         raise AnsibleFilterError("node_fits_window: the input must be the run's state and 'window' the window's "
                                  "status (both dictionaries).")
-    records, details = state.get("records"), (state.get("preflight") or {}).get("details")
-    names = [str(n) for n in node] if isinstance(node, (list, tuple)) else [str(node)]
-    prediction = predict_batch(records, details, names)
-    result = fits_window(prediction, window, names[0] if len(names) == 1 else names)
-    result["basis"] = prediction["basis"] if prediction else None
-    return result
+    return fit(state, node, window)
 
 
 class FilterModule:

@@ -1,9 +1,13 @@
-"""Predicting a node's duration from the nodes a run has done, and the window's verdict."""
+"""Predicting a node's duration from the nodes a run has done, the window's verdict, and the start of a node."""
 
 import datetime
 
+import pytest
+
+from ansible.errors import AnsibleFilterError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import duration, kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.filter.node_fits_window import node_fits_window
+from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_start import run_start
 
 GI = 2 ** 30
 T0 = datetime.datetime(2026, 11, 28, 22, 0, tzinfo=datetime.timezone.utc)
@@ -117,3 +121,64 @@ def test_a_batch_drains_as_long_as_its_longest_drain_then_each_node_in_turn():
     # A batch of one is a node.
     single = node_fits_window({"records": records, "preflight": {"details": DETAILS}}, ["w2"], window)
     assert single["message"].startswith("Node w2 is not started: it is predicted to take 260 s")
+
+
+# run_start: whether the next node (or batch) starts, and the node's entry in flight.
+
+RUN = {"records": [record("w1", 0, 100, 160)], "preflight": {"details": DETAILS}, "order": ["w1", "w2", "w3"],
+       "stop": False}
+
+
+def test_a_node_that_fits_starts_with_its_entry_in_flight():
+    window = {"open": True, "closes_at": at(4000), "now": at(200)}
+    current = run_start(RUN, "w2", window, at(200), host="host-2")
+    assert current["go"] and current["window_stop"] is None
+    assert (current["index"], current["total"], current["label"]) == (2, 3, "[2/3 w2]")
+    assert (current["started"], current["phase"], current["phase_start"], current["phases"]) == (
+        at(200), "drain", at(200), {})
+    assert current["detail"]["name"] == "w2" and current["host"] == "host-2"
+    assert current["predicted_seconds"] == node_fits_window(RUN, "w2", window)["predicted_seconds"]
+
+
+def test_a_node_predicted_to_outlast_the_window_stops_the_run_with_the_reason():
+    window = {"open": True, "closes_at": at(400), "now": at(200)}
+    current = run_start(RUN, "w2", window, at(200))
+    assert not current["go"]
+    assert current["window_stop"]["message"].startswith("Node w2 is not started: it is predicted to take")
+    assert current["window_stop"]["closes_at"] == at(400)
+
+
+def test_a_closed_window_stops_the_run_as_it_is():
+    window = {"open": False, "opens_at": at(9000), "now": at(200)}
+    current = run_start(RUN, "w2", window, at(200))
+    assert not current["go"] and current["window_stop"] == window
+
+
+def test_after_the_run_stopped_no_node_starts_and_nothing_is_stopped_again():
+    current = run_start(dict(RUN, stop=True), "w2", {"open": True}, at(200))
+    assert not current["go"] and current["window_stop"] is None
+
+
+def test_a_node_drained_with_its_batch_goes_on_whatever_the_window_and_keeps_the_batch_start():
+    stopped = dict(RUN, stop=True)
+    current = run_start(stopped, "w3", None, at(300), started=at(250), position=1)
+    assert current["go"] and current["window_stop"] is None and current["predicted_seconds"] is None
+    assert (current["index"], current["started"], current["phase_start"]) == (3, at(250), at(250))
+    assert current["detail"] == {"name": "w3", "plan": {"vms": []}}
+    unknown = run_start(RUN, "w9", None, at(300))
+    assert unknown["detail"] == {"simulated": False}
+
+
+def test_a_batch_gets_the_decision_only():
+    window = {"open": True, "closes_at": at(400), "now": at(200)}
+    batch = run_start(RUN, ["w2", "w3"], window, at(200))
+    assert set(batch) == {"go", "window_stop", "predicted_seconds"}
+    assert not batch["go"] and batch["window_stop"]["message"].startswith("Nodes w2, w3 are not started")
+    assert run_start(RUN, ["w2", "w3"], {"open": True, "closes_at": None})["go"]
+
+
+def test_run_start_refuses_what_is_not_a_state_or_a_window():
+    with pytest.raises(AnsibleFilterError, match="run_start: the input must be the run's state"):
+        run_start([], "w2", {"open": True})
+    with pytest.raises(AnsibleFilterError, match="run_start"):
+        run_start(RUN, "w2", "open")

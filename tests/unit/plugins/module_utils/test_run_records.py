@@ -1,9 +1,11 @@
-"""run_records: a node's phases and its record in the run's state (the run_phase and run_record filters)."""
+"""run_records: a node's phases, its record in the run's state and its progress lines (the run_phase, run_record and
+run_progress filters)."""
 
 import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_phase import run_phase
+from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_progress import run_progress
 from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_record import run_record
 from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_records import run_records
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.duration import predict
@@ -148,3 +150,66 @@ def test_a_batch_finished_on_its_hosts_is_recorded_in_the_batch_order_as_node_by
     # Within max_failures the run goes on; a node without an outcome (its host never finished) is not recorded.
     within = run_records(state(), [w1], ["w1", "w3"], max_failures=1)
     assert [r["node"] for r in within["records"]] == ["w1"] and not within["stop"]
+
+
+# run_progress: the lines a run prints for its node.
+
+def labelled(**extra):
+    current = dict(in_flight("tasks"), label="[2/3 w2]", detail={"pods": 12, "vms": 4, "simulated": False},
+                   host="host-2")
+    current.update(extra)
+    return current
+
+
+def test_progress_lines_of_a_node_entering_and_drained():
+    assert run_progress(labelled(), "enter") == "[2/3 w2] entering maintenance (12 pods and 4 VMs on it at preflight)"
+    assert run_progress({"label": "[1/1 w1]"}, "enter") == "[1/1 w1] entering maintenance (? pods and ? VMs on it at preflight)"
+    assert run_progress(labelled(), "drained") == (
+        "[2/3 w2] drained in 4s (drain): 7 pods evicted, 1 VMs migrated, 0 shut down; left on the node: 0 pods, 0 VMs.")
+    assert run_progress(labelled(), "drained", with_batch=True, node_tasks=True, reboot=True) == (
+        "[2/3 w2] drained in 4s (drain, with its batch): 7 pods evicted, 1 VMs migrated, 0 shut down; left on the "
+        "node: 0 pods, 0 VMs. Running the node tasks. Rebooting host-2.")
+    simulated = labelled(detail={"simulated": True})
+    assert run_progress(simulated, "drained", reboot=True).endswith(
+        "Reboot simulated (a KWOK node has no machine): waiting for Ready.")
+
+
+def test_progress_line_of_a_node_done_counts_the_nodes_left():
+    run = state(records=[{"node": "w1"}, {"node": "w2"}])
+    assert run_progress(labelled(), "done", state=run, verify=VERIFY) == (
+        "[2/3 w2] done: Ready and schedulable, 1 of 1 VMs that ran before run, 1 left stopped by their run strategy; "
+        "1 node(s) left.")
+    batch = state(records=[{"node": "w1"}], order=["w1", "w2", "w3", "w4"])
+    plain = {"vms": {"running": 2, "expected": 2, "stopped_as_expected": []}}
+    assert run_progress(labelled(), "done", state=batch, verify=plain, recorded_later=2) == (
+        "[2/3 w2] done: Ready and schedulable, 2 of 2 VMs that ran before run; 1 node(s) left after this batch.")
+
+
+def test_a_failure_stops_the_run_goes_on_or_waits_for_its_batch():
+    task = {"name": "Update the firmware", "action": "command"}
+    outcome = {"node": "w2", "failed_task": task, "failed_result": {"msg": "boom"}}
+    stopped = record(state(), "w2", in_flight("ready"), T[9], "auto", failed_task=task, failed_result={"msg": "boom"})
+    assert run_progress({}, "failed", state=stopped, outcome=outcome) == (
+        "Node w2 failed while waiting for the node to be Ready and is left cordoned (in maintenance): "
+        "Update the firmware: boom")
+    assert run_progress({}, "failed", state=stopped, outcome=outcome, with_batch=True) == (
+        "Node w2 failed and is left cordoned: Update the firmware: boom. The run stops once the other nodes of its "
+        "batch, already drained, are finished.")
+    within = record(state(), "w2", in_flight("ready"), T[9], "auto", failed_task=task, failed_result={"msg": "boom"},
+                    max_failures=1)
+    assert run_progress({}, "failed", state=within, outcome=outcome, max_failures=1) == (
+        "Node w2 failed and is left cordoned: Update the firmware: boom. 1 of at most 1 failure(s); going on with "
+        "the next node.")
+    assert run_progress({}, "failed", state=state(), outcome=outcome, with_batch=True, recorded_later=2,
+                        max_failures=1) == (
+        "Node w2 failed and is left cordoned: Update the firmware: boom. The other nodes of its batch finish on their "
+        "hosts; then the failures are counted (at most 1 go on).")
+
+
+def test_run_progress_refuses_what_it_cannot_say():
+    with pytest.raises(AnsibleFilterError, match="the entry of the node in flight"):
+        run_progress([], "enter")
+    with pytest.raises(AnsibleFilterError, match="unknown step 'reboot'"):
+        run_progress({}, "reboot")
+    with pytest.raises(AnsibleFilterError, match="needs the run's state and the node's outcome"):
+        run_progress({}, "failed", state={})
