@@ -86,6 +86,12 @@ class LabPaths:
     def sim_ready(self):
         return self.sim_dir / "ready"
 
+    @property
+    def tmp(self):
+        """The temporary directory of KubeVirt's processes (their TMPDIR): virt-api makes a new
+        directory there at every start and leaves it, as a pod's filesystem would be discarded."""
+        return self.state_dir / "tmp"
+
     def cluster_files(self):
         """What ``down`` deletes: the cluster and its credentials, not the logs.
 
@@ -103,4 +109,5 @@ class LabPaths:
             self.kwok_config,
             self.scheduler_config,
             self.sim_dir,
+            self.tmp,
         ]

@@ -210,8 +210,12 @@ def _start(ctx, component, bin_dir, address, say):
         say(f"starting {component} v{normalize_version(ctx.settings.kubevirt_version)} on {where}")
         # Restarted when it exits after it once served, as its Deployment's pod would be:
         # virt-controller exits when it loses its leader lease (API server away too long).
-        record = processes.start_restarting(ctx.paths, component, argv(ctx, component, bin_dir, address),
-                                            env=environment(ctx.settings))
+        env = environment(ctx.settings)
+        # virt-api makes a directory for its certificates in the temporary directory at every start
+        # (kubevirt pkg/virt-api/api.go, os.MkdirTemp) and never removes it; in the lab's own.
+        env["TMPDIR"] = str(ctx.paths.tmp / component)
+        (ctx.paths.tmp / component).mkdir(parents=True, exist_ok=True)
+        record = processes.start_restarting(ctx.paths, component, argv(ctx, component, bin_dir, address), env=env)
 
     def serving():
         if not processes.is_running(record):

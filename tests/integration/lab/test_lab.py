@@ -404,6 +404,21 @@ def test_a_kubevirt_component_that_exits_is_restarted_as_its_pod_would_be(lab, k
     wait_for(leads_again, 120, "the restarted virt-controller to renew its leader lease")
 
 
+def test_virt_api_keeps_its_temporary_directories_in_the_lab(lab):
+    """virt-api makes a directory for its certificates in the temporary directory at every start
+    and never removes it (kubevirt pkg/virt-api/api.go, os.MkdirTemp("", "certsdir")): in the
+    lab's state directory, which `down` removes, never in the machine's /tmp."""
+    record = processes.tracked(lab.paths, "virt-api")
+    assert record is not None
+    pid = _component_child(record)
+    assert pid is not None, "virt-api does not run under its restart loop"
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+    assert env.get(b"TMPDIR") == str(lab.paths.tmp / "virt-api").encode()
+    assert list((lab.paths.tmp / "virt-api").glob("certsdir*")), "virt-api made no certsdir in its TMPDIR"
+    assert lab.paths.tmp in lab.paths.cluster_files()
+
+
 def test_audit_log_records_requests_with_user_agent(lab):
     lab.kubectl("get", "nodes")
     events = []
