@@ -6,6 +6,7 @@ tell it apart from the peer being measured.
 """
 
 import json
+import re
 import ssl
 import threading
 import urllib.parse
@@ -15,6 +16,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 USER_AGENT = "kubevirt-ops-bench/1"
+_CONTINUE = re.compile(rb'"continue":"([^"]+)"')
 
 # kind -> (API prefix, plural, namespaced)
 RESOURCES = {
@@ -119,6 +121,23 @@ class Kube:
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items, page["metadata"].get("resourceVersion")
+
+    def read_list_raw(self, kind, limit=500):
+        """(pages, bytes) of every object of ``kind``, page by page, the bodies read and dropped
+        undecoded: what the API server alone needs to serve the list. The continue token is near
+        the start of each page ({"kind":..,"metadata":{..,"continue":".."},"items":[..]})."""
+        pages, size, token = 0, 0, None
+        while True:
+            url = self.host + path_of(kind) + "?" + urllib.parse.urlencode(
+                {k: v for k, v in {"limit": limit, "continue": token}.items() if v is not None})
+            resp = self._pool.request("GET", url, headers=self.headers, timeout=urllib3.Timeout(connect=10.0, read=600))
+            if not 200 <= resp.status < 300:
+                raise ApiError(resp.status, resp.data.decode("utf-8", "replace"), "GET", path_of(kind))
+            pages, size = pages + 1, size + len(resp.data)
+            found = _CONTINUE.search(resp.data[:4096])
+            token = found.group(1).decode() if found else None
+            if not token:
+                return pages, size
 
     def count(self, kind, namespace=None, label_selector=None, field_selector=None):
         """How many objects match, without transferring them all at once."""

@@ -10,8 +10,9 @@ REPO = Path(__file__).resolve().parent.parent
 TARGETS = {
     "wall_vs_kubectl": 0.7,  # scenarios 2 and 3
     "requests_vs_kubectl": 0.5,
-    "rolling_vs_bound": 1.15,  # scenario 4
-    "rolling_overhead_per_node": 3.0,
+    "rolling_vs_bound": 1.05,  # scenario 4: the role against the lower bound,
+    "rolling_vs_loop": 1.0,  # against the kubectl drain / uncordon loop of the same run,
+    "rolling_avoidable_moves": 0,  # and VM moves a better placement would have saved
     "scale_seconds": 10.0,  # scenario 5, OKD's tested maximum: 500 nodes, 10,000 VMs, 30,000 other pods
     "scale_mib": 300.0,
     "scale_nodes": 500,
@@ -80,6 +81,14 @@ def summarize(runs, peer_labels, rolling_labels=None):
                 entry["lower_bound_seconds_median"] = median(
                     [r["lower_bound"]["observed_placement_seconds"] for r in ok])
                 entry["ideal_bound_seconds"] = runs_[0]["lower_bound"]["ideal_seconds"] if runs_ else None
+                floors = [r for r in ok if r.get("kubevirt_floor")]
+                entry["kubevirt_floor_seconds_median"] = median([r["kubevirt_floor"]["seconds"] for r in floors])
+                entry["fastest_migration_seconds_median"] = median(
+                    [r["kubevirt_floor"]["fastest_migration_seconds"] for r in floors])
+                entry["ratio_to_kubevirt_floor_median"] = median([r.get("ratio_to_kubevirt_floor") for r in floors])
+                moves = [(((r.get("details") or {}).get("timeline") or {}).get("totals") or {}).get("vm_moves_avoidable")
+                         for r in ok]
+                entry["vm_moves_avoidable_max"] = max((m for m in moves if m is not None), default=None)
     # Ratios ours / peer, from medians of the same benchmark run.
     for scenario, by_peer in summary.items():
         ratios = {}
@@ -129,21 +138,26 @@ def verdicts(summary, scale, noop):
                         "figure": f"wall {r['wall']}x, requests {r['requests']}x, correct {correct}"})
     for key in ("ours_role", "ours_role_drain"):
         role = (summary.get("4") or {}).get(key)
-        target = f"scenario 4 {key}: <= 1.15x lower bound, overhead <= 3 s per node"
+        loop = ((summary.get("4") or {}).get("_ratios") or {}).get(f"{key}/kubectl") or {}
+        target = f"scenario 4 {key}: <= the kubectl loop, <= 1.05x lower bound, 0 avoidable VM moves"
         if role and role.get("ratio_to_lower_bound_median") is not None:
-            met = (role["ratio_to_lower_bound_median"] <= TARGETS["rolling_vs_bound"]
-                   and role["overhead_per_node_seconds_median"] <= TARGETS["rolling_overhead_per_node"]
+            met = (loop.get("wall") is not None and loop["wall"] <= TARGETS["rolling_vs_loop"]
+                   and role["ratio_to_lower_bound_median"] <= TARGETS["rolling_vs_bound"]
+                   and role.get("vm_moves_avoidable_max") == TARGETS["rolling_avoidable_moves"]
                    and role["correct"])
+            floor = role.get("ratio_to_kubevirt_floor_median")
             out.append({"target": target, "met": bool(met),
-                        "figure": f"{role['ratio_to_lower_bound_median']}x, "
-                                  f"{role['overhead_per_node_seconds_median']} s per node, correct {role['correct']}"})
+                        "figure": f"{loop.get('wall', 'not measured')}x the loop, "
+                                  f"{role['ratio_to_lower_bound_median']}x the bound"
+                                  + (f" ({floor}x KubeVirt's floor)" if floor else "")
+                                  + f", {role.get('vm_moves_avoidable_max')} avoidable moves, correct {role['correct']}"})
         elif role or key == "ours_role":
             out.append({"target": target, "met": None,
                         "figure": "not measured" if not role else "; ".join(role.get("errors") or ["failed"])})
     out.append(_parallel_verdict(summary.get("6") or {}))
     if scale and scale.get("results"):
         for key, res in scale["results"].items():
-            if key.startswith("kubectl"):
+            if key.startswith("kubectl") or key.endswith("(reference)"):
                 continue
             met = (res.get("ok") and res["wall_seconds"] <= TARGETS["scale_seconds"]
                    and res["peak_tree_rss_mib"] <= TARGETS["scale_mib"])
@@ -216,8 +230,9 @@ def markdown(result):
         by_peer = summary[scenario]
         lines += [f"## Scenario {scenario}: {titles.get(scenario, '')}", ""]
         if scenario in ROLLING_SCENARIOS:
-            lines += ["| peer | wall s (median) | lower bound s | ratio | overhead s/node | API requests | "
-                      "correct | error |", "|---|---:|---:|---:|---:|---:|---|---|"]
+            lines += ["| peer | wall s (median) | lower bound s | ratio | overhead s/node | KubeVirt floor s | "
+                      "ratio to floor | avoidable VM moves | API requests | correct | error |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
             for peer, e in by_peer.items():
                 if peer.startswith("_"):
                     continue
@@ -225,6 +240,9 @@ def markdown(result):
                              f"{_fmt(e.get('lower_bound_seconds_median'))} | "
                              f"{_fmt(e.get('ratio_to_lower_bound_median'))} | "
                              f"{_fmt(e.get('overhead_per_node_seconds_median'))} | "
+                             f"{_fmt(e.get('kubevirt_floor_seconds_median'))} | "
+                             f"{_fmt(e.get('ratio_to_kubevirt_floor_median'))} | "
+                             f"{_fmt(e.get('vm_moves_avoidable_max'))} | "
                              f"{_fmt(e['requests_median'])} | {_correct(e)} | {_errors(e)} |")
             ideal = next((e.get("ideal_bound_seconds") for p, e in by_peer.items() if not p.startswith("_")), None)
             if scenario == "6":
@@ -241,9 +259,16 @@ def markdown(result):
                     lines.append(f"Ratio {key}: wall {_fmt(r['wall'])}, API requests {_fmt(r['requests'])}.")
                 lines.append("")
                 continue
+            fastest = [e.get("fastest_migration_seconds_median") for p, e in by_peer.items()
+                       if not p.startswith("_") and e.get("fastest_migration_seconds_median")]
             lines += ["", f"Lower bound: for each node, ceil(VMs on it when cordoned / 2 outbound migrations per "
                           f"node) x (guest memory / migration bandwidth), summed; with the best possible placement "
-                          f"it would be {_fmt(ideal)} s.", ""]
+                          f"it would be {_fmt(ideal)} s. KubeVirt floor: the same waves, each as long as the fastest "
+                          f"migration of the run from its creation to Succeeded"
+                          + (f" ({', '.join(_fmt(f) for f in fastest)} s)" if fastest else "")
+                          + ": virt-controller, the scheduler and the target's start-up add that to every wave, "
+                          "whatever the client. Avoidable VM moves: moves beyond the run's minimum (from the role's "
+                          "report; a kubectl loop has none to read).", ""]
             continue
         lines += ["| peer | wall s (median) | all runs s | API requests (median) | simulator requests | correct | error |",
                   "|---|---:|---|---:|---:|---|---|"]
@@ -296,6 +321,13 @@ def markdown(result):
                 lines.append(f"| {key} | {_fmt(res['wall_seconds'])} | {runs} | {_fmt(res['peak_tree_rss_mib'])} | "
                              f"{_fmt(res['max_rss_mib'])} | {'yes' if res.get('ok') else 'no: ' + str(res.get('error'))[:120]} |")
             lines.append("")
+            raw = next((res for key, res in scale["results"].items() if key.startswith("the API server alone")), None)
+            if raw and (raw.get("extra") or {}).get("by_kind"):
+                kinds = ", ".join(f"{kind} {_fmt(k['seconds'])} s ({k['pages']} pages, {_fmt(k['mib'])} MiB)"
+                                  for kind, k in raw["extra"]["by_kind"].items())
+                lines += [f"The API server alone, the lists a plan of all workers reads: {kinds}. No client reads "
+                          "the cluster faster on this machine; what a module adds to it is decoding, trimming and "
+                          "planning.", ""]
     noop = result.get("noop")
     if noop and noop.get("samples"):
         lines += ["## No-op module run vs `ansible localhost -m ansible.builtin.ping`", "",

@@ -24,6 +24,7 @@ single process from wait4).
 
 import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -67,6 +68,7 @@ DEVICE_RESOURCES = ("devices.kubevirt.io/kvm", "devices.kubevirt.io/tun", "devic
 HANDLER_TIMEOUT = 300
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink")
 KUBECTL_RESOURCES = "nodes,pods,vmis,vms,pvc"
+RAW_LISTS = "the API server alone: nodes, pods, VMIs, VMs, PDBs read page by page, undecoded (reference)"
 
 
 def _namespace(kube, name):
@@ -542,6 +544,17 @@ def measure_commands(env, kubeconfig, iterations, reference=True):
         results[key] = _median_run(runs)
     if not reference:
         return results
+    # The API server alone: the same lists read undecoded (bench/raw_lists.py), the floor of any client.
+    runs = []
+    for _ in range(max(1, iterations)):
+        m = measure.run([sys.executable, "-m", "bench.raw_lists", str(kubeconfig)], timeout=600,
+                        cwd=str(Path(__file__).resolve().parent.parent))
+        summary = m.summary()
+        summary.update({"ok": m.returncode == 0, "error": None if m.returncode == 0 else m.stderr[-300:]})
+        if m.returncode == 0:
+            summary["extra"] = json.loads(m.stdout)
+        runs.append(summary)
+    results[RAW_LISTS] = _median_run(runs)
     # kubectl's reference: the same objects (VMIs and VMs are KubeVirt's short names).
     runs = []
     for _ in range(max(1, iterations)):
