@@ -290,16 +290,15 @@ def migration_settings(kube, lab_dir):
     }
 
 
-def lower_bounds(settings, vm_memory, counts, nodes, vms_per_node, groups=None, per_migration=None):
+def lower_bounds(settings, vm_memory, counts, nodes, vms_per_node, groups=None):
     """Seconds: the bound for the VM counts each drain met, and the placement-free ideal.
 
     ``groups``: the VM counts of the nodes that were out at the same time, group by group (None:
     one node at a time). The nodes of a group drain together, each with its share of the
-    cluster's migrations, so a group lasts as long as its slowest node. ``per_migration``: the
-    seconds one migration takes, if not guest memory / bandwidth (KubeVirt's floor below)."""
+    cluster's migrations, so a group lasts as long as its slowest node."""
     from kubernetes.utils import parse_quantity
 
-    per_vm = per_migration or float(parse_quantity(vm_memory)) / settings["bandwidth_bytes_per_second"]
+    per_vm = float(parse_quantity(vm_memory)) / settings["bandwidth_bytes_per_second"]
     lanes = min(settings["parallel_outbound_migrations_per_node"], settings["parallel_migrations_per_cluster"])
     if groups:
         observed = sum(max(math.ceil(n / max(1, min(lanes, settings["parallel_migrations_per_cluster"] // len(g))))
@@ -342,24 +341,7 @@ def migration_phase_stats(migrations):
         totals.append(stamps[-1][1] - created)
     mean = {k: round(sum(v) / len(v), 2) for k, v in phases.items()}
     return {"succeeded": len(totals), "mean_total_seconds": round(sum(totals) / len(totals), 2) if totals else None,
-            "fastest_total_seconds": round(min(totals), 2) if totals else None,
             "mean_phase_seconds": mean}
-
-
-def kubevirt_floor(settings, scenario, vm_counts, nodes, groups, migrations):
-    """The lower bound with KubeVirt's own time per migration instead of guest memory / bandwidth alone.
-
-    A migration holds its node's outbound slot from its creation until it succeeds: virt-controller
-    creates the target pod, the scheduler places it, the target becomes ready, the handoff, then the
-    memory copy (kubevirt pkg/virt-controller/watch/migration/migration.go counts every migration not
-    final against parallelOutboundMigrationsPerNode). No client can make a slot turn over faster than
-    the fastest migration of the run, so the waves of the lower bound are timed with it."""
-    fastest = migrations.get("fastest_total_seconds")
-    if not fastest:
-        return None
-    bounds = lower_bounds(settings, scenario.vm_memory, vm_counts, len(nodes), scenario.vms_per_node, groups,
-                          per_migration=fastest)
-    return {"fastest_migration_seconds": fastest, "seconds": round(bounds["observed_placement_seconds"], 2)}
 
 
 def prepare_rolling(kube, scenario, nodes):
@@ -467,7 +449,6 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
             "uncordoned_at": round(watcher.uncordoned[n] - m.started, 2) if n in watcher.uncordoned else None}
         for n in nodes if n in watcher.cordoned
     }
-    migrations = migration_phase_stats(watcher.migrations.values())
     # Correctness: every VM running, never restarted, no node left cordoned.
     vmis = {v["metadata"]["name"]: v for v in kube.list("VirtualMachineInstance", prepared.namespace)[0]}
     problems = dict(watcher.vm_disruptions)
@@ -489,8 +470,7 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
         "migration_settings": settings,
         "lower_bound": bounds,
         "nodes_timeline": node_windows,
-        "migrations": migrations,
-        "kubevirt_floor": kubevirt_floor(settings, scenario, vm_counts, nodes, groups, migrations),
+        "migrations": migration_phase_stats(watcher.migrations.values()),
         "correctness": {
             "vms_running": not problems,
             "vm_problems": problems,
@@ -506,8 +486,6 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
         record["overhead_per_node_seconds"] = round(overhead / len(nodes), 2)
         record["ratio_to_lower_bound"] = round(m.wall_seconds / bounds["observed_placement_seconds"], 3)
     record["ratio_to_ideal_bound"] = round(m.wall_seconds / bounds["ideal_seconds"], 3)
-    if record["kubevirt_floor"]:
-        record["ratio_to_kubevirt_floor"] = round(m.wall_seconds / record["kubevirt_floor"]["seconds"], 3)
     if scenario.zones:
         record["parallel"] = parallel_stats(node_windows, dict(zip(nodes, scenario.zones)),
                                             watcher.migrations.values())
