@@ -30,7 +30,7 @@ class FailingMigrations:
         self.changed = changed
         self.attempts = attempts
         self.informers = []  # one Informer per namespace of the VMs being migrated
-        self._failed_before = None  # UIDs of migrations that had failed before this drain
+        self._ended_before = None  # UIDs of migrations that had ended (Succeeded or Failed) before this drain
 
     @property
     def generation(self):
@@ -48,8 +48,11 @@ class FailingMigrations:
         for informer in [i for i in self.informers if not i.synced.is_set()]:
             informer.stop()
             self.informers.remove(informer)
-        self._failed_before = set(m["metadata"].get("uid") for m in self._all()
-                                  if (m.get("status") or {}).get("phase") == "Failed")
+        # A VM that came to the node earlier in a rolling run has a Succeeded migration from then;
+        # counted as this drain's, it would free the lane of the VM asked now until its new
+        # migration shows, and a third migration would wait in Pending for virt-controller's recheck.
+        self._ended_before = set(m["metadata"].get("uid") for m in self._all()
+                                 if (m.get("status") or {}).get("phase") in kubevirt.FINISHED_PHASES)
 
     def stop(self):
         for informer in self.informers:
@@ -96,10 +99,10 @@ class FailingMigrations:
         return idle
 
     def _by_vmi(self):
-        """This drain's migrations (not those that had failed before it), by (namespace, VMI name)."""
+        """This drain's migrations (not those that had ended before it), by (namespace, VMI name)."""
         by_vmi = {}
         for migration in self._all():
-            if migration["metadata"].get("uid") in (self._failed_before or ()):
+            if migration["metadata"].get("uid") in (self._ended_before or ()):
                 continue
             key = (migration["metadata"].get("namespace"), (migration.get("spec") or {}).get("vmiName"))
             by_vmi.setdefault(key, []).append(migration)
