@@ -48,9 +48,7 @@ def start(state, nodes, window, now=None, started=None, position=0, host=""):
     state = state or {}
     if window is None:
         go, verdict = True, None
-    elif state.get("stop"):
-        go, verdict = False, None
-    elif not window.get("open"):
+    elif state.get("stop") or not window.get("open"):
         go, verdict = False, None
     else:
         verdict = fit(state, nodes, window)
