@@ -458,6 +458,21 @@ def _median_run(runs):
 
 
 
+def _reference_runs(argv, iterations, figures, cwd=None):
+    """A reference command ``iterations`` times: the median run, with ``figures(stdout)`` of each
+    run that succeeded."""
+    runs = []
+    for _ in range(max(1, iterations)):
+        m = measure.run(argv, timeout=600, cwd=cwd)
+        summary = m.summary()
+        summary.update({"ok": m.returncode == 0, "error": None if m.returncode == 0 else m.stderr[-300:]})
+        if m.returncode == 0:
+            summary.update(figures(m.stdout))
+        m = None  # the output of kubectl's reference is hundreds of MiB
+        runs.append(summary)
+    return _median_run(runs)
+
+
 def _count_all(kube, kind):
     """Objects of ``kind`` in the cluster, from one page of one (remainingItemCount)."""
     page = kube.request("GET", path_of(kind), {"limit": 1})
@@ -545,25 +560,11 @@ def measure_commands(env, kubeconfig, iterations, reference=True):
     if not reference:
         return results
     # The API server alone: the same lists read undecoded (bench/raw_lists.py), the floor of any client.
-    runs = []
-    for _ in range(max(1, iterations)):
-        m = measure.run([sys.executable, "-m", "bench.raw_lists", str(kubeconfig)], timeout=600,
-                        cwd=str(Path(__file__).resolve().parent.parent))
-        summary = m.summary()
-        summary.update({"ok": m.returncode == 0, "error": None if m.returncode == 0 else m.stderr[-300:]})
-        if m.returncode == 0:
-            summary["extra"] = json.loads(m.stdout)
-        runs.append(summary)
-    results[RAW_LISTS] = _median_run(runs)
+    results[RAW_LISTS] = _reference_runs(
+        [sys.executable, "-m", "bench.raw_lists", str(kubeconfig)], iterations,
+        lambda stdout: {"extra": json.loads(stdout)}, cwd=str(Path(__file__).resolve().parent.parent))
     # kubectl's reference: the same objects (VMIs and VMs are KubeVirt's short names).
-    runs = []
-    for _ in range(max(1, iterations)):
-        m = measure.run(["kubectl", f"--kubeconfig={kubeconfig}", "get", KUBECTL_RESOURCES, "-A", "-o", "json"],
-                        timeout=600)
-        summary = m.summary()
-        summary.update({"ok": m.returncode == 0, "error": None if m.returncode == 0 else m.stderr[-300:],
-                        "output_mib": round(len(m.stdout) / 2**20, 1)})
-        m = None
-        runs.append(summary)
-    results[f"kubectl get {KUBECTL_RESOURCES} -A -o json (reference)"] = _median_run(runs)
+    results[f"kubectl get {KUBECTL_RESOURCES} -A -o json (reference)"] = _reference_runs(
+        ["kubectl", f"--kubeconfig={kubeconfig}", "get", KUBECTL_RESOURCES, "-A", "-o", "json"], iterations,
+        lambda stdout: {"output_mib": round(len(stdout) / 2**20, 1)})
     return results
