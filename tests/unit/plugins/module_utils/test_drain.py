@@ -1,11 +1,13 @@
 """The drain engine against the in-memory API server: concurrency, 429 handling woken by
 PodDisruptionBudget changes, 404, DELETE mode, deadlines and their explanations."""
 
+import copy
 import threading
 import time
 
 import pytest
 
+from fake_apiserver import FakeResponse
 from drain_cluster import ReplicaSetSimulator, cluster, kubevirt_cr, launcher, pdb, pod, vm, vmi
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import drain
@@ -206,11 +208,19 @@ def migrating_vm(server, name="web"):
 
 
 def failing_later(server, count, vmi_name="web"):
-    """Migrations of the VM fail one after another once the drain watches them."""
-    def fail():
-        for i in range(count):
-            server.add("VirtualMachineInstanceMigration", failed_migration("evacuation-%d" % (i + 1), vmi_name))
-    threading.Timer(0.3, fail).start()
+    """Migrations of the VM fail one after another once the drain asked KubeVirt to move it: at the
+    first eviction of its launcher pod. The drain watches the migrations before it evicts anything,
+    so they are this drain's, never counted as an earlier run's (drain_migrations.FailingMigrations)."""
+    answer, failed = server.webhook, threading.Event()
+
+    def webhook(target):
+        if target["metadata"]["name"].startswith("virt-launcher-%s-" % vmi_name) and not failed.is_set():
+            failed.set()
+            for i in range(count):
+                server.add("VirtualMachineInstanceMigration", failed_migration("evacuation-%d" % (i + 1), vmi_name))
+        return answer(target) if answer else None
+
+    server.webhook = webhook
 
 
 def drain_with_policy(client, policy, seconds=20):
@@ -377,9 +387,19 @@ def test_a_not_ready_blip_shorter_than_the_grace_does_not_stop_the_drain(monkeyp
     assert result.fatal is None and result.pending == []
     server.add("Pod", pod("web-b"))
     server.add("PodDisruptionBudget", pdb("web", allowed=0))
-    threading.Timer(0.3, lambda: node["status"]["conditions"][0].update(status="True")).start()
+    looks = []
+
+    def look(_method, _path, _body):  # the node is Ready again once the drain has seen it NotReady
+        with server.lock:
+            looks.append(node["status"]["conditions"][0]["status"])
+            answer = FakeResponse(200, copy.deepcopy(node))
+            node["status"]["conditions"][0]["status"] = "True"
+        return answer
+
+    server.handlers["/api/v1/nodes/worker-1"] = look
     result = Drainer(client, "worker-1", DrainOptions(), Deadline(1.5), not_ready_grace=1.0).run()
     assert result.fatal is None and result.timed_out
+    assert looks[:2] == ["Unknown", "True"]
 
 
 def test_explains_terminating_pods_last_answers_and_plain_pending_pods():
@@ -545,12 +565,14 @@ def test_a_vm_kubevirt_backs_off_from_holds_no_lane():
 class Owner(RunOwner):
     """A run_owner.RunOwner whose process ends when the test says."""
 
-    def __init__(self, pid=4242):  # pylint: disable=super-init-not-called
+    def __init__(self, pid=4242, ends_after_looks=None):  # pylint: disable=super-init-not-called
         self.pid = pid
-        self.over = threading.Event()
+        self.looks = 0
+        self.ends_after_looks = ends_after_looks
 
     def gone(self):
-        return self.over.is_set()
+        self.looks += 1
+        return self.ends_after_looks is not None and self.looks > self.ends_after_looks
 
 
 def test_a_drain_stops_once_the_run_that_started_it_is_gone(monkeypatch):
@@ -559,8 +581,7 @@ def test_a_drain_stops_once_the_run_that_started_it_is_gone(monkeypatch):
     server.add("Pod", pod("web-a"))
     server.add("Pod", pod("web-b"))
     server.add("PodDisruptionBudget", pdb("web", allowed=0))  # the pods stay: the drain waits
-    owner = Owner()
-    threading.Timer(0.3, owner.over.set).start()
+    owner = Owner(ends_after_looks=1)  # the drain sees its run alive once, then gone
     started = time.monotonic()
     result = Drainer(client, "worker-1", DrainOptions(), Deadline(20), owner=owner).run()
     assert time.monotonic() - started < 10
@@ -579,8 +600,7 @@ def test_a_drain_whose_run_is_there_or_that_has_nothing_left_is_not_stopped():
     server.add("Pod", pod("web-a"))
     result = Drainer(client, "worker-1", DrainOptions(), Deadline(10), owner=Owner()).run()
     assert result.done and result.fatal is None
-    owner = Owner()
-    owner.over.set()
+    owner = Owner(ends_after_looks=0)
     engine = Drainer(client, "worker-1", DrainOptions(), Deadline(10), owner=owner)
     assert engine.result.pending == []
     assert engine._owner_gone(100.0) is None  # pylint: disable=protected-access
