@@ -68,8 +68,8 @@ import datetime
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.window import window_status
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.window import window_status
 
 
 def maintenance_window(window, now=None):

@@ -77,7 +77,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_records import fit
+from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_records import fit
 
 
 def node_fits_window(state, node, window):

@@ -47,7 +47,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_records import advance
+from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_records import advance
 
 
 def run_phase(current, phase, now):

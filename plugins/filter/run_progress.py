@@ -77,7 +77,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_records import failure, progress
+from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_records import failure, progress
 
 
 def run_progress(current, step, state=None, verify=None, outcome=None, with_batch=False, node_tasks=False,

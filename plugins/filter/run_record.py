@@ -74,7 +74,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_records import record
+from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_records import record
 
 
 def run_record(state, node, current, now, method, verify=None, failed_task=None, failed_result=None, max_failures=0):

@@ -58,7 +58,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_records import record_all
+from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_records import record_all
 
 
 def run_records(state, outcomes, order, max_failures=0):

@@ -102,7 +102,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_records import start
+from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_records import start
 
 
 def run_start(state, node, window, now=None, started=None, position=0, host=""):

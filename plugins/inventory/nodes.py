@@ -151,9 +151,9 @@ cache_timeout: 300
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes as node_state
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import MaintenanceError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import NODE_NAME_LABEL, vmi_is_active
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as node_state
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import MaintenanceError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.kubevirt import NODE_NAME_LABEL, vmi_is_active
 
 AUTH_OPTIONS = ("kubeconfig", "context", "host", "api_key", "validate_certs", "ca_cert", "client_cert", "client_key",
                 "proxy", "impersonate_user", "impersonate_groups")
@@ -243,8 +243,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         return path.endswith(("nodes.yml", "nodes.yaml"))
 
     def _client(self):
-        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
-        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import resolve_settings
+        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.client import KubeClient
+        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.connection import resolve_settings
 
         params = dict((name, self.get_option(name)) for name in AUTH_OPTIONS)
         groups = params.get("impersonate_groups")

@@ -203,9 +203,9 @@ msg:
   sample: Acquired the cluster lock kube-system/kubevirt-ops-maintenance as 'alice@bastion pid 4242 #1a2b'.
 """
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import lock
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.identity import DEFAULT_LOCK_NAME, DEFAULT_LOCK_NAMESPACE
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import lock
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import DEFAULT_LOCK_NAME, DEFAULT_LOCK_NAMESPACE
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
 
 
 def main():

@@ -298,9 +298,9 @@ selection:
   sample: label selector node-role.kubernetes.io/worker
 """
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import DEFAULT_SETTLE_TIMEOUT, preflight
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import args
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.preflight import DEFAULT_SETTLE_TIMEOUT, preflight
 
 
 def run(module):

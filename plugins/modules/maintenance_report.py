@@ -138,8 +138,9 @@ report:
 
 import os
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report, report_files
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report import model as report
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report import files as report_files
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
 
 
 def write_report(module):

@@ -137,8 +137,8 @@ migrations:
             start: "2024-05-04T22:00:10Z", end: "2024-05-04T22:00:48Z"}]
 """
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.verification import verify
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.verification import verify
 
 
 def run(module):

@@ -304,9 +304,9 @@ plan:
   type: dict
 """
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommission import run
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import args
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommission.runner import run
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
 
 
 def main():

@@ -65,8 +65,8 @@ skip:
   sample: true
 """
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_labeller import set_skip_node
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.node_labeller import set_skip_node
 
 
 def main():

@@ -559,9 +559,9 @@ plan:
           type: str
 """
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import run
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import args
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance.runner import run
 
 
 def main():

@@ -106,8 +106,8 @@ taint:
   sample: {key: kubevirt-ops.io/maintenance-pending, value: "20261125T020000Z", effect: PreferNoSchedule}
 """
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pending_nodes import set_pending
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.pending_nodes import set_pending
 
 
 def main():

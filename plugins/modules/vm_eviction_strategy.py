@@ -227,10 +227,10 @@ diff:
         restarted: true
 """
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.eviction_strategy import run
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import EVICTION_STRATEGIES
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import args
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.eviction_strategy import run
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.kubevirt import EVICTION_STRATEGIES
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
 
 
 def main():

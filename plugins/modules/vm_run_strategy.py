@@ -160,10 +160,10 @@ diff:
         runStrategy: Always
 """
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import RUN_STRATEGIES
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_strategy import ACTIONS, run
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import args
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.kubevirt import RUN_STRATEGIES
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.run_strategy import ACTIONS, run
 
 
 def main():

@@ -56,7 +56,7 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_owner import process_exists
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination.run_owner import process_exists
 
 HEARTBEAT = 10.0  # seconds between two lines at most (the job output promises one per 15 s)
 POLL = 1.0  # seconds between two reads of the progress file

@@ -8,9 +8,9 @@ import threading
 
 from fake_apiserver import FakeApiServer, FakeResponse
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import ConnectionSettings
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_selectors import selector_matches
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.client import KubeClient
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.connection import ConnectionSettings
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.label_selectors import selector_matches
 
 SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
@@ -253,8 +253,8 @@ def dump(obj):
 def module_cluster(monkeypatch, operator=False):
     """The server the node modules run against: three workers, KubeVirt (LiveMigrate), quick
     eviction retries, and the node-maintenance operator's API only when ``operator``."""
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import drain
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import engine as drain
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import module as module_mod
 
     monkeypatch.setattr(drain, "BACKOFF_START", 0.05)
     monkeypatch.setattr(drain, "BACKOFF_CAP", 0.4)

@@ -13,9 +13,9 @@ import threading
 import time
 from urllib.parse import parse_qs, urlsplit
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import ConnectionSettings
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kinds import RESOURCES
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.client import KubeClient
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.connection import ConnectionSettings
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.kinds import RESOURCES
 
 
 class FakeResponse:

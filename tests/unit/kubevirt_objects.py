@@ -4,7 +4,7 @@ import threading
 
 from fake_apiserver import fake_client
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import args
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import args
 
 
 def vm(name, namespace="ns1", run_strategy="Always", running=None, eviction=None, labels=None, claims=(),

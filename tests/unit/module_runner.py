@@ -42,7 +42,7 @@ def run_module(module, args, capsys, check=False, diff=False):
 def record_warnings(monkeypatch, texts=None):
     """A list (``texts``, or a new one) that collects the texts of the warnings modules give from now on (how
     ansible-core passes them on in the result depends on its version and on what else the test session imported)."""
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import module as module_mod
 
     texts = [] if texts is None else texts
     warn = module_mod.MaintenanceModule.warn

@@ -17,7 +17,7 @@ from vm_fixtures import (
     wait_vmi,
 )
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import run_strategy
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import run_strategy
 
 DEFAULTS = dict(name=None, namespace=None, label_selector=None, all_namespaces=False, wait=True, wait_timeout=120,
                 run_strategy=None, action=None)

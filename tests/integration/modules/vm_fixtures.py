@@ -199,8 +199,8 @@ class LocalModule:
     in-process where a test must control something the module decides at run time."""
 
     def __init__(self, kubeconfig, params, defaults, check_mode=False, diff_mode=False):
-        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
-        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import resolve_settings
+        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.client import KubeClient
+        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.connection import resolve_settings
 
         self.client = KubeClient(resolve_settings({"kubeconfig": kubeconfig}))
         self.params = dict(defaults)

@@ -17,7 +17,7 @@ from module_runner import run_module
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kubevirt_ops.maintenance.plugins.filter.maintenance_window import maintenance_window
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import module as module_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
     cluster_lock,
     hco_obsolete_cpus,

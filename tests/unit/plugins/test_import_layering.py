@@ -3,10 +3,8 @@
 - Nothing under plugins/ imports the repository's lab, bench or tests: they are not shipped.
 - module_utils imports nothing of this collection but module_utils, and of Ansible only
   ansible.module_utils (module_utils travel to the managed node with the module).
-- module_utils files import one another without cycles.
-- A module's runner (a module_utils file a module imports, other than the plumbing in SHARED)
-  is imported by other module_utils files only where it is today (SIDEWAYS); a new such import
-  means a helper belongs in a file of its own.
+- module_utils holds packages only, one concern each, in one order (PACKAGES, lowest first):
+  a file imports its own package and the packages below it, never one above.
 """
 
 import ast
@@ -16,27 +14,26 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PLUGINS = os.path.join(ROOT, "plugins")
+MODULE_UTILS_DIR = os.path.join(PLUGINS, "module_utils")
 COLLECTION = "ansible_collections.kubevirt_ops.maintenance."
 MODULE_UTILS = COLLECTION + "plugins.module_utils"
 NOT_SHIPPED = ("lab", "bench", "tests")
-# module_utils files any module imports for its plumbing (options, errors, names, KubeVirt's vocabulary).
-SHARED = {"args", "errors", "identity", "kubevirt", "module"}
 
-# (importer, runner) pairs of module_utils files that exist today.
-SIDEWAYS = {
-    ("decommission", "lock"),
-    ("decommission", "node_maintenance"),
-    ("eviction_strategy", "hco"),
-    ("eviction_strategy", "run_strategy"),
-    ("nm_leave", "lock"),
-    ("node_maintenance", "lock"),
-    # The report's renderers and files read the model the module also builds on its own in check mode.
-    ("report_files", "report"),
-    ("report_markdown", "report"),
-    ("report_svg", "report"),
-    ("restart_elsewhere", "run_strategy"),
-    ("rolling", "lock"),
-}
+# The packages of module_utils, lowest first (CONTRIBUTING.md says what each owns).
+PACKAGES = (
+    "common",            # the error family, time, the collection's names
+    "k8s",               # the API: connection, transport, client, kinds, the waiter
+    "cluster",           # nodes, selectors, quantities, what the scheduler says
+    "ansible_module",    # the module wrapper, its shared options and their checks
+    "kubevirt",          # how KubeVirt treats a VM; the VM configuration runners
+    "coordination",      # the cluster lock and the run that owns it
+    "drain",             # the eviction engine
+    "planning",          # what a maintenance would do: plan, placement, snapshot
+    "report",            # the run's report: model and renderers
+    "node_maintenance",  # entering and leaving maintenance
+    "rolling",           # the rolling run: preflight, batches, verification
+    "decommission",      # removing a node for good, power
+)
 
 
 def python_files(folder):
@@ -64,8 +61,8 @@ def imports(tree):
     return names
 
 
-def module_utils_imported(tree):
-    """The names of the module_utils files a file imports."""
+def packages_imported(tree):
+    """The module_utils packages a file imports."""
     found = set()
     for name in imports(tree):
         if name.startswith(MODULE_UTILS + "."):
@@ -73,18 +70,25 @@ def module_utils_imported(tree):
     return found
 
 
-def module_utils_files():
-    folder = os.path.join(PLUGINS, "module_utils")
-    return dict((name[:-3], parse(os.path.join(folder, name)))
-                for name in sorted(os.listdir(folder)) if name.endswith(".py") and name != "__init__.py")
+def module_utils_files(folder=MODULE_UTILS_DIR):
+    """{(package, file name): tree} of every file under module_utils."""
+    found = {}
+    for path in python_files(folder):
+        relative = os.path.relpath(path, folder).split(os.sep)
+        package = relative[0] if len(relative) > 1 else ""
+        found[(package, relative[-1][:-3])] = parse(path)
+    return found
 
 
-def runners():
-    """The module_utils files the modules import, other than those every module may use (SHARED)."""
-    found = set()
-    for path in python_files(os.path.join(PLUGINS, "modules")):
-        found |= module_utils_imported(parse(path))
-    return found - SHARED
+def upward_imports(files, order=PACKAGES):
+    """(importer, imported) pairs of files that import a package above their own, or one not in ``order``."""
+    rank = dict((package, index) for index, package in enumerate(order))
+    found = []
+    for (package, name), tree in sorted(files.items()):
+        for imported in sorted(packages_imported(tree)):
+            if imported not in rank or rank[imported] > rank.get(package, -1):
+                found.append(("%s/%s" % (package, name), imported))
+    return found
 
 
 @pytest.mark.parametrize("path", sorted(python_files(PLUGINS)), ids=lambda p: os.path.relpath(p, PLUGINS))
@@ -94,40 +98,34 @@ def test_plugins_do_not_import_what_is_not_shipped(path):
         assert top.split(".")[0] not in NOT_SHIPPED, "%s imports %s" % (path, name)
 
 
-@pytest.mark.parametrize("name", sorted(module_utils_files()))
-def test_module_utils_import_only_module_utils(name):
-    tree = module_utils_files()[name]
+@pytest.mark.parametrize("key", sorted(module_utils_files()), ids="/".join)
+def test_module_utils_import_only_module_utils(key):
+    tree = module_utils_files()[key]
     for imported in imports(tree):
         if imported.startswith(COLLECTION):
-            assert imported == MODULE_UTILS or imported.startswith(MODULE_UTILS + "."), "module_utils/%s.py imports %s" % (name, imported)
+            assert imported.startswith(MODULE_UTILS + "."), "module_utils/%s/%s.py imports %s" % (key + (imported,))
         elif imported.split(".")[0] == "ansible":
-            assert imported.startswith("ansible.module_utils."), "module_utils/%s.py imports %s" % (name, imported)
+            assert imported.startswith("ansible.module_utils."), "module_utils/%s/%s.py imports %s" % (
+                key + (imported,))
 
 
-def test_module_utils_have_no_import_cycle():
-    graph = dict((name, module_utils_imported(tree)) for name, tree in module_utils_files().items())
-    done, path = set(), []
-
-    def visit(name):
-        if name in path:
-            raise AssertionError("import cycle: %s" % " -> ".join(path[path.index(name):] + [name]))
-        if name in done:
-            return
-        path.append(name)
-        for imported in sorted(graph.get(name, ())):
-            visit(imported)
-        path.pop()
-        done.add(name)
-
-    for name in sorted(graph):
-        visit(name)
+def test_module_utils_holds_packages_in_the_order_only():
+    top = sorted(name for name in os.listdir(MODULE_UTILS_DIR) if name != "__pycache__")
+    assert [name for name in top if not os.path.isdir(os.path.join(MODULE_UTILS_DIR, name))] == []
+    assert sorted(top) == sorted(PACKAGES)
 
 
-def test_runners_are_imported_sideways_only_where_they_are_today():
-    found = runners()
-    assert {"node_maintenance", "decommission", "rolling", "lock"} <= found
-    sideways = set()
-    for name, tree in module_utils_files().items():
-        sideways.update((name, imported) for imported in module_utils_imported(tree) & found if imported != name)
-    assert sideways - SIDEWAYS == set(), "new imports of a module's runner by another module_utils file"
-    assert SIDEWAYS - sideways == set(), "no longer imported: remove from SIDEWAYS"
+def test_no_package_imports_a_package_above_it():
+    assert upward_imports(module_utils_files()) == []
+
+
+def test_the_rule_catches_an_upward_import(tmp_path):
+    """The test of the test: a lower package importing a higher one, and a package outside the order."""
+    for package, name, text in (
+            ("common", "errors", "from %s.drain import engine\n" % MODULE_UTILS),
+            ("drain", "engine", "from %s.common import errors\n" % MODULE_UTILS),
+            ("drain", "pods", "from %s.drain import engine\n" % MODULE_UTILS),
+            ("k8s", "client", "def later():\n    from %s.elsewhere import thing\n" % MODULE_UTILS)):
+        (tmp_path / package).mkdir(exist_ok=True)
+        (tmp_path / package / ("%s.py" % name)).write_text(text)
+    assert upward_imports(module_utils_files(str(tmp_path))) == [("common/errors", "drain"), ("k8s/client", "elsewhere")]

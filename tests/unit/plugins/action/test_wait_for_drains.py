@@ -4,7 +4,7 @@ run, the temporary progress files removed, a timeout and a drain that failed."""
 from unittest import mock
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.action.wait_for_drains import ActionModule
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import Progress
 
 
 class Shown:

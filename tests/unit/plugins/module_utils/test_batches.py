@@ -4,8 +4,10 @@ import pytest
 
 from drain_cluster import cluster, launcher, node, vm, vmi
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import batches, kubevirt, rolling
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import batches
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import preflight as rolling
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 
 ZONE = "topology.kubernetes.io/zone"
 

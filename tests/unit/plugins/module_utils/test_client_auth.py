@@ -6,10 +6,10 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import connection as client_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import resolve_settings
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ConfigurationError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import connection as client_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.client import KubeClient
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.connection import resolve_settings
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import ConfigurationError
 
 CERT = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 KEY = "-----BEGIN PRIVATE KEY-----\nMIIEsecretkeymaterial\n-----END PRIVATE KEY-----\n"

@@ -16,11 +16,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import connection as client_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import errors
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import resolve_settings
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import connection as client_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import errors
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.client import KubeClient
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.connection import resolve_settings
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
 
 from module_runner import patch_module_args
 

@@ -6,9 +6,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import errors
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.client import KubeClient
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.connection import ConnectionSettings
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import errors
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.client import KubeClient
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.connection import ConnectionSettings
 
 
 class Api:

@@ -10,15 +10,15 @@ import pytest
 from fake_apiserver import FakeResponse, fake_client
 from kubevirt_objects import cluster, vm
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import patches
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError, ConflictError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import patches
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import ApiError, ConflictError
 
 PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))), "plugins")
-CLIENT = os.path.join("module_utils", "client.py")
+CLIENT = os.path.join("module_utils", "k8s", "client.py")
 # The service layer: the client, its transport (sends requests) and its kind table (API paths).
-SERVICE = (CLIENT, os.path.join("module_utils", "transport.py"), os.path.join("module_utils", "kinds.py"))
-CONNECTION = os.path.join("module_utils", "connection.py")
+SERVICE = (CLIENT, os.path.join("module_utils", "k8s", "transport.py"), os.path.join("module_utils", "k8s", "kinds.py"))
+CONNECTION = os.path.join("module_utils", "k8s", "connection.py")
 KUBECONFIG_READING = ("parses YAML", "imports yaml", "imports kubernetes.", "imports kube_config",
                       "imports incluster_config", "imports load_kube_config", "imports KubeConfigLoader")
 

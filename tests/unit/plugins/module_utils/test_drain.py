@@ -10,13 +10,13 @@ import pytest
 from fake_apiserver import FakeResponse
 from drain_cluster import ReplicaSetSimulator, cluster, kubevirt_cr, launcher, pdb, pod, vm, vmi
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import drain
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import Drainer
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.explain import explain_pending
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions, classify_pod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.run_owner import RunOwner
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import engine as drain
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.engine import Drainer
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.explain import explain_pending
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import DrainOptions, classify_pod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import Progress
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination.run_owner import RunOwner
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Deadline
 
 
 @pytest.fixture(autouse=True)

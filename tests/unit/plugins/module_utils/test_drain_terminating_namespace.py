@@ -13,11 +13,11 @@ import pytest
 
 from drain_cluster import cluster, pod
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import drain
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import Drainer
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import engine as drain
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.engine import Drainer
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import DrainOptions
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import Progress
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Deadline
 
 TERMINATING = ('pods "web-a" is forbidden: unable to create new content in namespace ns1 because it is being '
                'terminated')

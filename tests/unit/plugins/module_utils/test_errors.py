@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import errors
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import errors
 
 
 @pytest.mark.parametrize("status,cls", [(404, errors.NotFoundError), (409, errors.ConflictError),

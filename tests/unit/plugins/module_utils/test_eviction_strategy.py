@@ -4,8 +4,8 @@ import pytest
 
 from kubevirt_objects import SELECTION_DEFAULTS, FakeModule, VmController, cluster, hyperconverged, kubevirt, pvc, vm, vmi
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import eviction_strategy
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import eviction_strategy
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 
 DEFAULTS = dict(SELECTION_DEFAULTS, scope="vm", strategy=None, state="present", only_non_migratable=False,
                 restart=False)

@@ -5,8 +5,8 @@ import pytest
 from fake_apiserver import FakeResponse
 from kubevirt_objects import FakeModule, cluster, hyperconverged
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import hco
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import hco
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 
 DEFAULTS = dict(cpu_models=[], state="present", exclusive=False, min_cpu_model=None, name="kubevirt-hyperconverged",
                 namespace=None)

@@ -7,8 +7,10 @@ import pytest
 
 from fake_apiserver import fake_client
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, lock, timeutil
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import BlockedError, InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import identity
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import lock
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import timeutil
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import BlockedError, InvalidInputError
 
 T0 = datetime.datetime(2024, 5, 4, 22, 0, 0, tzinfo=datetime.timezone.utc)
 

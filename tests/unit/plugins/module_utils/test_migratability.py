@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import migratability as m
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import migratability as m
 
 
 def kubevirt(version="v1.7.0", **configuration):

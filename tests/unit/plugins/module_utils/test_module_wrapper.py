@@ -5,9 +5,9 @@ import json
 import pytest
 
 from ansible.module_utils import basic
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.module import MaintenanceModule, redact
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import module as module_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule, redact
 
 TOKEN = "sha256~very-secret-token-value"
 

@@ -4,7 +4,9 @@ import json
 
 from drain_cluster import node
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, nm_leave, nodes
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import identity
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import leave as nm_leave
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes
 
 
 def apply(obj, patch):
@@ -86,7 +88,7 @@ def test_release_is_reported_only_once_the_node_stays_released(monkeypatch):
     """The node lifecycle controller can put the unschedulable taint back just after the uncordon (a decision
     taken from its stale view of the cordon): the release is awaited as a state that lasts (waiter tests cover
     stable_for), through one watch."""
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Deadline
 
     released = node("w")
     calls = []
@@ -104,8 +106,8 @@ def test_release_is_reported_only_once_the_node_stays_released(monkeypatch):
 
 
 def test_release_that_never_comes_names_the_cr_and_the_node(monkeypatch):
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import WaitTimeoutError
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import Deadline
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import WaitTimeoutError
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Deadline
 
     def never(client, kind, name, predicate, timeout, what, **kwargs):
         raise WaitTimeoutError("timed out")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.args import DRAIN, DRAIN_POD_OPTIONS
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.option_checks import check
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.args import DRAIN, DRAIN_POD_OPTIONS
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.option_checks import check
 
 
 def defaults(**grouped):

@@ -5,8 +5,8 @@ import pytest
 from fake_apiserver import apply_json_patch
 from kubevirt_objects import cluster, vm
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import patches
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import patches
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import ApiError
 
 PATH = ("spec", "template", "spec", "evictionStrategy")
 

@@ -4,11 +4,11 @@ plans made node after node."""
 
 from drain_cluster import cluster, launcher, node, pod, vm, vmi
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import snapshot as snapshot_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import rolling
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.quantities import format_amount, pod_requests
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import plan as plan_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import snapshot as snapshot_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import preflight as rolling
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import DrainOptions
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.quantities import format_amount, pod_requests
 
 HOST = "kubernetes.io/hostname"
 

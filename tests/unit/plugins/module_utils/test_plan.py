@@ -4,10 +4,10 @@ import pytest
 
 from drain_cluster import cluster, kubevirt_cr, launcher, node, pdb, pod, vm, vmi
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import plan as plan_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import snapshot as snapshot_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.pods import DrainOptions
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import plan as plan_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import snapshot as snapshot_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import DrainOptions
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 
 
 def plan_for(client, name="worker-1", **options):

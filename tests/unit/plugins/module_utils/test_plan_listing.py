@@ -5,7 +5,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fake_apiserver import FakeResponse, fake_client
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import snapshot as plan
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import snapshot as plan
 
 
 def _pod(i, node, managed=None):

@@ -5,8 +5,9 @@ import time
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import power, timeutil
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import BlockedError, InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommission import power
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import timeutil
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import BlockedError, InvalidInputError
 
 NOW = time.mktime((2026, 11, 25, 12, 0, 0, 0, 0, 0)) - time.timezone
 

@@ -1,6 +1,6 @@
 """Which health checks cover a node."""
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import remediation
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
 
 
 class FakeClient:

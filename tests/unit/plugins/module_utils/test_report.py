@@ -6,7 +6,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import report, report_files, report_markdown, report_svg, timeutil
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report import model as report
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report import files as report_files
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report import markdown as report_markdown
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report import svg as report_svg
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import timeutil
 
 
 def phases(base_minute, drain, tasks, ready=3, uncordon=1, verify=2, failed=None):

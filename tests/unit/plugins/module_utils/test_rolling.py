@@ -7,8 +7,11 @@ import pytest
 
 from drain_cluster import cluster, launcher, node, vm, vmi
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, lock, rolling, verification
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import identity
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import lock
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import preflight as rolling
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import verification
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     BlockedError,
     InvalidInputError,
 )

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import run_owner
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import MaintenanceError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import run_owner
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import MaintenanceError
 
 
 def ended_pid():

@@ -5,8 +5,8 @@ import pytest
 from fake_apiserver import FakeResponse, apply_json_patch
 from kubevirt_objects import SELECTION_DEFAULTS, FakeModule, VmController, cluster, vm, vmi
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import run_strategy
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import run_strategy
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 
 DEFAULTS = dict(SELECTION_DEFAULTS, run_strategy=None, action=None)
 

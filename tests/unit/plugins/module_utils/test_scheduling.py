@@ -2,15 +2,15 @@
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import InvalidInputError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.label_selectors import (
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.label_selectors import (
     parse_label_selector,
     requirements_match,
     selector_matches,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.quantities import parse_quantity, pod_requests
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import snapshot
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.scheduling import (
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.quantities import parse_quantity, pod_requests
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import snapshot
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.scheduling import (
     node_affinity_matches,
     tolerates,
     why_not_on_node,

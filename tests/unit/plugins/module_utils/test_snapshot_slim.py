@@ -5,8 +5,9 @@ import copy
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import fates, kubevirt
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import snapshot as snapshot_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import snapshot as snapshot_mod
 
 # A running VMI as KubeVirt v1.7.0 writes it (virt-controller and virt-handler), managed fields added.
 VMI = {

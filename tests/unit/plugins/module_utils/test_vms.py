@@ -7,8 +7,8 @@ import pytest
 
 from kubevirt_objects import cluster, vm, vmi
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import vms
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import (
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import vms
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     InvalidInputError,
     MaintenanceError,
 )

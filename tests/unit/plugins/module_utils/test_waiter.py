@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError, WaitTimeoutError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.waiter import (
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import ApiError, WaitTimeoutError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import (
     Deadline,
     Informer,
     wait_for_object,

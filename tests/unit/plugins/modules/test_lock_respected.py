@@ -9,7 +9,9 @@ import pytest
 from drain_cluster import module_cluster, pod
 from module_runner import run
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, lock, timeutil
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import identity
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import lock
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import timeutil
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import node_decommission, node_maintenance
 
 OTHER = "bob@jumphost pid 7 #00aa"

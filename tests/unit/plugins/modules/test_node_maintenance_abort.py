@@ -9,7 +9,8 @@ from drain_cluster import module_cluster, node, pdb, pod, vmi
 from fake_apiserver import FakeResponse
 from module_runner import assert_documented, record_warnings, run
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import identity, remediation
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import identity
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import node_decommission, node_maintenance
 
 SUBRESOURCES = "/apis/subresources.kubevirt.io/v1"
@@ -143,8 +144,8 @@ def test_pause_remediation_false_leaves_the_checks_alone(api, capsys):
 
 
 def test_a_failed_drain_restores_the_pause(api, capsys, monkeypatch):
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nm_enter as engine
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import enter as engine
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import ApiError
 
     api.add("NodeHealthCheck", nhc("workers", {}))
     seen = []
@@ -226,7 +227,7 @@ def test_a_label_already_set_is_not_reported_as_paused():
 
 
 def test_decommission_pauses_remediation_until_the_node_is_deleted(api, capsys, monkeypatch):
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import decommission
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommission import runner as decommission
 
     api.add("NodeHealthCheck", nhc("workers", {"matchLabels": {"node-role.kubernetes.io/worker": ""}}, ["upgrade"]))
     api.add("Machine", machine("m-worker-1", "worker-1", {"role": "worker"}))
@@ -267,8 +268,8 @@ def test_decommission_pauses_remediation_until_the_node_is_deleted(api, capsys, 
 
 
 def test_a_failed_decommission_restores_the_pause_and_keeps_the_node(api, capsys, monkeypatch):
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import decommission
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.errors import ApiError
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommission import runner as decommission
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import ApiError
 
     api.add("NodeHealthCheck", nhc("workers", {}))
 

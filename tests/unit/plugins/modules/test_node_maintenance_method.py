@@ -7,7 +7,7 @@ import pytest
 from drain_cluster import module_cluster, pod
 from module_runner import assert_documented, record_warnings, run_module
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import node_maintenance as nm
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import runner as nm
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import node_maintenance
 
 CR = "kubevirt-ops-worker-1"

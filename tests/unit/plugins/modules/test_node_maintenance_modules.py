@@ -10,7 +10,7 @@ import pytest
 from drain_cluster import ReplicaSetSimulator, launcher, module_cluster, node, pdb, pod, vm, vmi
 from module_runner import assert_documented, run
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import nodes
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
     node_decommission,
     node_maintenance,

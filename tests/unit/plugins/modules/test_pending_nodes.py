@@ -6,7 +6,7 @@ import pytest
 from kubevirt_objects import cluster
 from module_runner import assert_documented, run, run_module
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import module as module_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import pending_nodes
 
 KEY = "kubevirt-ops.io/maintenance-pending"

@@ -7,7 +7,7 @@ import pytest
 from kubevirt_objects import cluster, hyperconverged, kubevirt, vm, vmi
 from module_runner import assert_documented, record_warnings, run
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import module as module_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import module as module_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
     hco_obsolete_cpus,
     vm_eviction_strategy,
@@ -110,7 +110,7 @@ def test_hco_obsolete_cpus_without_hco(api, capsys):
 
 def test_hco_obsolete_cpus_min_cpu_model_not_kept(api, capsys, monkeypatch):
     """HCO storing hco.kubevirt.io/v1 drops minCPUModel written through v1beta1: warned, not reported as kept."""
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils import hco as hco_utils
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import hco as hco_utils
 
     api.add("HyperConverged", hyperconverged("openshift-cnv"))
     original = hco_utils.patches.update_guarded

@@ -2,7 +2,7 @@
 
 import time
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.progress import Progress
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import Progress
 from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils import drain_progress
 
 

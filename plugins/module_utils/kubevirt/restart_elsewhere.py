@@ -1,0 +1,175 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubevirt_ops.maintenance contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Shutting VMs down for a drain, and starting them again elsewhere, through KubeVirt's API.
+
+* Shutting down a VM the ``non_migratable=shutdown`` policy acts on goes through the VM's
+  subresources (as ``virtctl`` does): ``restart`` for run strategies ``Always`` and
+  ``RerunOnFailure`` (KubeVirt stops the VMI and starts a new one, which the cordon sends to
+  another node), ``stop`` for ``Manual`` (the strategy stays Manual). ``Once`` and a VMI
+  without a VM are shut down by deleting the VMI: ``stop`` would turn Once into Halted,
+  and deleting ends the VMI exactly as an eviction does. A VM the drain gives up on (its
+  live migrations kept failing) is shut down the same way under ``non_migratable=shutdown``.
+* A ``RerunOnFailure`` VM whose guest an eviction shut down ends ``Succeeded``, which KubeVirt
+  does not restart (pkg/virt-controller/watch/vm/vm.go); its ``start`` subresource does
+  (pkg/virt-api/rest/lifecycle.go: a Succeeded VMI is replaced). ``start_again`` asks for
+  that once the old VMI has ended and waits until the new one runs on another node.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import run_strategy
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.access import Permission
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
+    ConflictError,
+    MaintenanceError,
+    NotFoundError,
+    WaitTimeoutError,
+    describe_object,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.kinds import SUBRESOURCE_GROUP
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Deadline, Informer, wait_until
+
+# Seconds a drain that ran out of time still spends starting again the VMs it shut down.
+START_GRACE = 30
+
+# Run strategies whose VMs are shut down through their restart (stop for Manual) subresource.
+SUBRESOURCE_STRATEGIES = ("Always", "RerunOnFailure", "Manual")
+
+
+def permissions(shutdown, entries):
+    """What shutting down ``shutdown`` and starting again the VMs of ``entries`` needs."""
+    perms = []
+    by_action = {}
+    for vm in shutdown:
+        if vm["run_strategy"] in SUBRESOURCE_STRATEGIES:
+            action = "stop" if vm["run_strategy"] == "Manual" else "restart"
+            by_action.setdefault(action, set()).add(vm["namespace"])
+        else:
+            by_action.setdefault("delete", set()).add(vm["namespace"])
+    for vm in needs_start(entries):
+        by_action.setdefault("start", set()).add(vm["namespace"])
+    for action, namespaces in sorted(by_action.items()):
+        if action == "delete":
+            perms.append(Permission("delete", "virtualmachineinstances", group="kubevirt.io",
+                                    namespaces=sorted(namespaces)))
+        else:
+            perms.append(Permission("update", "virtualmachines", group=SUBRESOURCE_GROUP, subresource=action,
+                                    namespaces=sorted(namespaces)))
+    return perms
+
+
+def shut_down(client, entries):
+    """Shut down the VMs of ``entries`` (plan VM entries) that cannot leave by eviction.
+
+    Returns the launcher pods the drain then only waits for (keys ``namespace/name``).
+    """
+    served = None
+    waiting = []
+    for vm in entries:
+        if vm["run_strategy"] in SUBRESOURCE_STRATEGIES and served is None:
+            served = run_strategy.subresources_served(client)
+        _shut_down_one(client, vm["namespace"], vm["name"], vm["_vmi"], vm["run_strategy"], served)
+        if vm["_pod"] is not None:
+            pod = vm["_pod"]["metadata"]
+            waiting.append("%s/%s" % (pod["namespace"], pod["name"]))
+    return waiting
+
+
+def shut_down_given_up(client, namespace, name, vmi_uid):
+    """Shut down, under ``non_migratable=shutdown``, a VM whose live migrations kept failing
+    during the drain, exactly as a blocker of the plan is shut down. Returns False when that
+    VMI is gone already (a new one may run)."""
+    try:
+        vmi = client.get("VirtualMachineInstance", name, namespace)
+    except NotFoundError:
+        return False
+    if vmi_uid and vmi["metadata"].get("uid") != vmi_uid:
+        return False
+    try:
+        strategy = kubevirt.vm_run_strategy(client.get("VirtualMachine", name, namespace))
+    except NotFoundError:
+        strategy = None  # a VMI without a VM
+    served = run_strategy.subresources_served(client) if strategy in SUBRESOURCE_STRATEGIES else None
+    _shut_down_one(client, namespace, name, vmi, strategy, served)
+    return True
+
+
+def _shut_down_one(client, namespace, name, vmi, strategy, served):
+    meta = vmi["metadata"]
+    if strategy in SUBRESOURCE_STRATEGIES:
+        owner = client.get("VirtualMachine", name, namespace)
+        action = "stop" if strategy == "Manual" else "restart"
+        run_strategy.request_vmi_action(client, owner, vmi, action, served)
+    else:
+        client.delete("VirtualMachineInstance", meta["name"], meta["namespace"],
+                      body={"preconditions": {"uid": meta.get("uid")}})
+
+
+def needs_start(entries):
+    """The entries whose VM the collection starts again after the drain shut it down."""
+    return [vm for vm in entries if vm["_fate"].restart_by == fates.BY_US and not vm["_fate"].shut_down_by_us]
+
+
+def start_again(client, entries, source, deadline, progress=None):
+    """Start the VMs of ``entries`` once their old VMI has ended; wait until each runs on a
+    node other than ``source``. Returns {(namespace, name): node} of those that run."""
+    todo = dict(((vm["namespace"], vm["name"]), vm["_vmi"]["metadata"].get("uid")) for vm in needs_start(entries))
+    if not todo:
+        return {}
+    namespaces = set(ns for ns, _name in todo)
+    informer = Informer(client, "VirtualMachineInstance",
+                        namespace=list(namespaces)[0] if len(namespaces) == 1 else None)
+    served = run_strategy.subresources_served(client)
+    asked = set()
+    running = {}
+
+    def check():
+        for key, old_uid in todo.items():
+            vmi = informer.get(key[1], key[0])
+            uid = (vmi or {}).get("metadata", {}).get("uid")
+            if key not in asked and (vmi is None or uid != old_uid or kubevirt.vmi_is_final(vmi)):
+                if vmi is None or uid == old_uid:
+                    _start(client, key, vmi, served)
+                asked.add(key)
+                if progress is not None:
+                    progress.line("started VM %s/%s again (run strategy RerunOnFailure, shut down by the drain)"
+                                  % key)
+            if uid and uid != old_uid and kubevirt.vmi_phase_running(vmi) \
+                    and kubevirt.vmi_node(vmi) not in (None, source):
+                running[key] = kubevirt.vmi_node(vmi)
+        return len(running) == len(todo)
+
+    def pending():
+        return ", ".join("%s/%s" % key for key in sorted(todo) if key not in running)
+
+    # A drain that timed out (other VMs still blocking) still starts the VMs it shut down,
+    # within a short grace period of its own.
+    window = deadline if deadline.remaining() > START_GRACE else Deadline(START_GRACE)
+    try:
+        wait_until(check, [informer], window.remaining(), "VMs started again on another node",
+                   describe_pending=pending, deadline=window)
+    except WaitTimeoutError:
+        pass  # the report says which did not come back
+    finally:
+        informer.stop()
+    return running
+
+
+def _start(client, key, vmi, served):
+    namespace, name = key
+    try:
+        vm = client.get("VirtualMachine", name, namespace)
+    except NotFoundError:
+        return  # deleted meanwhile: nothing to start
+    try:
+        run_strategy.request_vmi_action(client, vm, vmi, "start", served)
+    except ConflictError:
+        pass  # "VM is already running": KubeVirt started it meanwhile
+    except MaintenanceError as exc:
+        raise MaintenanceError("Could not start %s again after the drain shut it down: %s"
+                               % (describe_object("VirtualMachine", name, namespace), exc.msg))
