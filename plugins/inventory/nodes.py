@@ -152,6 +152,7 @@ from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as node_state
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import MaintenanceError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.kubevirt import NODE_NAME_LABEL, vmi_is_active
 
@@ -182,7 +183,7 @@ def describe_node(node, vmis_by_node=None, maintenance_by_node=None):
     taints = list(spec.get("taints") or [])
     cordoned = node_state.is_cordoned(node)
     ready = node_state.is_ready(node)
-    in_maintenance, maintenance_phase = node_state.maintenance_state(node, (maintenance_by_node or {}).get(name))
+    in_maintenance, maintenance_phase = node_marks.maintenance_state(node, (maintenance_by_node or {}).get(name))
     host = {
         "node_name": name,
         "node_labels": labels,

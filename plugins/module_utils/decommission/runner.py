@@ -25,6 +25,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommiss
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.blockers import NODE, SAFETY
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.engine import Drainer
@@ -236,7 +237,7 @@ def _restore_after_deletion(module, client, name, node, progress, result):
 def _empty_and_delete(client, name, node, plan, options, policy, powered_off, shutdown, decision, host, deadline,
                       progress, result, owner=None):
     """Cordon and mark the node, see its machine off, drain it and delete it; returns the node as last read."""
-    nodes_mod.update_node(client, name, lambda current: nodes_mod.enter_changes(current, "decommission"), node=node)
+    node_marks.update_node(client, name, lambda current: node_marks.enter_changes(current, "decommission"), node=node)
     if decision.before_drain:
         _confirm_powered_off(client, name, decision, host, deadline, progress, result)
     _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result, owner=owner)

@@ -12,6 +12,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import cr as nm_cr
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.engine import NOT_READY_GRACE, OWNER_CHECK_INTERVAL, Drainer
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import WaitTimeoutError
@@ -65,12 +66,12 @@ def _drain_phase(client, name, outcome, drainer, deadline, explanations, result)
 def _cordon(module, result, node, progress, note=""):
     """Cordon and taint the node and record it as in maintenance by this collection; (node after, diff)."""
     name = nodes_mod.node_name(node)
-    before = nodes_mod.maintenance_view(node)
-    node_after, (patch, after, _record) = nodes_mod.update_node(
-        module.client, name, lambda current: nodes_mod.enter_changes(current, module.params.get("reason")), node=node)
+    before = node_marks.maintenance_view(node)
+    node_after, (patch, after, _record) = node_marks.update_node(
+        module.client, name, lambda current: node_marks.enter_changes(current, module.params.get("reason")), node=node)
     result["changed"] = result["changed"] or patch is not None
     if patch is not None:
-        progress.line("phase=Running cordoned, tainted %s:NoSchedule%s" % (nodes_mod.DRAIN_TAINT["key"], note))
+        progress.line("phase=Running cordoned, tainted %s:NoSchedule%s" % (node_marks.DRAIN_TAINT["key"], note))
     return node_after, {"before": before, "after": after}
 
 
@@ -79,7 +80,7 @@ def enter_without_drain(module, result, plan, node, progress):
     evicted; a later call with drain=true finds the maintenance its own and drains the node."""
     require(module.client, [Permission("patch", "nodes")], "put node %s into maintenance" % plan.node)
     node_after, diff = _cordon(module, result, node, progress, note="; not drained (drain=false)")
-    result["phase"] = nodes_mod.maintenance_state(node_after)[1]
+    result["phase"] = node_marks.maintenance_state(node_after)[1]
     result["vms"] = vm_report(module.client, plan, {}, final=False)
     if module.diff_mode:
         result["diff"] = diff
@@ -114,7 +115,7 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
     if params["wait"] and outcome.fatal is None and not outcome.refused:
         restarted = restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
     result["vms"] = vm_report(client, plan, explanations, final=params["wait"], restarted=restarted)
-    nodes_mod.set_record_phase(client, node_after, result["phase"], result["last_error"])
+    node_marks.set_record_phase(client, node_after, result["phase"], result["last_error"])
     progress.update(outcome.total, outcome.eviction, len(outcome.pending),
                     sum(1 for t in outcome.pending if t.launcher), phase=result["phase"],
                     vms=drainer.pending_vms(), error=result["last_error"] or drainer.last_error)
@@ -206,17 +207,17 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
     client = module.client
     name = plan.node
     node = nodes_mod.get_node(client, name)
-    pending_off = nodes_mod.pending_taint_changes(node, None) is not None
+    pending_off = node_marks.pending_taint_changes(node, None) is not None
     perms = [] if ours_cr else [Permission("create", "nodemaintenances", group=nm_cr.API_VERSIONS[cr_kind].split("/")[0])]
     perms.extend(restart_elsewhere.permissions(shutdown, plan.vms))
     if pending_off:
         perms.append(Permission("patch", "nodes"))
     if perms:
         require(client, perms, "put node %s into maintenance" % name)
-    before = nodes_mod.maintenance_view(node)
+    before = node_marks.maintenance_view(node)
     if pending_off:
         # What a drain by this collection does in its cordon (nodes.enter_changes); the operator keeps other taints.
-        node, _patch = nodes_mod.update_node(client, name, lambda current: (nodes_mod.pending_taint_changes(current, None),),
+        node, _patch = node_marks.update_node(client, name, lambda current: (node_marks.pending_taint_changes(current, None),),
                                              node=node)
         result["changed"] = True
     kind, cr = _cr_to_follow(client, name, cr_kind, ours_cr, params.get("reason"), result, progress)
@@ -244,7 +245,7 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
         restarted = restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
     result["vms"] = vm_report(client, plan, explanations, final=params["wait"], restarted=restarted)
     if module.diff_mode:
-        result["diff"] = {"before": before, "after": nodes_mod.maintenance_view(nodes_mod.get_node(client, name))}
+        result["diff"] = {"before": before, "after": node_marks.maintenance_view(nodes_mod.get_node(client, name))}
     return timed_out
 
 

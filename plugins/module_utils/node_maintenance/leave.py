@@ -11,6 +11,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import cr as nm_cr
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import BlockedError, WaitTimeoutError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination.lock import refuse_while_held
@@ -48,8 +49,8 @@ def _leave_method_reason(name, ours_cr):
 
 def _view_after_cr(after):
     """The node's maintenance view once the operator released it after its NodeMaintenance is deleted."""
-    return dict(after, unschedulable=False, labels={nodes_mod.EXCLUDE_LABEL: None}, taints=[
-        t for t in after["taints"] if t.get("key") not in [m["key"] for m in nodes_mod.MAINTENANCE_TAINTS]])
+    return dict(after, unschedulable=False, labels={node_marks.EXCLUDE_LABEL: None}, taints=[
+        t for t in after["taints"] if t.get("key") not in [m["key"] for m in node_marks.MAINTENANCE_TAINTS]])
 
 
 def _planned_leave(client, name, marked, migrations, pauses, result):
@@ -77,8 +78,8 @@ def released_by_operator(node):
     off a node with that NoSchedule taint, so the node is back in service only when it is gone too.
     """
     return node is not None and not nodes_mod.is_cordoned(node) and \
-        not any(nodes_mod.has_taint(node, taint) for taint in nodes_mod.MAINTENANCE_TAINTS) and \
-        nodes_mod.labels_of(node).get(nodes_mod.EXCLUDE_LABEL) != "true"
+        not any(nodes_mod.has_taint(node, taint) for taint in node_marks.MAINTENANCE_TAINTS) and \
+        nodes_mod.labels_of(node).get(node_marks.EXCLUDE_LABEL) != "true"
 
 
 # How long a released node must stay released before the module says so (see _wait_for_release).
@@ -118,8 +119,8 @@ def _leave_cr(module, name, ours_cr, node, marked, result, progress, in_maintena
     # The operator no longer drains: what its drain left marked for evacuation is cancelled.
     _cancel_evacuations(module, name, marked, result, progress, in_maintenance)
     # Anything this collection recorded itself (an earlier drain) goes too.
-    if nodes_mod.maintenance_record(node) is not None:
-        nodes_mod.update_node(client, name, nodes_mod.leave_changes)
+    if node_marks.maintenance_record(node) is not None:
+        node_marks.update_node(client, name, node_marks.leave_changes)
 
 
 def _leave_drain(module, name, node, marked, result, progress, in_maintenance):
@@ -127,7 +128,7 @@ def _leave_drain(module, name, node, marked, result, progress, in_maintenance):
     require(client, [Permission("patch", "nodes")], "end the maintenance of node %s" % name)
     # Cancelled before the uncordon, so no VM keeps leaving a node that is back in service.
     _cancel_evacuations(module, name, marked, result, progress, in_maintenance)
-    nodes_mod.update_node(client, name, nodes_mod.leave_changes, node=None if marked else node)
+    node_marks.update_node(client, name, node_marks.leave_changes, node=None if marked else node)
 
 
 def leave(module):
@@ -141,13 +142,13 @@ def leave(module):
     result = base_result(name, method)
     result["method_reason"] = _leave_method_reason(name, ours_cr)
     result["msg"] = MOVE_BACK_NOTE
-    before = nodes_mod.maintenance_view(node)
-    patch, after, kept_cordon = nodes_mod.leave_changes(node)
+    before = node_marks.maintenance_view(node)
+    patch, after, kept_cordon = node_marks.leave_changes(node)
     if ours_cr:
         after = _view_after_cr(after)
     # Evacuations are cancelled only on a node in maintenance (ours, or cordoned by hand): on
     # another node they belong to someone else (the descheduler marks VMIs the same way).
-    in_maintenance = bool(ours_cr) or nodes_mod.marked_for_maintenance(node) or nodes_mod.is_cordoned(node)
+    in_maintenance = bool(ours_cr) or node_marks.marked_for_maintenance(node) or nodes_mod.is_cordoned(node)
     marked, migrations = evacuation.pending(client, name) if in_maintenance else ([], [])
     pauses = remediation.to_restore(client, node)
     result["changed"] = bool(ours_cr or patch or marked or migrations or pauses)

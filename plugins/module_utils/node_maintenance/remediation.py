@@ -49,7 +49,8 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.id
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.kinds import RESOURCES, api_version_of
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.label_selectors import selector_matches
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.nodes import EXCLUDE_LABEL, labels_of
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.nodes import labels_of
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.node_marks import EXCLUDE_LABEL
 
 NODE_HEALTH_CHECK = "NodeHealthCheck"
 # (check kind, machine kind, label a Machine carries with the check's spec.clusterName or None)

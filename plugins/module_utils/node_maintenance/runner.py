@@ -21,6 +21,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import cr as nm_cr
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     BlockedError,
     InvalidInputError,
@@ -134,7 +135,7 @@ def _ignored_text(ignored):
 def choose_method(requested, name, cr_kind, ours_cr, node, ignored=()):
     """(method, reason, warning): the method to use, one sentence saying why, and a warning
     (or None) when options the node-maintenance operator ignores are kept unused."""
-    record = nodes_mod.maintenance_record(node)
+    record = node_marks.maintenance_record(node)
     if requested == "cr":
         if cr_kind is None:
             raise InvalidInputError("method=cr needs the NodeMaintenance CRD (nodemaintenance.medik8s.io or "
@@ -242,13 +243,13 @@ def predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pau
     params = module.params
     result["plan"] = plan.as_dict()
     if not params.get("drain", True):
-        patch, after, record = nodes_mod.enter_changes(node, params.get("reason"))
+        patch, after, record = node_marks.enter_changes(node, params.get("reason"))
         result["phase"] = record["phase"]
         result["changed"] = bool(patch or pauses)
         result["vms"]["pending"] = [{"namespace": vm["namespace"], "name": vm["name"], "source": plan.node,
                                      "outcome": vm["outcome"]} for vm in plan.vms]
         if module.diff_mode:
-            result["diff"] = {"before": nodes_mod.maintenance_view(node), "after": after}
+            result["diff"] = {"before": node_marks.maintenance_view(node), "after": after}
         result["duration_seconds"] = round(deadline.elapsed(), 1)
         return result
     result["phase"] = "Succeeded" if params["wait"] else "Running"
@@ -269,7 +270,7 @@ def predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pau
             vms["blocked"].append({"namespace": vm["namespace"], "name": vm["name"],
                                    "reason": blocker_text(plan, uid)})
     if method == "drain":
-        patch, after, _record = nodes_mod.enter_changes(node, params.get("reason"))
+        patch, after, _record = node_marks.enter_changes(node, params.get("reason"))
         result["changed"] = bool(patch or plan.evict or shutdown or pauses)
         diff_after = after
     else:
@@ -279,14 +280,14 @@ def predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pau
             result["changed"] = bool(shutdown) or bool(pauses)
         diff_after = _nmo_after_view(node)
     if module.diff_mode:
-        result["diff"] = {"before": nodes_mod.maintenance_view(node), "after": diff_after}
+        result["diff"] = {"before": node_marks.maintenance_view(node), "after": diff_after}
     result["duration_seconds"] = round(deadline.elapsed(), 1)
     return result
 
 
 def _nmo_after_view(node):
     """The node as the node-maintenance operator leaves it while in maintenance."""
-    _patch, after, _record = nodes_mod.enter_changes(node)
+    _patch, after, _record = node_marks.enter_changes(node)
     return after
 
 

@@ -18,6 +18,7 @@ __metaclass__ = type
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.blockers import ALWAYS_FATAL, NODE, PDB, PODS, SAFETY, VM, Blocker
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import MANAGED_BY, MANAGED_BY_LABEL
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.placement import _last_node, _placement
@@ -144,7 +145,7 @@ def compute_plan(snapshot, name, options, prefer=None):
 
 def _safety(plan, snapshot, node, options):
     name = plan.node
-    ours = nodes_mod.maintenance_record(node) is not None or any(
+    ours = node_marks.maintenance_record(node) is not None or any(
         is_our_maintenance(cr) for _kind, cr in snapshot.maintenances_of(name))
     for kind, cr in snapshot.maintenances_of(name):
         if not is_our_maintenance(cr):
@@ -245,7 +246,7 @@ def maintenance_state(snapshot, name):
     """(in maintenance, phase) of node ``name``: by a NodeMaintenance CR, our record or our drain taint."""
     crs = snapshot.maintenances_of(name)
     cr_phase = (((crs[0][1].get("status") or {}).get("phase")) or "Running") if crs else None
-    return nodes_mod.maintenance_state(snapshot.node(name), cr_phase)
+    return node_marks.maintenance_state(snapshot.node(name), cr_phase)
 
 
 def node_summary(snapshot, name, options, plan=None):

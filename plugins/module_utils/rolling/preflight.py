@@ -25,6 +25,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import lock as lock_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import plan as plan_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import snapshot as snapshot_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import BlockedError, InvalidInputError
@@ -177,7 +178,7 @@ def _parallel_params(params):
 
 def _others_notice(snapshot, selected):
     others = sorted(n for n, node in snapshot.nodes.items()
-                    if n not in selected and (nodes_mod.is_cordoned(node) or nodes_mod.marked_for_maintenance(node)))
+                    if n not in selected and (nodes_mod.is_cordoned(node) or node_marks.marked_for_maintenance(node)))
     if not others:
         return None
     return "Nodes outside this run are cordoned or in maintenance (%s); capacity was checked without them." \

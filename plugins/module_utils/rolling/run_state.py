@@ -13,7 +13,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import plan as plan_mod
 
 
@@ -42,7 +42,7 @@ def running_vms(vmis):
 
 def maintenance_reason(node, crs):
     """The reason recorded for a node's current maintenance (ours or a NodeMaintenance CR's)."""
-    record = nodes_mod.maintenance_record(node) or {}
+    record = node_marks.maintenance_record(node) or {}
     if record.get("reason"):
         return record["reason"]
     for _kind, cr in crs:
@@ -60,7 +60,7 @@ def back_in_service(node):
     view = copy.deepcopy(node)
     spec = view.setdefault("spec", {})
     spec.pop("unschedulable", None)
-    keys = set(t["key"] for t in nodes_mod.MAINTENANCE_TAINTS)
+    keys = set(t["key"] for t in node_marks.MAINTENANCE_TAINTS)
     spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") not in keys]
     return view
 

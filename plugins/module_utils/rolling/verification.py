@@ -15,6 +15,7 @@ import datetime
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     BlockedError,
     InvalidInputError,
@@ -125,7 +126,7 @@ class _Verification(object):
         node = self.node_informer.get(self.name)
         if node is None or not nodes_mod.is_ready(node):
             return False
-        if self.want_schedulable and (nodes_mod.is_cordoned(node) or nodes_mod.marked_for_maintenance(node)):
+        if self.want_schedulable and (nodes_mod.is_cordoned(node) or node_marks.marked_for_maintenance(node)):
             return False
         return True
 
@@ -183,7 +184,7 @@ class _Verification(object):
     def _node_state(self):
         node = self.node_informer.get(self.name)
         return {"name": self.name, "ready": nodes_mod.is_ready(node), "schedulable": not nodes_mod.is_cordoned(node),
-                "in_maintenance": nodes_mod.marked_for_maintenance(node)}
+                "in_maintenance": node_marks.marked_for_maintenance(node)}
 
     def result(self):
         name, expected = self.name, self.expected

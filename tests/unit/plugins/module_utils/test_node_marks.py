@@ -9,55 +9,56 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_main
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes
 
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 def apply(obj, patch):
-    return nodes._apply_merge(json.loads(json.dumps(obj)), patch)
+    return node_marks._apply_merge(json.loads(json.dumps(obj)), patch)
 
 
 def test_enter_marks_like_nmo_and_records_what_it_added():
     worker = node("worker-1")
-    patch, after, record = nodes.enter_changes(worker, "bios")
+    patch, after, record = node_marks.enter_changes(worker, "bios")
     assert after["unschedulable"] is True
     assert {t["key"] for t in after["taints"]} == {"medik8s.io/drain", "node.kubernetes.io/unschedulable"}
-    assert after["labels"] == {nodes.EXCLUDE_LABEL: "true"}
+    assert after["labels"] == {node_marks.EXCLUDE_LABEL: "true"}
     assert record["added"] == ["label", "taint:medik8s.io/drain", "taint:node.kubernetes.io/unschedulable",
                                "unschedulable"]
     assert record["reason"] == "bios" and record["phase"] == "Running"
     entered = apply(worker, patch)
-    assert nodes.maintenance_record(entered) == record
+    assert node_marks.maintenance_record(entered) == record
     # A second run changes nothing, even after the drain recorded its outcome.
     finished = apply(entered, {"metadata": {"annotations": {identity.NODE_STATE_ANNOTATION: json.dumps(
         dict(record, phase="Succeeded"))}}})
-    assert nodes.enter_changes(finished, "bios")[0] is None
+    assert node_marks.enter_changes(finished, "bios")[0] is None
     # Leaving removes exactly that.
-    patch, after, kept = nodes.leave_changes(finished)
+    patch, after, kept = node_marks.leave_changes(finished)
     left = apply(finished, patch)
     assert not kept and not left["spec"].get("unschedulable") and not left["spec"].get("taints")
-    assert nodes.EXCLUDE_LABEL not in left["metadata"]["labels"]
+    assert node_marks.EXCLUDE_LABEL not in left["metadata"]["labels"]
     assert identity.NODE_STATE_ANNOTATION not in left["metadata"].get("annotations", {})
-    assert nodes.leave_changes(left)[0] is None
+    assert node_marks.leave_changes(left)[0] is None
 
 
 def test_leave_keeps_what_was_there_before():
     taint = {"key": "gpu", "effect": "NoSchedule"}
-    worker = node("worker-1", cordoned=True, taints=[taint], labels={nodes.EXCLUDE_LABEL: "true"})
-    patch, _after, record = nodes.enter_changes(worker)
+    worker = node("worker-1", cordoned=True, taints=[taint], labels={node_marks.EXCLUDE_LABEL: "true"})
+    patch, _after, record = node_marks.enter_changes(worker)
     assert record["added"] == ["taint:medik8s.io/drain", "taint:node.kubernetes.io/unschedulable"]
     entered = apply(worker, patch)
-    patch, after, kept = nodes.leave_changes(entered)
+    patch, after, kept = node_marks.leave_changes(entered)
     assert kept is True
-    assert after["unschedulable"] is True and after["labels"] == {nodes.EXCLUDE_LABEL: "true"}
+    assert after["unschedulable"] is True and after["labels"] == {node_marks.EXCLUDE_LABEL: "true"}
     assert [t["key"] for t in after["taints"]] == ["gpu", "node.kubernetes.io/unschedulable"]
 
 
 def test_leave_uncordons_a_node_cordoned_by_hand():
-    patch, after, kept = nodes.leave_changes(node("worker-1", cordoned=True))
+    patch, after, kept = node_marks.leave_changes(node("worker-1", cordoned=True))
     assert patch == {"spec": {"unschedulable": None}} and after["unschedulable"] is False and not kept
 
 
 def test_operator_release_waits_for_every_mark_the_operator_and_node_controller_leave():
     unschedulable = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
     drain = {"key": "medik8s.io/drain", "effect": "NoSchedule"}
-    label = {nodes.EXCLUDE_LABEL: "true"}
+    label = {node_marks.EXCLUDE_LABEL: "true"}
     # The operator's order: taints off, uncordon, label off; the node controller re-adds its
     # taint while the node is still cordoned and removes it only after the uncordon.
     steps = [
@@ -70,7 +71,7 @@ def test_operator_release_waits_for_every_mark_the_operator_and_node_controller_
     assert [nm_leave.released_by_operator(n) for n, _want in steps] == [want for _n, want in steps]
     assert nm_leave.released_by_operator(None) is False
     # A label value the operator does not remove is not waited for.
-    assert nm_leave.released_by_operator(node("w", labels={nodes.EXCLUDE_LABEL: "false"})) is True
+    assert nm_leave.released_by_operator(node("w", labels={node_marks.EXCLUDE_LABEL: "false"})) is True
 
 
 def test_control_plane_quorum():

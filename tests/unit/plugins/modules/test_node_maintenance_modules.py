@@ -10,7 +10,7 @@ import pytest
 from drain_cluster import ReplicaSetSimulator, launcher, module_cluster, node, pdb, pod, vm, vmi
 from module_runner import assert_documented, run
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
     node_decommission,
     node_maintenance,
@@ -76,7 +76,7 @@ def test_check_mode_diff_run_rerun_and_absent(api, capsys):
     assert_documented(result, node_maintenance)
     worker = api.get("Node", "worker-1")
     assert worker["spec"]["unschedulable"] is True
-    assert nodes.maintenance_record(worker)["phase"] == "Succeeded"
+    assert node_marks.maintenance_record(worker)["phase"] == "Succeeded"
 
     again = run(node_maintenance, {"name": "worker-1", "reason": "bios"}, capsys)
     assert again["changed"] is False and again["phase"] == "Succeeded"
@@ -118,7 +118,7 @@ def test_drain_false_enters_maintenance_and_evicts_nothing_then_a_drain_finishes
     assert not [r for r in api.requests if r[0] == "POST" and "eviction" in r[1]]
     worker = api.get("Node", "worker-1")
     assert worker["spec"]["unschedulable"] is True
-    assert nodes.maintenance_record(worker)["phase"] == "Running"
+    assert node_marks.maintenance_record(worker)["phase"] == "Running"
     assert run(node_maintenance, {"name": "worker-1", "drain": False, "reason": "batch"}, capsys)["changed"] is False
 
     # The drain that follows finds the maintenance its own: ending it later takes the cordon off.
@@ -193,7 +193,7 @@ def test_timeout_leaves_the_node_cordoned_and_explains(api, capsys):
         "Timed out after 2s draining node worker-1: 1 pod left: pod ns1/web-a: PodDisruptionBudget ns1/web allows "
         "0 disruptions (4 of 4 pods healthy, 3 required).")
     assert api.get("Node", "worker-1")["spec"]["unschedulable"] is True
-    assert nodes.maintenance_record(api.get("Node", "worker-1"))["phase"] == "Failed"
+    assert node_marks.maintenance_record(api.get("Node", "worker-1"))["phase"] == "Failed"
 
 
 def test_method_cr_creates_ours_and_reports_its_status(api, capsys):
@@ -240,7 +240,7 @@ def test_a_pending_taint_put_back_on_a_drained_node_goes_without_resetting_its_p
     again = run(node_maintenance, {"name": "worker-1", "drain": False}, capsys)
     assert again["changed"] is True and again["phase"] == "Succeeded", again
     worker = api.get("Node", "worker-1")
-    assert PENDING not in worker["spec"]["taints"] and nodes.maintenance_record(worker)["phase"] == "Succeeded"
+    assert PENDING not in worker["spec"]["taints"] and node_marks.maintenance_record(worker)["phase"] == "Succeeded"
 
 
 def test_someone_elses_node_maintenance_is_left_alone(api, capsys):
