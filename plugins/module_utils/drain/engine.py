@@ -25,6 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.budgets import Allowances, due_targets, hold_back
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.migrations import FailingMigrations, shut_down_vm
@@ -61,7 +62,7 @@ EVACUATION_RECHECK = 60.0
 # failed live migrations of one VM during a drain, the VM counts as unable to leave the
 # node, and the non_migratable policy decides: fail the drain, shut the VM down, or wait.
 MIGRATION_ATTEMPTS = 3
-# VMs leave the node in waves of at most "lanes" live migrations (kubevirt.migration_lanes: the
+# VMs leave the node in waves of at most "lanes" live migrations (kubevirt_settings.migration_lanes: the
 # lesser of parallelOutboundMigrationsPerNode and parallelMigrationsPerCluster). Evicting a
 # virt-launcher pod only marks its VMI for evacuation; virt-controller's evacuation controller
 # creates a migration for every marked VMI whenever it counts a free slot, but it counts only
@@ -81,7 +82,7 @@ def _evacuating(target):
     """A VM of the node asked to evacuate whose launcher pod is still there (or whose answer is out)."""
     if not target.launcher or target.wait_only or target.state in ("gone", "todo", "granted"):
         return False
-    return target.state == "inflight" or kubevirt.evacuation_under_way(target.reason)
+    return target.state == "inflight" or kubevirt_settings.evacuation_under_way(target.reason)
 
 
 class Drainer:
@@ -172,7 +173,7 @@ class Drainer:
         if target.launcher and outcome != "fatal":
             self._virt_api(outcome == "blocked" and reason is not None and reason.startswith(VIRT_API_DOWN_START))
         if outcome == "fatal" or (outcome == "blocked" and not (
-                target.launcher and kubevirt.evacuation_under_way(reason))):
+                target.launcher and kubevirt_settings.evacuation_under_way(reason))):
             # KubeVirt refusing a launcher pod's eviction because it is migrating the VM is
             # the normal course, not an error.
             self.last_error = "%s: %s" % (target.key, reason)
@@ -187,7 +188,7 @@ class Drainer:
             target.reason = reason
             cap = LAUNCHER_BACKOFF_CAP if target.launcher else BACKOFF_CAP
             delay = min(cap, BACKOFF_START * (2 ** max(0, target.attempts - 1)))
-            if target.launcher and kubevirt.evacuation_under_way(reason):
+            if target.launcher and kubevirt_settings.evacuation_under_way(reason):
                 delay = EVACUATION_RECHECK
             target.next_try = time.monotonic() + delay * (0.9 + 0.2 * random.random())
             if self.pdbs is not None:
@@ -335,9 +336,9 @@ class Drainer:
     def _read_migration_lanes(self):
         """KubeVirt's limit on live migrations off one node (its defaults when the CR cannot be read)."""
         try:
-            return kubevirt.migration_lanes(kubevirt.kubevirt_cr(self.client))
+            return kubevirt_settings.migration_lanes(kubevirt_settings.kubevirt_cr(self.client))
         except MaintenanceError:
-            return kubevirt.migration_lanes(None)
+            return kubevirt_settings.migration_lanes(None)
 
     def _loop(self, wait):
         result = self.result

@@ -10,10 +10,11 @@ __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import MaintenanceError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import describe_pdb, matching_pdbs, pod_key
 
-VIRT_API_DOWN_START = kubevirt.VIRT_API_DOWN.split("%", 1)[0]
+VIRT_API_DOWN_START = kubevirt_settings.VIRT_API_DOWN.split("%", 1)[0]
 
 
 def explain_pending(client, node, pods, pdbs, reasons=None, vmis=None):
@@ -58,8 +59,8 @@ def _launcher_context(client, pods, vmis):
                 for migration in items:
                     vmi_name = (migration.get("spec") or {}).get("vmiName")
                     migrations.setdefault((namespace, vmi_name), []).append(migration)
-            cr = kubevirt.kubevirt_cr(client)
-            cluster_default = kubevirt.cluster_eviction_strategy(cr)
+            cr = kubevirt_settings.kubevirt_cr(client)
+            cluster_default = kubevirt_settings.cluster_eviction_strategy(cr)
         except MaintenanceError:
             pass  # an explanation must not fail the report of the real problem
     return vmis_by_uid, migrations, cluster_default
@@ -87,7 +88,7 @@ def _explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_defaul
     migratable, reason, message = kubevirt.live_migratable(vmi)
     if strategy == "LiveMigrate" and not migratable:
         return ("VM %s is not live-migratable (%s) and its eviction strategy LiveMigrate keeps it on node %s"
-                % (name, kubevirt.describe_not_migratable(reason, message), node))
+                % (name, kubevirt_settings.describe_not_migratable(reason, message), node))
     own = migrations.get((meta.get("namespace"), meta.get("name")), [])
     active = [m for m in own if kubevirt.migration_in_flight(m)]
     failures = describe_failures(kubevirt.failed_migrations(own), vmi)

@@ -9,7 +9,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     ApiError,
     MaintenanceError,
@@ -54,10 +54,10 @@ def evict_pod(client, name, namespace, options):
             outcome, reason = "blocked", message
         elif exc.status == 500 and "PodDisruptionBudget" in (message or ""):
             outcome, reason = "blocked", message  # more than one PDB: retried until fixed or the deadline
-        elif kubevirt.webhook_unreachable(exc.status, message):
+        elif kubevirt_settings.webhook_unreachable(exc.status, message):
             # virt-api's eviction webhook fails closed (failurePolicy Fail): while virt-api is
             # down every launcher-pod eviction gets a 500. Keep waiting; it comes back.
-            outcome, reason = "blocked", kubevirt.VIRT_API_DOWN % message
+            outcome, reason = "blocked", kubevirt_settings.VIRT_API_DOWN % message
         else:
             outcome, reason = "fatal", exc
     except MaintenanceError as exc:

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubevirt_ops.maintenance contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""How KubeVirt treats a VM: effective eviction strategy, live-migratability, run
-strategy, and what an eviction of its launcher pod will do (the behaviour page's table).
+"""How KubeVirt treats a VM: its VMs, VMIs, launcher pods and migrations read as KubeVirt reads
+them (live-migratability, run strategy, phases, where a migration stands). What the KubeVirt CR
+sets for the whole cluster and what its eviction webhook answers are cluster_settings.py's.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,11 +20,6 @@ CREATED_BY_LABEL = "kubevirt.io/created-by"
 NODE_NAME_LABEL = "kubevirt.io/nodeName"
 # The phases in which a pod, a VMI, a migration (and a NodeMaintenance) has finished.
 FINISHED_PHASES = ("Succeeded", "Failed")
-
-
-def cluster_eviction_strategy(kubevirt):
-    """The cluster default eviction strategy in the KubeVirt CR ``kubevirt`` (None when unset/absent)."""
-    return (((kubevirt or {}).get("spec") or {}).get("configuration") or {}).get("evictionStrategy") or None
 
 
 def live_migratable(vmi):
@@ -79,59 +75,11 @@ def vm_not_migratable_reason(vm, vmi, find_pvc, rules=None):
     return migratability.predict_not_migratable(vm, find_pvc, rules or migratability.ClusterRules())
 
 
-def kubevirt_cr(client):
-    """The KubeVirt custom resource (None when KubeVirt's CRD or CR is missing)."""
-    if not client.kind_served("KubeVirt"):
-        return None
-    items, _rv = client.list("KubeVirt")
-    return items[0] if items else None
-
-
-# kubevirt pkg/virt-config/config-map.go: ParallelMigrationsPerClusterDefault,
-# ParallelOutboundMigrationsPerNodeDefault.
-DEFAULT_MIGRATIONS_PER_CLUSTER = 5
-DEFAULT_OUTBOUND_MIGRATIONS_PER_NODE = 2
-
-
-def migration_limits(kubevirt_cr):
-    """KubeVirt's live-migration limits, as its controllers apply them (defaults when unset)."""
-    migrations = (((kubevirt_cr or {}).get("spec") or {}).get("configuration") or {}).get("migrations") or {}
-    return {
-        "parallel_migrations_per_cluster": int(migrations.get("parallelMigrationsPerCluster")
-                                               or DEFAULT_MIGRATIONS_PER_CLUSTER),
-        "parallel_outbound_migrations_per_node": int(migrations.get("parallelOutboundMigrationsPerNode")
-                                                     or DEFAULT_OUTBOUND_MIGRATIONS_PER_NODE),
-    }
-
-
-def migration_lanes(kubevirt_cr):
-    """How many live migrations KubeVirt runs off one node at once: the lesser of its two limits."""
-    limits = migration_limits(kubevirt_cr)
-    return max(1, min(limits["parallel_outbound_migrations_per_node"], limits["parallel_migrations_per_cluster"]))
-
-
 # -- VMIs, launcher pods and migrations as the drain sees them ---------------------------
 
 VM_NAME_LABEL = "vm.kubevirt.io/name"
 MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
 VMI_PDB_PREFIX = "kubevirt-disruption-budget-"
-
-# What each LiveMigratable=False reason means for an operator (kubevirt.io/api core/v1
-# types.go; pkg/virt-handler/vm.go calculateLiveMigrationCondition).
-NOT_MIGRATABLE_HINTS = {
-    "DisksNotLiveMigratable": "a disk's PVC is not ReadWriteMany",
-    "InterfaceNotLiveMigratable": "its pod-network interface is neither masquerade nor a migratable binding",
-    "HostDeviceNotLiveMigratable": "it uses a PCI host device or GPU",
-    "HotplugNotLiveMigratable": "it has hot-plugged volumes",
-    "CPUModeLiveMigratable": "its CPU model is host-model and its node reports no host CPU model",
-    "VirtIOFSNotLiveMigratable": "it shares a filesystem through virtiofs",
-    "SEVNotLiveMigratable": "it uses SEV memory encryption",
-    "TDXNotLiveMigratable": "it uses TDX",
-    "SecureExecutionNotLiveMigratable": "it uses s390x Secure Execution",
-    "NoTSCFrequencyNotLiveMigratable": "it needs a TSC frequency its node does not report",
-    "HypervPassthroughNotLiveMigratable": "it uses Hyper-V passthrough",
-    "PersistentReservationNotLiveMigratable": "a disk uses SCSI persistent reservation",
-}
 
 
 def _meta(obj):
@@ -220,26 +168,6 @@ def launcher_vmi_name(pod):
     return (_meta(pod).get("labels") or {}).get(VM_NAME_LABEL)
 
 
-# virt-api's eviction webhook (pkg/virt-api/webhooks/validating-webhook/admitters/
-# pod-eviction-admitter.go) answers 429 itself, with these words, once it has marked the VMI
-# for evacuation; before KubeVirt 1.6 the VMI's own PodDisruptionBudget answered instead.
-EVACUATION_MESSAGES = ("Eviction triggered evacuation of VMI", "Evacuation in progress", "disruption budget")
-WEBHOOK_NAME = "virt-launcher-eviction-interceptor.kubevirt.io"
-VIRT_API_DOWN = "virt-api is not answering, so KubeVirt's eviction webhook refuses every eviction (%s)"
-
-
-def evacuation_under_way(message):
-    """True when an eviction was refused because KubeVirt is evacuating the VMI."""
-    return any(words in (message or "") for words in EVACUATION_MESSAGES)
-
-
-def webhook_unreachable(status, message):
-    """True for the apiserver's answer while KubeVirt's eviction webhook cannot be called
-    (failurePolicy Fail: "Internal error occurred: failed calling webhook ...")."""
-    text = message or ""
-    return status in (500, 502, 503, 504) and "failed calling webhook" in text and WEBHOOK_NAME in text
-
-
 def is_vmi_pdb(pdb):
     """A PodDisruptionBudget virt-controller keeps over one VMI's launcher pod."""
     meta = _meta(pdb)
@@ -249,17 +177,6 @@ def is_vmi_pdb(pdb):
         return True
     match_labels = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
     return CREATED_BY_LABEL in match_labels
-
-
-def describe_not_migratable(reason, message=None):
-    """'DisksNotLiveMigratable: a disk's PVC is not ReadWriteMany' (plus KubeVirt's own words)."""
-    if not reason and not message:
-        return "its LiveMigratable condition is not reported yet"
-    text = reason or "not live-migratable"
-    detail = message or NOT_MIGRATABLE_HINTS.get(reason)
-    if detail:
-        text += ": " + detail.rstrip(".")
-    return text
 
 
 def migration_state(vmi):

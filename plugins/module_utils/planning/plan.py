@@ -17,6 +17,7 @@ __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.blockers import ALWAYS_FATAL, NODE, PDB, PODS, SAFETY, VM, Blocker
@@ -182,7 +183,7 @@ def _vms(plan, snapshot, name):
         run_strategy = kubevirt.vm_run_strategy(vm) if vm else None
         migratable, reason, message = kubevirt.live_migratable(vmi)
         display = "%s/%s" % (namespace, vm_name or vmi["metadata"]["name"])
-        why_not = None if migratable else kubevirt.describe_not_migratable(reason, message)
+        why_not = None if migratable else kubevirt_settings.describe_not_migratable(reason, message)
         fate = fates.decide(vmi, run_strategy, snapshot.cluster_eviction_strategy, plan.non_migratable,
                             display, name, not_migratable_reason=why_not)
         entry = {

@@ -10,6 +10,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     ApiError,
@@ -235,7 +236,7 @@ class Snapshot:
         crs, _rv = self.client.list("KubeVirt")
         self.kubevirt_cr = crs[0] if crs else None
         for cr in crs:
-            value = kubevirt.cluster_eviction_strategy(cr)
+            value = kubevirt_settings.cluster_eviction_strategy(cr)
             if value:
                 self.cluster_eviction_strategy = value
                 break

@@ -22,7 +22,7 @@ __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import batches as batches_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import lock as lock_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
@@ -220,7 +220,7 @@ def preflight(client, params):
     entries = _plan_nodes(snapshot, batches, plan_params, resumed, problems, warnings)
     for entry in entries:
         entry["failure_domain"] = domains.get(entry["name"]) if failure_domain else None
-    limits = kubevirt.migration_limits(snapshot.kubevirt_cr)
+    limits = kubevirt_settings.migration_limits(snapshot.kubevirt_cr)
     crowded = batches_mod.limits_notice(batches, limits, dict((e["name"], e["vms_migrating"]) for e in entries))
     if crowded:
         warnings.append(crowded)

@@ -5,7 +5,7 @@ import pytest
 from drain_cluster import cluster, launcher, node, vm, vmi
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import batches
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import preflight as rolling
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 
@@ -41,14 +41,14 @@ def test_a_node_without_the_domain_label_is_a_problem_and_alone():
 
 
 def test_migration_limits_from_the_kubevirt_cr_or_kubevirts_defaults():
-    assert kubevirt.migration_limits(None) == {"parallel_migrations_per_cluster": 5,
+    assert kubevirt_settings.migration_limits(None) == {"parallel_migrations_per_cluster": 5,
                                                "parallel_outbound_migrations_per_node": 2}
     cr = {"spec": {"configuration": {"migrations": {"parallelMigrationsPerCluster": 2,
                                                     "parallelOutboundMigrationsPerNode": 1}}}}
-    assert kubevirt.migration_limits(cr) == {"parallel_migrations_per_cluster": 2,
+    assert kubevirt_settings.migration_limits(cr) == {"parallel_migrations_per_cluster": 2,
                                              "parallel_outbound_migrations_per_node": 1}
-    assert kubevirt.migration_lanes(cr) == 1 and kubevirt.migration_lanes(None) == 2
-    limits = kubevirt.migration_limits(cr)
+    assert kubevirt_settings.migration_lanes(cr) == 1 and kubevirt_settings.migration_lanes(None) == 2
+    limits = kubevirt_settings.migration_limits(cr)
     assert batches.limits_notice([["a", "b"]], limits, {"a": 4, "b": 1}) is None
     assert "a, b, c (3 at once)" in batches.limits_notice([["a", "b", "c"]], limits, {"a": 4, "b": 1, "c": 2})
 
