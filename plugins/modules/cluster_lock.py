@@ -204,7 +204,10 @@ msg:
 """
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import lock
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import DEFAULT_LOCK_NAME, DEFAULT_LOCK_NAMESPACE
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import (
+    DEFAULT_LOCK_NAME,
+    DEFAULT_LOCK_NAMESPACE,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
 
 

@@ -19,7 +19,10 @@ import copy
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import DEFAULT_LOCK_NAME, DEFAULT_LOCK_NAMESPACE
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import (
+    DEFAULT_LOCK_NAME,
+    DEFAULT_LOCK_NAMESPACE,
+)
 
 AUTH = {
     "kubeconfig": {"type": "raw", "fallback": (env_fallback, ["K8S_AUTH_KUBECONFIG"])},

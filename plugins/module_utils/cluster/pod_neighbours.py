@@ -11,7 +11,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.label_selectors import selector_matches
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.scheduling import node_passes_selection, untolerated_taints
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.scheduling import (
+    node_passes_selection,
+    untolerated_taints,
+)
 
 
 def required_pod_terms(pod_spec, kind):

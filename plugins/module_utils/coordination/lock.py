@@ -40,7 +40,12 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.id
     MANAGED_BY,
     MANAGED_BY_LABEL,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.timeutil import format_micro, format_seconds, parse_time, utc_now
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.timeutil import (
+    format_micro,
+    format_seconds,
+    parse_time,
+    utc_now,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Informer, wait_until
 
 DEFAULT_TTL = 3600

@@ -22,7 +22,12 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import vms
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import waiter
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.kubevirt import live_migratable, vm_claim_names, vm_not_migratable_reason, vm_run_strategy
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.kubevirt import (
+    live_migratable,
+    vm_claim_names,
+    vm_not_migratable_reason,
+    vm_run_strategy,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.cluster_settings import (
     cluster_eviction_strategy,
     kubevirt_cr,

@@ -38,7 +38,11 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.er
     describe_object,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.kinds import SUBRESOURCE_GROUP
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.kubevirt import FINISHED_PHASES, vm_run_strategy, vmi_is_active
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.kubevirt import (
+    FINISHED_PHASES,
+    vm_run_strategy,
+    vmi_is_active,
+)
 
 ACTIONS = ("start", "stop", "restart")
 

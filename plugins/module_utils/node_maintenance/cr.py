@@ -14,7 +14,11 @@ __metaclass__ = type
 
 import hashlib
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import MANAGED_BY, MANAGED_BY_LABEL, NODE_MAINTENANCE_CR_PREFIX
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    NODE_MAINTENANCE_CR_PREFIX,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.plan import is_our_maintenance
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.snapshot import NODE_MAINTENANCE_KINDS
 

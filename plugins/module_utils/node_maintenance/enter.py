@@ -14,7 +14,11 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_main
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.access import Permission, require
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.engine import NOT_READY_GRACE, OWNER_CHECK_INTERVAL, Drainer
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.engine import (
+    NOT_READY_GRACE,
+    OWNER_CHECK_INTERVAL,
+    Drainer,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import WaitTimeoutError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.explain import explain_pending
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance.result import vm_report

@@ -11,7 +11,12 @@ __metaclass__ = type
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.blockers import CAPACITY, PLACEMENT, SAFETY, Blocker
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.blockers import (
+    CAPACITY,
+    PLACEMENT,
+    SAFETY,
+    Blocker,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.pod_neighbours import (
     PodNeighbours,
     has_pod_rules,

@@ -20,7 +20,15 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.blockers import ALWAYS_FATAL, NODE, PDB, PODS, SAFETY, VM, Blocker
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.blockers import (
+    ALWAYS_FATAL,
+    NODE,
+    PDB,
+    PODS,
+    SAFETY,
+    VM,
+    Blocker,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import MANAGED_BY, MANAGED_BY_LABEL
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.placement import _last_node, _placement
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import (

@@ -34,7 +34,12 @@ __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.nodes import node_name
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.node_marks import PENDING_TAINT, is_pending_taint, pending_taint_changes, update_node
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.node_marks import (
+    PENDING_TAINT,
+    is_pending_taint,
+    pending_taint_changes,
+    update_node,
+)
 
 PENDING_TAINT_KEY, PENDING_EFFECT = PENDING_TAINT["key"], PENDING_TAINT["effect"]
 

@@ -29,7 +29,10 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster i
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import plan as plan_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import snapshot as snapshot_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import BlockedError, InvalidInputError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.migration_settle import settle_migrations, settled_notice
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.migration_settle import (
+    settle_migrations,
+    settled_notice,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.run_state import (
     resumed_maintenances,
     run_order,
