@@ -204,6 +204,7 @@ msg:
 """
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import lock
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import cluster_lock
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import (
     DEFAULT_LOCK_NAME,
     DEFAULT_LOCK_NAMESPACE,
@@ -225,7 +226,7 @@ def main():
             force=dict(type="bool", default=False),
         ),
     )
-    module.run(lock.run)
+    module.run(cluster_lock.run)
 
 
 if __name__ == "__main__":

@@ -199,7 +199,8 @@ diff:
       minCPUModel: null
 """
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.hco import DEFAULT_NAME, obsolete_cpus
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.hco import DEFAULT_NAME
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.obsolete_cpus import obsolete_cpus
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
 
 

@@ -382,15 +382,3 @@ def refuse_while_held(client, lock, refused, **details):
         blockers=["lock held by %s" % state.holder], **details)
 
 
-def run(module):
-    """The cluster_lock module: state present acquires or renews, absent releases."""
-    params = module.params
-    lock = ClusterLock(module.client, params["name"], params["namespace"])
-    if params["state"] == "absent":
-        return lock.release(params.get("holder"), force=params["force"], check_mode=module.check_mode)
-    holder = params.get("holder") or default_holder()
-    result = lock.acquire(holder, params["ttl"], purpose=params.get("purpose"), wait=params["wait"],
-                          wait_timeout=params["wait_timeout"], force=params["force"], check_mode=module.check_mode)
-    if result["action"] == "taken_over":
-        module.warn(result["msg"])
-    return result

@@ -5,7 +5,7 @@ import pytest
 from fake_apiserver import FakeResponse
 from kubevirt_objects import FakeModule, cluster, hyperconverged
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import hco
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import obsolete_cpus as cpus
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 
 DEFAULTS = dict(cpu_models=[], state="present", exclusive=False, min_cpu_model=None, name="kubevirt-hyperconverged",
@@ -21,9 +21,9 @@ def stored(server, namespace="openshift-cnv"):
 
 
 def test_builtin_list_has_every_model_and_its_v1_variant():
-    assert len(hco.BUILTIN_OBSOLETE_CPU_MODELS) == 34
-    assert hco.BUILTIN_OBSOLETE_CPU_MODELS[:4] == ("486", "486-v1", "pentium", "pentium-v1")
-    assert "Opteron_G2-v1" in hco.BUILTIN_OBSOLETE_CPU_MODELS and "Conroe-v1" in hco.BUILTIN_OBSOLETE_CPU_MODELS
+    assert len(cpus.BUILTIN_OBSOLETE_CPU_MODELS) == 34
+    assert cpus.BUILTIN_OBSOLETE_CPU_MODELS[:4] == ("486", "486-v1", "pentium", "pentium-v1")
+    assert "Opteron_G2-v1" in cpus.BUILTIN_OBSOLETE_CPU_MODELS and "Conroe-v1" in cpus.BUILTIN_OBSOLETE_CPU_MODELS
 
 
 @pytest.mark.parametrize("current, models, state, exclusive, expected", [
@@ -34,24 +34,24 @@ def test_builtin_list_has_every_model_and_its_v1_variant():
     (["B", "C"], ["C", "X"], "absent", False, ["B"]),
 ])
 def test_desired_list(current, models, state, exclusive, expected):
-    assert hco.desired_cpu_models(current, models, state, exclusive) == expected
+    assert cpus.desired_cpu_models(current, models, state, exclusive) == expected
 
 
 def test_finds_hco_in_openshift_namespace_and_is_idempotent():
     client, server = cluster(namespaces=())
     server.add("HyperConverged", hyperconverged("openshift-cnv", spec={"evictionStrategy": "LiveMigrate"},
                                                 version="1.18.1"))
-    result = hco.obsolete_cpus(module(client, cpu_models=["Penryn", "Nehalem"], diff=True))
+    result = cpus.obsolete_cpus(module(client, cpu_models=["Penryn", "Nehalem"], diff=True))
     assert result["changed"] is True
     assert result["cpu_models"] == ["Penryn", "Nehalem"]
-    assert result["effective"] == list(hco.BUILTIN_OBSOLETE_CPU_MODELS) + ["Penryn", "Nehalem"]
+    assert result["effective"] == list(cpus.BUILTIN_OBSOLETE_CPU_MODELS) + ["Penryn", "Nehalem"]
     assert result["hyperconverged"] == {"name": "kubevirt-hyperconverged", "namespace": "openshift-cnv",
                                         "api_version": "hco.kubevirt.io/v1beta1"}
     assert result["diff"] == {"before": {"cpuModels": [], "minCPUModel": None},
                               "after": {"cpuModels": ["Penryn", "Nehalem"], "minCPUModel": None}}
     assert stored(server)["spec"]["obsoleteCPUs"] == {"cpuModels": ["Penryn", "Nehalem"]}
     rv = stored(server)["metadata"]["resourceVersion"]
-    again = hco.obsolete_cpus(module(client, cpu_models=["Nehalem"]))
+    again = cpus.obsolete_cpus(module(client, cpu_models=["Nehalem"]))
     assert again["changed"] is False and stored(server)["metadata"]["resourceVersion"] == rv
 
 
@@ -59,11 +59,11 @@ def test_absent_and_exclusive():
     client, server = cluster(namespaces=())
     server.add("HyperConverged", hyperconverged("kubevirt-hyperconverged",
                                                 spec={"obsoleteCPUs": {"cpuModels": ["A", "B", "C"]}}))
-    result = hco.obsolete_cpus(module(client, cpu_models=["B"], state="absent"))
+    result = cpus.obsolete_cpus(module(client, cpu_models=["B"], state="absent"))
     assert result["cpu_models"] == ["A", "C"]
-    result = hco.obsolete_cpus(module(client, cpu_models=["Z"], exclusive=True))
+    result = cpus.obsolete_cpus(module(client, cpu_models=["Z"], exclusive=True))
     assert result["cpu_models"] == ["Z"]
-    result = hco.obsolete_cpus(module(client, cpu_models=[], exclusive=True))
+    result = cpus.obsolete_cpus(module(client, cpu_models=[], exclusive=True))
     assert result["cpu_models"] == [] and result["changed"] is True
     spec = stored(server, "kubevirt-hyperconverged")["spec"]
     assert spec["obsoleteCPUs"] == {}
@@ -72,7 +72,7 @@ def test_absent_and_exclusive():
 def test_check_mode_writes_nothing():
     client, server = cluster(namespaces=())
     server.add("HyperConverged", hyperconverged("openshift-cnv"))
-    result = hco.obsolete_cpus(module(client, check=True, cpu_models=["Penryn"]))
+    result = cpus.obsolete_cpus(module(client, check=True, cpu_models=["Penryn"]))
     assert result["changed"] is True and result["cpu_models"] == ["Penryn"]
     assert server.writes() == []
 
@@ -81,11 +81,11 @@ def test_min_cpu_model_warns_and_is_set_then_removed():
     client, server = cluster(namespaces=())
     server.add("HyperConverged", hyperconverged("openshift-cnv", version="1.18.1"))
     mod = module(client, min_cpu_model="Penryn")
-    result = hco.obsolete_cpus(mod)
+    result = cpus.obsolete_cpus(mod)
     assert result["min_cpu_model"] == "Penryn" and result["changed"] is True
-    assert mod.warnings == [hco.MIN_CPU_MODEL_WARNING]
+    assert mod.warnings == [cpus.MIN_CPU_MODEL_WARNING]
     assert stored(server)["spec"]["obsoleteCPUs"]["minCPUModel"] == "Penryn"
-    result = hco.obsolete_cpus(module(client, min_cpu_model="Penryn", state="absent"))
+    result = cpus.obsolete_cpus(module(client, min_cpu_model="Penryn", state="absent"))
     assert result["min_cpu_model"] is None and "minCPUModel" not in stored(server)["spec"]["obsoleteCPUs"]
 
 
@@ -93,7 +93,7 @@ def test_builtin_models_given_are_warned_about():
     client, server = cluster(namespaces=())
     server.add("HyperConverged", hyperconverged("openshift-cnv", version="1.18.1"))
     mod = module(client, cpu_models=["qemu64", "Penryn"])
-    hco.obsolete_cpus(mod)
+    cpus.obsolete_cpus(mod)
     assert mod.warnings[0].startswith("qemu64 already in the built-in list")
 
 
@@ -101,7 +101,7 @@ def test_v1_api_uses_the_virtualization_section():
     client, server = cluster(namespaces=(), served={"HyperConvergedV1", "Namespace"})
     server.add("HyperConvergedV1", hyperconverged("openshift-cnv"))
     mod = module(client, cpu_models=["Penryn"], min_cpu_model="Nehalem")
-    result = hco.obsolete_cpus(mod)
+    result = cpus.obsolete_cpus(mod)
     obj = server.get("HyperConvergedV1", "kubevirt-hyperconverged", "openshift-cnv")
     assert obj["spec"] == {"virtualization": {"obsoleteCPUModels": ["Penryn"]}}
     assert result["hyperconverged"]["api_version"] == "hco.kubevirt.io/v1"
@@ -111,29 +111,29 @@ def test_v1_api_uses_the_virtualization_section():
 def test_hco_in_another_namespace_is_found_by_listing():
     client, server = cluster(namespaces=())
     server.add("HyperConverged", hyperconverged("virt-system"))
-    result = hco.obsolete_cpus(module(client, cpu_models=["Penryn"]))
+    result = cpus.obsolete_cpus(module(client, cpu_models=["Penryn"]))
     assert result["hyperconverged"]["namespace"] == "virt-system"
 
 
 def test_errors_without_hco():
     client, server = cluster(namespaces=(), served={"Namespace"})
     with pytest.raises(InvalidInputError) as info:
-        hco.obsolete_cpus(module(client, cpu_models=["Penryn"]))
+        cpus.obsolete_cpus(module(client, cpu_models=["Penryn"]))
     assert "does not serve hco.kubevirt.io" in info.value.msg
     client, server = cluster(namespaces=())
     with pytest.raises(InvalidInputError) as info:
-        hco.obsolete_cpus(module(client, cpu_models=["Penryn"]))
+        cpus.obsolete_cpus(module(client, cpu_models=["Penryn"]))
     assert info.value.msg == ("No HyperConverged named kubevirt-hyperconverged exists in namespace openshift-cnv, "
                               "kubevirt-hyperconverged or any other namespace.")
     with pytest.raises(InvalidInputError) as info:
-        hco.obsolete_cpus(module(client, cpu_models=["Penryn"], namespace="x"))
+        cpus.obsolete_cpus(module(client, cpu_models=["Penryn"], namespace="x"))
     assert info.value.msg == "No HyperConverged named kubevirt-hyperconverged exists in namespace x."
 
 
 def test_exclusive_with_absent_is_refused():
     client, server = cluster(namespaces=())
     with pytest.raises(InvalidInputError):
-        hco.obsolete_cpus(module(client, cpu_models=["A"], exclusive=True, state="absent"))
+        cpus.obsolete_cpus(module(client, cpu_models=["A"], exclusive=True, state="absent"))
     assert server.requests == []
 
 
@@ -157,13 +157,13 @@ def forbid_kubevirt(server):
     ("1.15.0", 34, "Opteron_G2-v1"), ("1.18.1", 34, "Opteron_G2-v1"), ("1.18.7", 34, "Opteron_G2-v1"),
 ])
 def test_builtin_list_per_hco_version(version, count, last):
-    models, reason = hco.builtin_for_version(version)
+    models, reason = cpus.builtin_for_version(version)
     assert reason is None and len(models) == count and models[-1] == last and models[0] == "486"
 
 
 @pytest.mark.parametrize("version", [None, "", "1.3.0", "1.19.0", "2.0.0", "4.18.3", "main"])
 def test_builtin_list_of_an_unknown_version_is_not_guessed(version):
-    models, reason = hco.builtin_for_version(version)
+    models, reason = cpus.builtin_for_version(version)
     assert models is None and reason
 
 
@@ -176,7 +176,7 @@ def test_builtin_and_effective_come_from_the_kubevirt_cr():
     server.add("KubeVirt", kubevirt_cr("other", "kubevirt", models=["486"]))
     server.add("KubeVirt", kubevirt_cr(models=["486", "Penryn", "qemu64", "Westmere-IBRS"]))
     mod = module(client, cpu_models=["Nehalem", "Westmere-IBRS", "pentium"], diff=True, check=True)
-    result = hco.obsolete_cpus(mod)
+    result = cpus.obsolete_cpus(mod)
     assert result["builtin_source"] == "kubevirt" and result["builtin_reason"] is None
     assert result["kubevirt"] == {"name": "kubevirt-kubevirt-hyperconverged", "namespace": "openshift-cnv"}
     assert result["hco_version"] == "1.18.1"
@@ -189,7 +189,7 @@ def test_builtin_and_effective_come_from_the_kubevirt_cr():
     assert server.writes() == []
 
     # qemu64 stays obsolete when the HyperConverged resource drops it: HCO 1.18.1 has it built in.
-    result = hco.obsolete_cpus(module(client, cpu_models=["Penryn", "qemu64"], state="absent"))
+    result = cpus.obsolete_cpus(module(client, cpu_models=["Penryn", "qemu64"], state="absent"))
     assert result["cpu_models"] == [] and result["effective"] == ["486", "qemu64", "Westmere-IBRS"]
 
 
@@ -198,7 +198,7 @@ def test_kubevirt_cr_alone_in_another_namespace_is_used():
     server.add("HyperConverged", hyperconverged("openshift-cnv", spec={"obsoleteCPUs": {"cpuModels": ["Penryn"]}}))
     server.add("KubeVirt", kubevirt_cr("kubevirt", "kubevirt", models=["486", "Penryn"]))
     mod = module(client, cpu_models=["Penryn"])
-    result = hco.obsolete_cpus(mod)
+    result = cpus.obsolete_cpus(mod)
     assert result["changed"] is False and mod.warnings == []
     assert result["builtin_source"] == "kubevirt" and result["hco_version"] is None
     assert result["kubevirt"] == {"name": "kubevirt", "namespace": "kubevirt"}
@@ -210,7 +210,7 @@ def test_kubevirt_cr_read_in_hco_namespace_when_listing_is_forbidden():
     server.add("HyperConverged", hyperconverged("openshift-cnv", version="1.18.1"))
     server.add("KubeVirt", kubevirt_cr(models=["486", "Penryn"]))
     server.fail_next[("GET", "KubeVirt")] = 403  # the list only
-    result = hco.obsolete_cpus(module(client))
+    result = cpus.obsolete_cpus(module(client))
     assert result["builtin_source"] == "kubevirt" and result["builtin"] == ["486", "Penryn"]
 
 
@@ -221,10 +221,10 @@ def test_kubevirt_cr_forbidden_falls_back_to_the_hco_version(version, count):
     server.add("KubeVirt", kubevirt_cr(models=["486", "Penryn"]))
     forbid_kubevirt(server)
     mod = module(client, cpu_models=["Penryn"], check=True)
-    result = hco.obsolete_cpus(mod)
+    result = cpus.obsolete_cpus(mod)
     assert result["builtin_source"] == "hco_version" and result["hco_version"] == version
     assert result["kubevirt"] is None and "permission denied" in result["builtin_reason"]
-    assert result["builtin"] == hco.builtin_for_version(version)[0] and len(result["builtin"]) == count
+    assert result["builtin"] == cpus.builtin_for_version(version)[0] and len(result["builtin"]) == count
     assert result["effective"] == result["builtin"] + ["Penryn"]
     assert mod.warnings == []
 
@@ -232,16 +232,16 @@ def test_kubevirt_cr_forbidden_falls_back_to_the_hco_version(version, count):
 def test_kubevirt_absent_or_without_a_list_falls_back_to_the_hco_version():
     client, server = cluster(namespaces=(), served={"HyperConverged", "Namespace"})
     server.add("HyperConverged", hyperconverged("openshift-cnv", version="1.14.0"))
-    result = hco.obsolete_cpus(module(client))
+    result = cpus.obsolete_cpus(module(client))
     assert result["builtin_source"] == "hco_version" and len(result["builtin"]) == 17
     assert result["builtin_reason"] == "the API server does not serve kubevirt.io/v1 KubeVirt"
 
     client, server = cluster(namespaces=())
     server.add("HyperConverged", hyperconverged("openshift-cnv", version="1.14.0"))
-    result = hco.obsolete_cpus(module(client))
+    result = cpus.obsolete_cpus(module(client))
     assert result["builtin_source"] == "hco_version" and result["builtin_reason"] == "no KubeVirt resource exists"
     server.add("KubeVirt", kubevirt_cr())
-    result = hco.obsolete_cpus(module(client))
+    result = cpus.obsolete_cpus(module(client))
     assert result["builtin_source"] == "hco_version"
     assert result["builtin_reason"] == (
         "KubeVirt openshift-cnv/kubevirt-kubevirt-hyperconverged has no spec.configuration.obsoleteCPUModels yet")
@@ -257,7 +257,7 @@ def test_unknown_version_without_kubevirt_cr_says_so(version, says):
     server.add("HyperConverged", hyperconverged("openshift-cnv", version=version))
     forbid_kubevirt(server)
     mod = module(client, cpu_models=["qemu64"])
-    result = hco.obsolete_cpus(mod)
+    result = cpus.obsolete_cpus(mod)
     assert result["changed"] is True and result["cpu_models"] == ["qemu64"]
     assert result["builtin"] is None and result["effective"] is None
     assert result["builtin_source"] == "unknown" and result["hco_version"] == version

@@ -110,7 +110,7 @@ def test_hco_obsolete_cpus_without_hco(api, capsys):
 
 def test_hco_obsolete_cpus_min_cpu_model_not_kept(api, capsys, monkeypatch):
     """HCO storing hco.kubevirt.io/v1 drops minCPUModel written through v1beta1: warned, not reported as kept."""
-    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import hco as hco_utils
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import obsolete_cpus as hco_utils
 
     api.add("HyperConverged", hyperconverged("openshift-cnv"))
     original = hco_utils.patches.update_guarded
