@@ -44,9 +44,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_main
     restore_remediation,
     restored_on_failure,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance.runner import (
-    blocked_message,
-)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.blockers import blocked_message
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.plan import (
     PlanOptions,
     compute_plan,

@@ -168,7 +168,7 @@ def _apply_changes(client, changes, write):
 def _wait_for_restarts(client, selection, restarted, timeout):
     plans = []
     for change in restarted:
-        plan = run_strategy.Plan(change.vm, change.vmi)
+        plan = run_strategy.RunStrategyChange(change.vm, change.vmi)
         plan.vmi_request, plan.target = "restart", run_strategy.RUNNING
         plans.append(plan)
     run_strategy.wait_for_targets(client, selection, plans, timeout)
@@ -303,7 +303,7 @@ def _restart(module, changes):
     if module.params["wait"]:
         plans = []
         for change in todo:
-            plan = run_strategy.Plan(change.vm, change.vmi)
+            plan = run_strategy.RunStrategyChange(change.vm, change.vmi)
             plan.vmi_request, plan.target = "restart", run_strategy.RUNNING
             plans.append(plan)
         run_strategy.wait_for_targets(client, None, plans, module.params["wait_timeout"])

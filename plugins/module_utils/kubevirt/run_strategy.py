@@ -78,7 +78,7 @@ def vmi_uid(vmi):
     return (vmi.get("metadata") or {}).get("uid") if vmi else None
 
 
-class Plan:
+class RunStrategyChange:
     """What one task does to one VirtualMachine."""
 
     def __init__(self, vm, vmi):
@@ -125,7 +125,7 @@ class Plan:
 
 def plan_run_strategy(vm, vmi, run_strategy):
     """Setting ``spec.runStrategy`` (replacing ``spec.running``)."""
-    plan = Plan(vm, vmi)
+    plan = RunStrategyChange(vm, vmi)
     plan.after = run_strategy
     plan.write_spec = plan.uses_running or (vm.get("spec") or {}).get("runStrategy") != run_strategy
     if plan.write_spec and plan.before != run_strategy:
@@ -143,7 +143,7 @@ def plan_run_strategy(vm, vmi, run_strategy):
 
 def plan_action(vm, vmi, action):
     """One of start/stop/restart, following the transition table."""
-    plan = Plan(vm, vmi)
+    plan = RunStrategyChange(vm, vmi)
     before = plan.before
     if before not in AFTER_ACTION:
         plan.error = "%s has run strategy %s, which supports no %s." % (plan.describe(), before, action)

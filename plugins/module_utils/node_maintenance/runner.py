@@ -55,16 +55,9 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import pod_key
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import Progress, percent
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination.run_owner import run_owner
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.blockers import blocked_message
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.snapshot import Snapshot
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Deadline
-
-
-def blocked_message(name, blockers, policy, task="enter maintenance"):
-    texts = [b.text.rstrip(".") for b in blockers]
-    if len(texts) == 1:
-        return "Node %s cannot %s (non_migratable=%s): %s." % (name, task, policy, texts[0])
-    return "Node %s cannot %s (non_migratable=%s), %d blockers: %s." % (
-        name, task, policy, len(texts), "; ".join("(%d) %s" % (i + 1, t) for i, t in enumerate(texts)))
 
 
 # The drain of the node-maintenance operator cannot be tuned: the NodeMaintenance spec holds only

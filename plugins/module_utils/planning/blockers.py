@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubevirt_ops.maintenance contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The blockers a plan names: their kinds, how each non_migratable policy treats them, and the
-record of one."""
+"""The blockers a plan names: their kinds, how each non_migratable policy treats them, the
+record of one, and the sentence that refuses a node over them."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -25,3 +25,12 @@ class Blocker:
         self.kind = kind
         self.text = text
         self.vmi_uid = vmi_uid
+
+
+def blocked_message(name, blockers, policy, task="enter maintenance"):
+    """The sentence that refuses node ``name`` over its fatal blockers (one, or numbered)."""
+    texts = [b.text.rstrip(".") for b in blockers]
+    if len(texts) == 1:
+        return "Node %s cannot %s (non_migratable=%s): %s." % (name, task, policy, texts[0])
+    return "Node %s cannot %s (non_migratable=%s), %d blockers: %s." % (
+        name, task, policy, len(texts), "; ".join("(%d) %s" % (i + 1, t) for i, t in enumerate(texts)))
