@@ -13,6 +13,7 @@ __metaclass__ = type
 import copy
 import json
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import annotation_json
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.nodes import (
     get_node,
     has_taint,
@@ -51,14 +52,7 @@ def pending_taint_changes(node, mark):
 
 def maintenance_record(node):
     """What this collection recorded on the node when it entered maintenance (or None)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(NODE_STATE_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+    return annotation_json(node, NODE_STATE_ANNOTATION, dict)
 
 
 def maintenance_state(node, cr_phase=None):

@@ -19,6 +19,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommission import power
@@ -50,7 +51,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.
     compute_plan,
     is_our_maintenance,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import DrainOptions, pod_key, pods_permission
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import DrainOptions, pods_permission
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import Progress
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination.run_owner import run_owner
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.snapshot import Snapshot
@@ -97,7 +98,7 @@ def _check_mode_result(plan, decision, powered_off, result):
     for vm in plan.vms:
         moves = vm["_fate"].moves or (powered_off and vm["run_strategy"] in RESTARTING)
         if moves:
-            target = plan.targets.get(pod_key(vm["_pod"])) if vm["_pod"] is not None else None
+            target = plan.targets.get(object_name(vm["_pod"])) if vm["_pod"] is not None else None
             result["vms"]["rescheduled"].append({"namespace": vm["namespace"], "name": vm["name"], "node": target})
         else:
             result["vms"]["not_restarted"].append({"namespace": vm["namespace"], "name": vm["name"],

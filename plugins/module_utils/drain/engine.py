@@ -24,6 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
@@ -42,7 +43,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pod
     REFUSE,
     classify_pod,
     matching_pdbs,
-    pod_key,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Informer
 
@@ -304,13 +304,13 @@ class Drainer:
         self.pods.start()
         try:
             self._await_sync(self.pods)
-            for pod in sorted(self.pods.items(), key=pod_key):
+            for pod in sorted(self.pods.items(), key=object_name):
                 verdict, reason = classify_pod(pod, self.options)
                 result.total += 1
                 if verdict == EVICT:
-                    result.targets.append(DrainTarget(pod, wait_only=pod_key(pod) in self.wait_only))
+                    result.targets.append(DrainTarget(pod, wait_only=object_name(pod) in self.wait_only))
                 elif verdict == REFUSE:
-                    result.refused.append((pod_key(pod), reason))
+                    result.refused.append((object_name(pod), reason))
             result.eviction = len(result.targets)
             if result.refused:
                 return result

@@ -8,11 +8,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import MaintenanceError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import describe_pdb, matching_pdbs, pod_key
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import describe_pdb, matching_pdbs
 
 VIRT_API_DOWN_START = kubevirt_settings.VIRT_API_DOWN.split("%", 1)[0]
 
@@ -29,7 +30,7 @@ def explain_pending(client, node, pods, pdbs, reasons=None, vmis=None):
     vmis_by_uid, migrations, cluster_default = _launcher_context(client, pods, vmis)
     sentences = []
     for pod in pods:
-        key = pod_key(pod)
+        key = object_name(pod)
         meta = pod["metadata"]
         if meta.get("deletionTimestamp"):
             sentences.append("pod %s is terminating since %s (the node must confirm it stopped)"
@@ -68,7 +69,7 @@ def _launcher_context(client, pods, vmis):
 
 def _explain_plain_pod(pod, pdbs, last_reason):
     """A pod that is no virt-launcher: its blocking budgets, else the last eviction answer."""
-    key = pod_key(pod)
+    key = object_name(pod)
     zero = [p for p in matching_pdbs(pod, pdbs) if ((p.get("status") or {}).get("disruptionsAllowed") or 0) < 1]
     if zero:
         return "pod %s: %s" % (key, "; ".join(describe_pdb(p) for p in zero))
@@ -78,7 +79,7 @@ def _explain_plain_pod(pod, pdbs, last_reason):
 
 
 def _explain_launcher(client, node, pod, vmis_by_uid, migrations, cluster_default, last_reason):
-    key = pod_key(pod)
+    key = object_name(pod)
     vmi = vmis_by_uid.get(kubevirt.launcher_vmi_uid(pod))
     if vmi is None:
         return "pod %s runs a VMI that no longer exists" % key
@@ -135,6 +136,6 @@ def _pending_target_pod(client, migration):
         if (pod.get("status") or {}).get("phase") == "Pending":
             for cond in (pod.get("status") or {}).get("conditions") or []:
                 if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                    return "%s is Pending: %s" % (pod_key(pod), (cond.get("message") or cond.get("reason") or "").rstrip("."))
-            return "%s is Pending" % pod_key(pod)
+                    return "%s is Pending: %s" % (object_name(pod), (cond.get("message") or cond.get("reason") or "").rstrip("."))
+            return "%s is Pending" % object_name(pod)
     return None

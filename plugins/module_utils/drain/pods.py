@@ -56,11 +56,6 @@ class DrainOptions:
         )
 
 
-def pod_key(pod):
-    meta = pod.get("metadata") or {}
-    return "%s/%s" % (meta.get("namespace"), meta.get("name"))
-
-
 def controller_of(pod):
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):

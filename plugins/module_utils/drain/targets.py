@@ -12,8 +12,9 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import FINISHED_LAUNCHER, is_finished, pod_key
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import FINISHED_LAUNCHER, is_finished
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import percent
 
 
@@ -22,7 +23,7 @@ class DrainTarget:
 
     def __init__(self, pod, wait_only=False):
         meta = pod["metadata"]
-        self.key = pod_key(pod)
+        self.key = object_name(pod)
         self.namespace = meta.get("namespace")
         self.name = meta.get("name")
         self.uid = meta.get("uid")

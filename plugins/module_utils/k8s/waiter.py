@@ -16,6 +16,7 @@ __metaclass__ = type
 import threading
 import time
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_key
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     MaintenanceError,
     WaitTimeoutError,
@@ -38,11 +39,6 @@ class Deadline:
 
     def elapsed(self):
         return time.monotonic() - self.start
-
-
-def object_key(obj):
-    meta = obj.get("metadata") or {}
-    return (meta.get("namespace") or "", meta.get("name"))
 
 
 class Informer:

@@ -33,6 +33,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import meta_of, object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import patches
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.access import Permission
@@ -45,14 +46,6 @@ EVACUATION_NODE = ("status", "evacuationNodeName")
 STARTED_PHASES = ("Running",) + kubevirt.FINISHED_PHASES
 
 
-def _meta(obj):
-    return obj.get("metadata") or {}
-
-
-def _key(obj):
-    return "%s/%s" % (_meta(obj).get("namespace"), _meta(obj).get("name"))
-
-
 def marked_vmis(client, node):
     """Active VMIs still marked for evacuation from ``node``."""
     items, _rv = client.list("VirtualMachineInstance")
@@ -63,9 +56,9 @@ def pending_migrations(client, node):
     """Evacuation migrations of ``node`` that have not started moving memory."""
     items, _rv = client.list("VirtualMachineInstanceMigration")
     return [m for m in items
-            if (_meta(m).get("annotations") or {}).get(EVACUATION_MIGRATION_ANNOTATION) == node
+            if (meta_of(m).get("annotations") or {}).get(EVACUATION_MIGRATION_ANNOTATION) == node
             and (m.get("status") or {}).get("phase") not in STARTED_PHASES
-            and not _meta(m).get("deletionTimestamp")]
+            and not meta_of(m).get("deletionTimestamp")]
 
 
 def pending(client, node):
@@ -82,7 +75,7 @@ def uses_cancel_action(client):
 
 def permissions(client, vmis, migrations):
     perms = []
-    namespaces = sorted(set(_meta(v).get("namespace") for v in vmis))
+    namespaces = sorted(set(meta_of(v).get("namespace") for v in vmis))
     if namespaces:
         if uses_cancel_action(client):
             # The API server authorizes only the first path segment after the name as the
@@ -92,7 +85,7 @@ def permissions(client, vmis, migrations):
                                     subresource=CANCEL_ACTION.split("/", 1)[0], namespaces=namespaces))
         else:
             perms.append(Permission("patch", "virtualmachineinstances", group="kubevirt.io", namespaces=namespaces))
-    namespaces = sorted(set(_meta(m).get("namespace") for m in migrations))
+    namespaces = sorted(set(meta_of(m).get("namespace") for m in migrations))
     if namespaces:
         perms.append(Permission("delete", "virtualmachineinstancemigrations", group="kubevirt.io",
                                 namespaces=namespaces))
@@ -100,7 +93,7 @@ def permissions(client, vmis, migrations):
 
 
 def _entry(vmi, node, how):
-    return {"namespace": _meta(vmi).get("namespace"), "name": _meta(vmi).get("name"), "node": node, "how": how}
+    return {"namespace": meta_of(vmi).get("namespace"), "name": meta_of(vmi).get("name"), "node": node, "how": how}
 
 
 def _clear_mark(client, vmi, node):
@@ -125,7 +118,7 @@ def cancel(client, node, vmis, warn=None):
     cancelled = []
     action = uses_cancel_action(client) if vmis else False
     for vmi in vmis:
-        meta = _meta(vmi)
+        meta = meta_of(vmi)
         try:
             if action:
                 client.subresource_action("VirtualMachineInstance", meta.get("name"), meta.get("namespace"),
@@ -139,10 +132,10 @@ def cancel(client, node, vmis, warn=None):
             if exc.status != 400 or warn is None:
                 raise
             warn("The evacuation of VMI %s from node %s was not cancelled: %s" % (
-                _key(vmi), node, exc.msg.rstrip(".") + "."))
+                object_name(vmi), node, exc.msg.rstrip(".") + "."))
     deleted = []
     for migration in pending_migrations(client, node):
-        meta = _meta(migration)
+        meta = meta_of(migration)
         if client.delete("VirtualMachineInstanceMigration", meta.get("name"), meta.get("namespace")) is not None:
-            deleted.append(_key(migration))
+            deleted.append(object_name(migration))
     return cancelled, deleted

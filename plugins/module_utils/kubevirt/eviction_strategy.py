@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_key, object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import hco as hco_utils
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import migratability
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import patches
@@ -27,6 +28,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.
     vm_claim_names,
     vm_not_migratable_reason,
     vm_run_strategy,
+    vmi_is_active,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.cluster_settings import (
     cluster_eviction_strategy,
@@ -54,7 +56,7 @@ class VmChange:
 
     @property
     def key(self):
-        return vms.key(self.vm)
+        return object_key(self.vm)
 
     @property
     def changed(self):
@@ -95,7 +97,7 @@ class VmChange:
 def frozen_differs(vmi, wanted, cluster_default):
     """Whether an active VMI's own (frozen) eviction strategy differs from ``wanted``; a VMI
     without one (created before KubeVirt 1.1) follows the cluster default."""
-    if not run_strategy.vmi_active(vmi):
+    if not vmi_is_active(vmi):
         return False
     running = (vmi.get("spec") or {}).get("evictionStrategy") or cluster_default
     return running != wanted
@@ -110,8 +112,8 @@ def _select_non_migratable(client, selection, selected, vmis, kubevirt, warn):
     pvcs = {}
 
     def judged_by_spec(vm):
-        vmi = vmis.get(vms.key(vm))
-        return not run_strategy.vmi_active(vmi) or live_migratable(vmi)[0] is None
+        vmi = vmis.get(object_key(vm))
+        return not vmi_is_active(vmi) or live_migratable(vmi)[0] is None
 
     needs_pvcs = any(vm_claim_names(vm) and judged_by_spec(vm) for vm in selected)
     if needs_pvcs:
@@ -121,9 +123,9 @@ def _select_non_migratable(client, selection, selected, vmis, kubevirt, warn):
     rules = migratability.ClusterRules(kubevirt)
     chosen, unknown = [], []
     for vm in selected:
-        reason = vm_not_migratable_reason(vm, vmis.get(vms.key(vm)), lambda ns, name: pvcs.get((ns, name)), rules)
+        reason = vm_not_migratable_reason(vm, vmis.get(object_key(vm)), lambda ns, name: pvcs.get((ns, name)), rules)
         if reason == "Unknown":
-            unknown.append(vms.ref(vm))
+            unknown.append(object_name(vm))
         elif reason:
             chosen.append(vm)
     if unknown:
@@ -194,7 +196,7 @@ def _vm_scope(module):
     vmis = vms.list_vmis(client, selection, selected)
     if params["only_non_migratable"]:
         selected = _select_non_migratable(client, selection, selected, vmis, kubevirt, module.warn)
-    changes = [VmChange(vm, vmis.get(vms.key(vm)), desired, cluster_default) for vm in selected]
+    changes = [VmChange(vm, vmis.get(object_key(vm)), desired, cluster_default) for vm in selected]
     if params["restart"]:
         _decide_restarts(changes, module.warn)
     write = not module.check_mode
@@ -277,7 +279,7 @@ def _cluster_followers(client, desired):
     selection = vms.Selection({"all_namespaces": True})
     selected = [vm for vm in vms.select(client, selection, lambda msg: None) if patches.value_at(vm, VM_PATH) is None]
     vmis = vms.list_vmis(client, selection, selected)
-    return [VmChange(vm, vmis.get(vms.key(vm)), None, desired) for vm in selected]
+    return [VmChange(vm, vmis.get(object_key(vm)), None, desired) for vm in selected]
 
 
 def _restart(module, changes):

@@ -10,6 +10,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import meta_of
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import migratability
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.quantities import parse_quantity
 
@@ -82,10 +83,6 @@ MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
 VMI_PDB_PREFIX = "kubevirt-disruption-budget-"
 
 
-def _meta(obj):
-    return obj.get("metadata") or {}
-
-
 def vmi_node(vmi):
     return (vmi.get("status") or {}).get("nodeName")
 
@@ -103,19 +100,27 @@ def vmi_guest_memory(vmi):
     return 0
 
 
+def vmi_phase(vmi):
+    """The VMI's phase (Pending until KubeVirt reports one), None when there is no VMI."""
+    if not vmi:
+        return None
+    return (vmi.get("status") or {}).get("phase") or "Pending"
+
+
 def vmi_is_active(vmi):
-    """The VMI has not ended (a finished VMI holds no launcher pod worth draining)."""
-    return (vmi.get("status") or {}).get("phase") not in FINISHED_PHASES and not _meta(vmi).get("deletionTimestamp")
+    """The VMI exists, is not being deleted and has not ended (a finished VMI holds no launcher
+    pod worth draining)."""
+    return bool(vmi) and vmi_phase(vmi) not in FINISHED_PHASES and not meta_of(vmi).get("deletionTimestamp")
 
 
 def vmi_phase_running(vmi):
     """The VMI is in phase Running, also while it is being deleted."""
-    return (vmi.get("status") or {}).get("phase") == "Running"
+    return vmi_phase(vmi) == "Running"
 
 
 def vmi_is_running(vmi):
     """Phase Running and not being deleted, whether or not it is Ready (see vmi_in_service)."""
-    return vmi_phase_running(vmi) and not _meta(vmi).get("deletionTimestamp")
+    return vmi_phase_running(vmi) and not meta_of(vmi).get("deletionTimestamp")
 
 
 def vmi_in_service(vmi):
@@ -139,22 +144,22 @@ def vmi_running_not_ready(vmi):
 
 def vm_name_of(vmi):
     """Name of the VirtualMachine owning the VMI, or None for a stand-alone VMI."""
-    for ref in _meta(vmi).get("ownerReferences") or []:
+    for ref in meta_of(vmi).get("ownerReferences") or []:
         if ref.get("kind") == "VirtualMachine":
             return ref.get("name")
     return None
 
 
 def is_launcher_pod(pod):
-    return (_meta(pod).get("labels") or {}).get("kubevirt.io") == "virt-launcher"
+    return (meta_of(pod).get("labels") or {}).get("kubevirt.io") == "virt-launcher"
 
 
 def launcher_vmi_uid(pod):
     """UID of the VMI a virt-launcher pod runs (label, else controller owner reference)."""
-    uid = (_meta(pod).get("labels") or {}).get(CREATED_BY_LABEL)
+    uid = (meta_of(pod).get("labels") or {}).get(CREATED_BY_LABEL)
     if uid:
         return uid
-    for ref in _meta(pod).get("ownerReferences") or []:
+    for ref in meta_of(pod).get("ownerReferences") or []:
         if ref.get("kind") == "VirtualMachineInstance":
             return ref.get("uid")
     return None
@@ -162,15 +167,15 @@ def launcher_vmi_uid(pod):
 
 def launcher_vmi_name(pod):
     """Name of the VMI a virt-launcher pod runs (owner reference, else KubeVirt's label)."""
-    for ref in _meta(pod).get("ownerReferences") or []:
+    for ref in meta_of(pod).get("ownerReferences") or []:
         if ref.get("kind") == "VirtualMachineInstance":
             return ref.get("name")
-    return (_meta(pod).get("labels") or {}).get(VM_NAME_LABEL)
+    return (meta_of(pod).get("labels") or {}).get(VM_NAME_LABEL)
 
 
 def is_vmi_pdb(pdb):
     """A PodDisruptionBudget virt-controller keeps over one VMI's launcher pod."""
-    meta = _meta(pdb)
+    meta = meta_of(pdb)
     if (meta.get("name") or "").startswith(VMI_PDB_PREFIX):
         return True
     if any(ref.get("kind") in ("VirtualMachineInstance", "VirtualMachine") for ref in meta.get("ownerReferences") or []):
@@ -199,12 +204,12 @@ def migration_in_flight(migration):
     types.go ``VirtualMachineInstanceMigrationPhase``); a migration without a phase is Pending.
     """
     phase = (migration.get("status") or {}).get("phase") or "Pending"
-    return phase not in FINISHED_PHASES and not _meta(migration).get("deletionTimestamp")
+    return phase not in FINISHED_PHASES and not meta_of(migration).get("deletionTimestamp")
 
 
 def describe_migration(migration, source=None, target=None):
     """'migration ns/name is in phase Scheduling (from node-a to no node yet)'."""
-    meta = _meta(migration)
+    meta = meta_of(migration)
     phase = (migration.get("status") or {}).get("phase") or "Pending"
     text = "migration %s/%s is in phase %s" % (meta.get("namespace"), meta.get("name"), phase)
     if source or target:
@@ -217,7 +222,7 @@ def migration_failure_reason(migration, vmi=None):
     failureReason (the VMI's, when it describes this migration, else the migration's own),
     else the message of the migration's Failed condition; None when nothing says."""
     status = migration.get("status") or {}
-    uid = _meta(migration).get("uid")
+    uid = meta_of(migration).get("uid")
     states = [status.get("migrationState") or {}]
     if vmi is not None and migration_state(vmi).get("migrationUid") == uid:
         states.insert(0, migration_state(vmi))
@@ -233,4 +238,4 @@ def migration_failure_reason(migration, vmi=None):
 def failed_migrations(migrations):
     """The Failed ones of a VMI's migrations, oldest first."""
     failed = [m for m in migrations if (m.get("status") or {}).get("phase") == "Failed"]
-    return sorted(failed, key=lambda m: (_meta(m).get("creationTimestamp") or "", _meta(m).get("name") or ""))
+    return sorted(failed, key=lambda m: (meta_of(m).get("creationTimestamp") or "", meta_of(m).get("name") or ""))

@@ -29,6 +29,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_key
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import patches
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import vms
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import waiter
@@ -42,6 +43,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.
     FINISHED_PHASES,
     vm_run_strategy,
     vmi_is_active,
+    vmi_phase,
 )
 
 ACTIONS = ("start", "stop", "restart")
@@ -61,17 +63,6 @@ AFTER_ACTION = {
 RUNNING = "running"  # a VMI in phase Running (for a restart: a new one)
 GONE = "gone"  # no VMI
 STARTED_ONCE = "started"  # a VMI that runs or has run to its end
-
-
-def vmi_phase(vmi):
-    if not vmi:
-        return None
-    return (vmi.get("status") or {}).get("phase") or "Pending"
-
-
-def vmi_active(vmi):
-    """A VMI that exists, is not being deleted and has not reached a final phase."""
-    return bool(vmi) and vmi_is_active(vmi)
 
 
 def vmi_uid(vmi):
@@ -98,7 +89,7 @@ class RunStrategyChange:
 
     @property
     def key(self):
-        return vms.key(self.vm)
+        return object_key(self.vm)
 
     def describe(self):
         return describe_object("VirtualMachine", self.key[1], self.key[0])
@@ -154,7 +145,7 @@ def plan_action(vm, vmi, action):
                       "instead." % (plan.describe(), before, action))
         return plan
     plan.after = after
-    active = vmi_active(vmi)
+    active = vmi_is_active(vmi)
     if after != before:
         # Always/RerunOnFailure/Once stop -> Halted, Halted start -> Always: a spec change.
         plan.write_spec = True
@@ -223,7 +214,7 @@ def _request_state_change(client, vm, changes):
 def request_vmi_action(client, vm, vmi, action, served):
     """start / stop / restart the VMI of ``vm`` without changing its run strategy."""
     if served:
-        namespace, name = vms.key(vm)
+        namespace, name = object_key(vm)
         client.subresource_action("VirtualMachine", name, namespace, action)
         return
     strategy = vm_run_strategy(vm)
@@ -232,13 +223,13 @@ def request_vmi_action(client, vm, vmi, action, served):
     if action == "restart" and strategy == "Always":
         # The VM controller re-creates the VMI at once; the uid precondition spares a newer VMI.
         # (RerunOnFailure re-creates only a failed VMI, so it gets Stop+Start requests below.)
-        namespace, name = vms.key(vm)
+        namespace, name = object_key(vm)
         client.delete("VirtualMachineInstance", name, namespace, body={"preconditions": {"uid": uid}})
     elif action == "restart":
         _request_state_change(client, vm, [stop, {"action": "Start"}])
     elif action == "stop":
         _request_state_change(client, vm, [stop])
-    elif vmi and not vmi_active(vmi):
+    elif vmi and not vmi_is_active(vmi):
         _request_state_change(client, vm, [stop, {"action": "Start"}])
     else:
         _request_state_change(client, vm, [{"action": "Start"}])
@@ -336,9 +327,9 @@ def run(module):
     selected = vms.select(client, selection, module.warn)
     vmis = vms.list_vmis(client, selection, selected)
     if params.get("run_strategy"):
-        plans = [plan_run_strategy(vm, vmis.get(vms.key(vm)), params["run_strategy"]) for vm in selected]
+        plans = [plan_run_strategy(vm, vmis.get(object_key(vm)), params["run_strategy"]) for vm in selected]
     else:
-        plans = [plan_action(vm, vmis.get(vms.key(vm)), params["action"]) for vm in selected]
+        plans = [plan_action(vm, vmis.get(object_key(vm)), params["action"]) for vm in selected]
     _refuse(plans)
     changing = [p for p in plans if p.changed]
     result = {"changed": bool(changing)}

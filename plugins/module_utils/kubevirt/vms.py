@@ -15,6 +15,7 @@ __metaclass__ = type
 
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_key
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     InvalidInputError,
     MaintenanceError,
@@ -23,16 +24,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.er
 
 # Concurrent writes per task: fast for thousands of VMs, gentle on the API server.
 WORKERS = 8
-
-
-def key(obj):
-    meta = obj.get("metadata") or {}
-    return (meta.get("namespace") or "", meta.get("name") or "")
-
-
-def ref(obj):
-    """'namespace/name' of an object."""
-    return "%s/%s" % key(obj)
 
 
 class Selection:
@@ -122,11 +113,11 @@ def select(client, selection, warn):
         raise _not_installed_error() from exc
     if not items:
         warn("No VirtualMachine matched (%s); nothing to do." % selection.describe())
-    return sorted(items, key=key)
+    return sorted(items, key=object_key)
 
 
 def index_by_key(objects):
-    return dict((key(o), o) for o in objects)
+    return dict((object_key(o), o) for o in objects)
 
 
 def list_vmis(client, selection, vms):
@@ -134,12 +125,12 @@ def list_vmis(client, selection, vms):
     if not vms:
         return {}
     if len(vms) == 1:
-        namespace, name = key(vms[0])
+        namespace, name = object_key(vms[0])
         vmi = client.get_or_none("VirtualMachineInstance", name, namespace)
         return {(namespace, name): vmi} if vmi else {}
     items, _rv = client.list("VirtualMachineInstance", namespace=selection.list_namespace)
-    wanted = set(key(vm) for vm in vms)
-    return dict((key(v), v) for v in items if key(v) in wanted)
+    wanted = set(object_key(vm) for vm in vms)
+    return dict((object_key(v), v) for v in items if object_key(v) in wanted)
 
 
 class Outcome:
@@ -172,7 +163,7 @@ def run_parallel(func, items, workers=WORKERS):
         return [future.result() for future in futures]
 
 
-def raise_failures(outcomes, what, key_of=key, **details):
+def raise_failures(outcomes, what, key_of=object_key, **details):
     """One error naming every item whose work failed (after the others were done).
 
     ``details`` (for example the per-VM results so far) go into the failed result.

@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import cr as nm_cr
@@ -22,7 +23,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.eng
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import WaitTimeoutError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.explain import explain_pending
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance.result import vm_report
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import pod_key, pods_permission
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import pods_permission
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import (
     Informer,
     wait_for_object,
@@ -145,7 +146,7 @@ def _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress, owner=N
     ``owner``: the run_owner.RunOwner of the run; once it is gone the wait ends with its error
     (the operator goes on draining: the NodeMaintenance stays)."""
     cr_name = cr["metadata"]["name"]
-    vm_of_pod = dict((pod_key(p), "%s/%s" % (p["metadata"]["namespace"], kubevirt.launcher_vmi_name(p)))
+    vm_of_pod = dict((object_name(p), "%s/%s" % (p["metadata"]["namespace"], kubevirt.launcher_vmi_name(p)))
                      for p in plan.evict if kubevirt.is_launcher_pod(p) and kubevirt.launcher_vmi_name(p))
     informer = Informer(client, kind, field_selector="metadata.name=%s" % cr_name)
     ended = []
@@ -182,11 +183,11 @@ def _cr_failure(client, name, plan, cr_name, view, timed_out, deadline, result):
     """Mark the maintenance failed and say why; returns the explanations of the pods left."""
     result["phase"] = "Failed"
     pending = _pending_pods(client, name, plan)
-    explanations = dict(zip([pod_key(p) for p in pending], explain_pending(
+    explanations = dict(zip([object_name(p) for p in pending], explain_pending(
         client, name, pending, client.list("PodDisruptionBudget")[0])))
     what = ("Timed out after %ds waiting for NodeMaintenance %s" % (round(deadline.seconds), cr_name)) if timed_out \
         else "NodeMaintenance %s failed" % cr_name
-    detail = "; ".join(explanations[pod_key(p)] for p in pending)
+    detail = "; ".join(explanations[object_name(p)] for p in pending)
     result["last_error"] = "%s (phase %s%s)%s." % (
         what, view["phase"], ", last error: %s" % view["last_error"].rstrip(".") if view["last_error"] else "",
         ": %s" % detail if detail else "")
@@ -254,6 +255,6 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
 
 
 def _pending_pods(client, name, plan):
-    wanted = set(pod_key(p) for p in plan.evict)
+    wanted = set(object_name(p) for p in plan.evict)
     items, _rv = client.list("Pod", field_selector="spec.nodeName=%s" % name)
-    return [p for p in items if pod_key(p) in wanted]
+    return [p for p in items if object_name(p) in wanted]

@@ -39,6 +39,7 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import annotation_json, meta_of
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import patches
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.access import Permission
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import ApiError, NotFoundError
@@ -71,10 +72,6 @@ def pause_request(node):
     return REMEDIATION_PAUSE_PREFIX + node
 
 
-def _meta(obj):
-    return obj.get("metadata") or {}
-
-
 def _api_version(kind):
     return api_version_of(kind)[1]
 
@@ -83,7 +80,7 @@ def entry(kind, obj, how):
     """One item of ``remediation_paused`` / ``remediation_restored``."""
     return {"kind": "MachineHealthCheck" if kind == "CapiMachineHealthCheck" else kind,
             "api_version": _api_version(kind) if kind != "Node" else "v1",
-            "namespace": _meta(obj).get("namespace"), "name": _meta(obj).get("name"), "how": how}
+            "namespace": meta_of(obj).get("namespace"), "name": meta_of(obj).get("name"), "how": how}
 
 
 def how(kind):
@@ -91,12 +88,7 @@ def how(kind):
 
 
 def _paused_for(obj):
-    raw = (_meta(obj).get("annotations") or {}).get(PAUSED_FOR_ANNOTATION)
-    try:
-        nodes = json.loads(raw) if raw else []
-    except ValueError:
-        return []
-    return [n for n in nodes if isinstance(n, str)] if isinstance(nodes, list) else []
+    return [n for n in annotation_json(obj, PAUSED_FOR_ANNOTATION, list) or [] if isinstance(n, str)]
 
 
 def paused_by_us(kind, obj, node):
@@ -109,7 +101,7 @@ def paused_by_others(kind, obj, node):
     """True when someone else's pause already holds the check (then we add nothing)."""
     if kind == NODE_HEALTH_CHECK:
         return False  # every pauser has an entry of its own
-    annotations = _meta(obj).get("annotations") or {}
+    annotations = meta_of(obj).get("annotations") or {}
     return PAUSED_ANNOTATION in annotations and not _paused_for(obj)
 
 
@@ -125,8 +117,8 @@ def _node_health_checks(client, node):
 def _check_selects_machine(check, machine, cluster_label):
     """Whether a MachineHealthCheck selects the machine (same namespace, same cluster, matching labels)."""
     spec = check.get("spec") or {}
-    labels = _meta(machine).get("labels") or {}
-    if _meta(machine).get("namespace") != _meta(check).get("namespace"):
+    labels = meta_of(machine).get("labels") or {}
+    if meta_of(machine).get("namespace") != meta_of(check).get("namespace"):
         return False
     if cluster_label and labels.get(cluster_label) != spec.get("clusterName"):
         return False
@@ -147,7 +139,7 @@ def _machine_health_checks(client, name, kind, machine_kind, cluster_label):
 def covering(client, node):
     """[(kind, check)] of the health checks that would remediate ``node`` (served kinds only)."""
     found = _node_health_checks(client, node)
-    name = _meta(node).get("name")
+    name = meta_of(node).get("name")
     for kind, machine_kind, cluster_label in MACHINE_HEALTH_CHECKS:
         found.extend(_machine_health_checks(client, name, kind, machine_kind, cluster_label))
     return found
@@ -172,7 +164,7 @@ def ours_anywhere(client, node):
 def to_pause(client, node):
     """[(kind, check)] that maintenance of ``node`` would pause (covering it, not yet paused by us
     or by someone else)."""
-    name = _meta(node).get("name")
+    name = meta_of(node).get("name")
     return [(kind, check) for kind, check in covering(client, node)
             if not paused_by_us(kind, check, name) and not paused_by_others(kind, check, name)]
 
@@ -181,7 +173,7 @@ def label_entry(node):
     """The exclude-from-remediation label as an item of ``remediation_paused`` when maintenance adds it."""
     if labels_of(node).get(EXCLUDE_LABEL) == "true":
         return []
-    return [{"kind": "Node", "api_version": "v1", "namespace": None, "name": _meta(node).get("name"),
+    return [{"kind": "Node", "api_version": "v1", "namespace": None, "name": meta_of(node).get("name"),
              "how": "label"}]
 
 
@@ -189,7 +181,7 @@ def permissions(targets):
     perms = []
     for kind, _check in targets:
         group, _version, plural = api_version_of(kind)
-        namespaces = sorted(set(_meta(c).get("namespace") for k, c in targets if k == kind and _meta(c).get("namespace")))
+        namespaces = sorted(set(meta_of(c).get("namespace") for k, c in targets if k == kind and meta_of(c).get("namespace")))
         perm = Permission("patch", plural, group=group, namespaces=namespaces or None)
         if not any(p.resource == perm.resource and p.group == perm.group for p in perms):
             perms.append(perm)
@@ -199,16 +191,12 @@ def permissions(targets):
 # -- the node's record -------------------------------------------------------------------------
 
 def _record_key(kind, obj):
-    return {"kind": kind, "namespace": _meta(obj).get("namespace"), "name": _meta(obj).get("name")}
+    return {"kind": kind, "namespace": meta_of(obj).get("namespace"), "name": meta_of(obj).get("name")}
 
 
 def recorded(node):
-    raw = (_meta(node).get("annotations") or {}).get(REMEDIATION_RECORD_ANNOTATION)
-    try:
-        items = json.loads(raw) if raw else []
-    except ValueError:
-        return []
-    return [i for i in items if isinstance(i, dict) and i.get("kind") in RESOURCES] if isinstance(items, list) else []
+    return [i for i in annotation_json(node, REMEDIATION_RECORD_ANNOTATION, list) or []
+            if isinstance(i, dict) and i.get("kind") in RESOURCES]
 
 
 def _write_record(client, node, items):
@@ -231,7 +219,7 @@ def _pause_plan(kind, node_name):
             requests = list(patches.value_at(check, PAUSE_REQUESTS) or [])
             return patches.set_field(check, PAUSE_REQUESTS, requests + [pause_request(node_name)]), True
         changes = [(PAUSED_FOR, json.dumps(_paused_for(check) + [node_name]))]
-        if PAUSED_ANNOTATION not in (_meta(check).get("annotations") or {}):
+        if PAUSED_ANNOTATION not in (meta_of(check).get("annotations") or {}):
             changes.append((PAUSED, pause_request(node_name)))
         return patches.set_fields(check, changes), True
     return plan
@@ -246,7 +234,7 @@ def _restore_plan(kind, node_name):
             return patches.set_field(check, PAUSE_REQUESTS, requests or None), True
         left = [n for n in _paused_for(check) if n != node_name]
         changes = [(PAUSED_FOR, json.dumps(left) if left else None)]
-        value = (_meta(check).get("annotations") or {}).get(PAUSED_ANNOTATION)
+        value = (meta_of(check).get("annotations") or {}).get(PAUSED_ANNOTATION)
         if not left and isinstance(value, str) and value.startswith(REMEDIATION_PAUSE_PREFIX):
             changes.append((PAUSED, None))
         return patches.set_fields(check, changes), True
@@ -255,7 +243,7 @@ def _restore_plan(kind, node_name):
 
 def pause(client, node, targets):
     """Pause ``targets`` for ``node`` (recorded on the node first); returns (node after, entries)."""
-    name = _meta(node).get("name")
+    name = meta_of(node).get("name")
     if not targets:
         return node, []
     known = recorded(node)
@@ -275,9 +263,9 @@ def pause(client, node, targets):
 
 def to_restore(client, node):
     """[(kind, check)] holding a pause of ours for ``node``: the recorded ones and any found."""
-    name = _meta(node).get("name")
+    name = meta_of(node).get("name")
     found = ours_anywhere(client, node=name) if isinstance(name, str) else []
-    seen = set((k, _meta(c).get("namespace"), _meta(c).get("name")) for k, c in found)
+    seen = set((k, meta_of(c).get("namespace"), meta_of(c).get("name")) for k, c in found)
     for item in recorded(node):
         key = (item["kind"], item.get("namespace"), item.get("name"))
         if key in seen or not client.kind_served(item["kind"]):
@@ -292,7 +280,7 @@ def restore(client, node, targets=None, node_deleted=False):
     """Undo our pauses for ``node`` and drop its record; returns (node after, entries restored).
 
     ``node_deleted``: the node is gone (decommissioned), so its record went with it."""
-    name = _meta(node).get("name")
+    name = meta_of(node).get("name")
     if targets is None:
         targets = to_restore(client, node)
     done = []
@@ -303,7 +291,7 @@ def restore(client, node, targets=None, node_deleted=False):
             continue
         if changed:
             done.append(entry(kind, check, how(kind)))
-    has_record = recorded(node) or REMEDIATION_RECORD_ANNOTATION in (_meta(node).get("annotations") or {})
+    has_record = recorded(node) or REMEDIATION_RECORD_ANNOTATION in (meta_of(node).get("annotations") or {})
     if has_record and not node_deleted:
         try:
             node = _write_record(client, node, [])

@@ -10,13 +10,13 @@ __metaclass__ = type
 
 import contextlib
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import MaintenanceError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import pod_key
 
 MOVE_BACK_NOTE = "VMs that left the node during maintenance do not move back by themselves."
 
@@ -137,7 +137,7 @@ def vm_report(client, plan, explanations, final=True, restarted=None):
         now = current.get(uid)
         if now is not None and kubevirt.vmi_is_active(now) and kubevirt.migration_target(now) == plan.node:
             pod = vm["_pod"]
-            reason = explanations.get(pod_key(pod)) if pod is not None else None
+            reason = explanations.get(object_name(pod)) if pod is not None else None
             if final or vm["outcome"] in (fates.BLOCK, fates.EXTERNAL):
                 vms["blocked"].append({"namespace": vm["namespace"], "name": vm["name"],
                                        "reason": reason or blocker_text(plan, uid) or

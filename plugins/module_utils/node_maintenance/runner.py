@@ -17,6 +17,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import cr as nm_cr
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
@@ -52,7 +53,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.
     compute_plan,
     node_summary,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import pod_key
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import Progress, percent
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination.run_owner import run_owner
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.blockers import blocked_message
@@ -203,7 +203,7 @@ def enter(module):
     result["method_reason"] = method_reason
     result["total_pods"] = plan.total_pods
     result["eviction_pods"] = len(plan.evict)
-    result["pending_pods"] = [pod_key(p) for p in plan.evict]
+    result["pending_pods"] = [object_name(p) for p in plan.evict]
     result["drain_progress"] = percent(len(plan.evict), len(plan.evict))
     fatal = plan.fatal_blockers(policy)
     if fatal:
@@ -254,7 +254,7 @@ def predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pau
         outcome = vm["_fate"].result
         uid = vm["_vmi"]["metadata"].get("uid")
         if outcome == fates.MIGRATE:
-            target = plan.targets.get(pod_key(vm["_pod"])) if vm["_pod"] is not None else None
+            target = plan.targets.get(object_name(vm["_pod"])) if vm["_pod"] is not None else None
             vms["migrated"].append({"namespace": vm["namespace"], "name": vm["name"], "source": plan.node,
                                     "target": target})
         elif outcome in fates.SHUT_DOWN_OUTCOMES:

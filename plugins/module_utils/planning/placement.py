@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
@@ -22,7 +23,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.p
     has_pod_rules,
     required_pod_terms,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import controller_of, is_finished, pod_key
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import controller_of, is_finished
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.quantities import RESOURCE_NAMES, format_amount
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.scheduling import (
     format_taint,
@@ -178,7 +179,7 @@ def _placement(plan, snapshot, name, prefer=None):
     used = {}
     plan.leaving_ids = frozenset(id(p) for p in plan.evict)
     movers = [p for p in plan.evict if _moves(p, plan)]
-    movers.sort(key=lambda p: (-_requests(p)["memory"], pod_key(p)))
+    movers.sort(key=lambda p: (-_requests(p)["memory"], object_name(p)))
     vm_by_pod = _vm_by_pod(plan)
     room_short = []
     preferred_first = {}  # id of an eligible_nodes list -> the same nodes, those in ``prefer`` first
@@ -203,7 +204,7 @@ def _placement(plan, snapshot, name, prefer=None):
             room_short.append(pod)
         else:
             # An ordinary pod whose own rules allow no other node stays Pending; the drain still completes.
-            plan.pending.append((pod_key(pod), ruled_out or "no other node accepts it (%s)" % _why_nowhere(
+            plan.pending.append((object_name(pod), ruled_out or "no other node accepts it (%s)" % _why_nowhere(
                 snapshot, spec, need, name)))
     if room_short:
         _no_room_for_all(plan, name, room_short)
@@ -245,7 +246,7 @@ def _place(plan, used, pod, vm, spec, need, target):
     bucket = used.setdefault(target, {})
     for resource, amount in need.items():
         bucket[resource] = bucket.get(resource, 0.0) + amount
-    plan.targets[pod_key(pod)] = target
+    plan.targets[object_name(pod)] = target
     plan.placed.append((pod, target, spec))
     if required_pod_terms(spec, "podAntiAffinity"):
         plan.placed_holders.append((target, dict(pod, spec=spec)))
@@ -265,4 +266,4 @@ def _no_room_for_all(plan, name, room_short):
     plan.blockers.append(Blocker(CAPACITY, (
         "The other nodes lack room for everything node %s runs: %d pod%s (%s) would find no node, "
         "for example %s." % (name, len(room_short), "" if len(room_short) == 1 else "s", ", ".join(shown),
-                             ", ".join(pod_key(p) for p in room_short[:3])))))
+                             ", ".join(object_name(p) for p in room_short[:3])))))

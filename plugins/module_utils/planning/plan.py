@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
@@ -37,7 +38,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pod
     classify_pod,
     is_finished,
     matching_pdbs,
-    pod_key,
 )
 
 
@@ -101,7 +101,7 @@ class Plan:
 
     def as_dict(self):
         return {
-            "evict": [pod_key(p) for p in self.evict],
+            "evict": [object_name(p) for p in self.evict],
             "skip": [{"pod": key, "reason": reason} for key, reason in self.skip],
             "vms": [dict((k, v) for k, v in vm.items() if not k.startswith("_")) for vm in self.vms],
             "blockers": [b.text for b in self.blockers],
@@ -123,7 +123,7 @@ def compute_plan(snapshot, name, options, prefer=None):
     plan = Plan(name)
     plan.non_migratable = getattr(options, "non_migratable", "fail")
     plan._budget_namespaces = set(snapshot.pdbs_by_namespace)
-    pods = sorted(snapshot.pods_on(name), key=pod_key)
+    pods = sorted(snapshot.pods_on(name), key=object_name)
     plan.total_pods = len(pods)
     refused = []
     for pod in pods:
@@ -131,10 +131,10 @@ def compute_plan(snapshot, name, options, prefer=None):
         if verdict == EVICT:
             plan.evict.append(pod)
         elif verdict == REFUSE:
-            refused.append((pod_key(pod), reason))
-            plan.skip.append((pod_key(pod), "blocks the drain: " + reason))
+            refused.append((object_name(pod), reason))
+            plan.skip.append((object_name(pod), "blocks the drain: " + reason))
         else:
-            plan.skip.append((pod_key(pod), reason))
+            plan.skip.append((object_name(pod), reason))
     _safety(plan, snapshot, node, options)
     if refused:
         plan.blockers.append(Blocker(PODS, "Node %s has pods the drain options do not allow to evict: %s." % (
@@ -227,10 +227,10 @@ def _pdbs(plan, snapshot):
             continue
         found = matching_pdbs(pod, snapshot.pdbs_by_namespace.get(pod["metadata"].get("namespace"), []))
         if len(found) > 1:
-            multiple.append((pod_key(pod), found))
+            multiple.append((object_name(pod), found))
         for pdb in found:
             key = "%s/%s" % (pdb["metadata"]["namespace"], pdb["metadata"]["name"])
-            covered.setdefault(key, (pdb, []))[1].append(pod_key(pod))
+            covered.setdefault(key, (pdb, []))[1].append(object_name(pod))
     for key in sorted(covered):
         pdb, pod_keys = covered[key]
         status = pdb.get("status") or {}

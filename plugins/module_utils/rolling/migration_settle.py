@@ -10,24 +10,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import namespaced_name, object_key
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import WaitTimeoutError
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import (
-    Deadline,
-    Informer,
-    object_key,
-    wait_until,
-)
-
-
-def _key(namespace, name):
-    return "%s/%s" % (namespace, name)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Deadline, Informer, wait_until
 
 
 def _migration_text(migration):
     meta = migration["metadata"]
     vmi_name = (migration.get("spec") or {}).get("vmiName")
-    return "Migration %s of VMI %s/%s" % (_key(meta["namespace"], meta["name"]), meta["namespace"], vmi_name)
+    return "Migration %s of VMI %s/%s" % (namespaced_name(meta["namespace"], meta["name"]), meta["namespace"], vmi_name)
 
 
 def _phase(migration):
@@ -93,4 +85,4 @@ def settle_migrations(client, timeout):
 def settled_notice(settled, settle_seconds):
     return "Waited %ds for %d live migration%s in flight to end before planning: %s." % (
         round(settle_seconds), len(settled), "" if len(settled) == 1 else "s",
-        ", ".join("%s (VMI %s, %s)" % (_key(m["namespace"], m["name"]), m["vmi"], m["phase"]) for m in settled))
+        ", ".join("%s (VMI %s, %s)" % (namespaced_name(m["namespace"], m["name"]), m["vmi"], m["phase"]) for m in settled))

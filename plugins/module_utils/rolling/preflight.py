@@ -20,6 +20,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import namespaced_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import batches as batches_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
@@ -37,7 +38,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.r
     resumed_maintenances,
     run_order,
     running_vms,
-    vm_key,
 )
 
 ORDERS = ("given", "fewest_vms_first")
@@ -112,7 +112,7 @@ def _expected_stopped(name, vms, policy, warnings):
                                      "run_strategy": vm.get("run_strategy")})
             warnings.append("VM %s on node %s will stay stopped after it leaves the node (run strategy %s); "
                             "start it again when you want it back." % (
-                                vm_key(vm["namespace"], vm["name"]), name, vm.get("run_strategy") or "none"))
+                                namespaced_name(vm["namespace"], vm["name"]), name, vm.get("run_strategy") or "none"))
     return expected_stopped
 
 

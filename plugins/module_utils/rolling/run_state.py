@@ -17,11 +17,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster i
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import plan as plan_mod
 
 
-def vm_key(namespace, name):
-    """'namespace/name', as the run names a VM."""
-    return "%s/%s" % (namespace, name)
-
-
 def vm_of(vmi):
     """(namespace, name, owned_by_vm) of the VM behind a VMI."""
     meta = vmi.get("metadata") or {}

@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import datetime
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import namespaced_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
@@ -21,7 +22,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.er
     InvalidInputError,
     WaitTimeoutError,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.run_state import vm_key, vm_of
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.run_state import vm_of
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.timeutil import parse_time_utc
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Informer, wait_until
 
@@ -29,7 +30,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waite
 def _vm_key(item):
     if isinstance(item, str):
         return item
-    return vm_key(item.get("namespace"), item.get("name"))
+    return namespaced_name(item.get("namespace"), item.get("name"))
 
 
 def _running_keys(vmis, ready=True):
@@ -39,7 +40,7 @@ def _running_keys(vmis, ready=True):
     for vmi in vmis:
         if (kubevirt.vmi_in_service(vmi) if ready else kubevirt.vmi_running_not_ready(vmi)):
             namespace, name, _owned = vm_of(vmi)
-            keys[vm_key(namespace, name)] = kubevirt.vmi_node(vmi)
+            keys[namespaced_name(namespace, name)] = kubevirt.vmi_node(vmi)
     return keys
 
 

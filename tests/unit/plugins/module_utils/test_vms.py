@@ -7,6 +7,7 @@ import pytest
 
 from kubevirt_objects import cluster, vm, vmi
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import vms
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     InvalidInputError,
@@ -77,7 +78,7 @@ def test_selection_lists_once_and_sorts():
     server.add("VirtualMachine", vm("other", "ns1", labels={"tier": "web"}))
     server.requests.clear()
     found = vms.select(client, selection(all_namespaces=True, label_selector="tier=db").validate(), print)
-    assert [vms.ref(v) for v in found] == ["ns1/a", "ns1/z", "ns2/a", "ns2/b"]
+    assert [object_name(v) for v in found] == ["ns1/a", "ns1/z", "ns2/a", "ns2/b"]
     assert server.requests == [("GET", "VirtualMachine", None)]
 
 
