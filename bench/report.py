@@ -36,78 +36,118 @@ def summarize(runs, peer_labels, rolling_labels=None):
         entry = summary.setdefault(run["scenario"], {}).setdefault(run["peer"], {"runs": []})
         entry["runs"].append(run)
     for scenario, by_peer in summary.items():
+        labels = (rolling_labels or peer_labels) if scenario in ROLLING_SCENARIOS else peer_labels
         for peer, entry in by_peer.items():
             runs_ = entry.pop("runs")
             ok = [r for r in runs_ if r.get("ok")]
-            labels = (rolling_labels or peer_labels) if scenario in ROLLING_SCENARIOS else peer_labels
-            entry.update({
-                "label": labels.get(peer, peer),
-                "simulator_requests_median": median([(r.get("requests_by_client") or {}).get("kubevirt-sim")
-                                                     for r in ok]),
-                "iterations": len(runs_),
-                "succeeded": len(ok),
-                "wall_seconds_median": median([r["wall_seconds"] for r in ok]),
-                "wall_seconds_all": [r["wall_seconds"] for r in runs_],
-                "requests_median": median([r["requests"] for r in ok]),
-                "requests_all": [r["requests"] for r in runs_],
-                "correct": all(r["correctness"]["correct"] for r in runs_) if runs_ else None,
-                "correct_runs": sum(1 for r in runs_ if r["correctness"]["correct"]),
-                "errors": sorted({r["error"] for r in runs_ if r.get("error")}),
-                "peak_tree_rss_mib_max": max((r.get("peak_tree_rss_mib") or 0) for r in runs_) if runs_ else None,
-            })
-            bounds = [r.get("vm_lower_bound_seconds") for r in runs_ if r.get("vm_lower_bound_seconds")]
-            if bounds:
-                entry["vm_lower_bound_seconds"] = bounds[0]
-            elif scenario in ("3",):
-                # Runs recorded before the bound was stored: the scenario's VMs at the simulator's
-                # defaults (2 outbound migrations per node, 1Gi/s), which the benchmark never changes.
-                from bench.scenarios import SCENARIOS, drain_lower_bound
-                entry["vm_lower_bound_seconds"] = drain_lower_bound(
-                    {"parallel_outbound_migrations_per_node": 2, "parallel_migrations_per_cluster": 5,
-                     "bandwidth_bytes_per_second": 2.0**30}, SCENARIOS[scenario].vms, SCENARIOS[scenario].vm_memory)
-            if scenario == "6":
-                stats = [r.get("parallel") or {} for r in runs_]
-                entry["parallel"] = {
-                    "most_nodes_cordoned": max((p.get("most_nodes_cordoned") or 0) for p in stats) if stats else None,
-                    "moments_with_two_zones": sum((p.get("moments_with_two_zones") or 0) for p in stats),
-                    "most_migrations_in_flight": max((p.get("most_migrations_in_flight") or 0) for p in stats)
-                    if stats else None,
-                    "parallel_migrations_per_cluster": (runs_[0].get("migration_settings") or {}).get(
-                        "parallel_migrations_per_cluster") if runs_ else None,
-                }
-            if scenario in ROLLING_SCENARIOS:
-                entry["ratio_to_lower_bound_median"] = median([r.get("ratio_to_lower_bound") for r in ok])
-                entry["overhead_per_node_seconds_median"] = median([r.get("overhead_per_node_seconds") for r in ok])
-                entry["lower_bound_seconds_median"] = median(
-                    [r["lower_bound"]["observed_placement_seconds"] for r in ok])
-                entry["ideal_bound_seconds"] = runs_[0]["lower_bound"]["ideal_seconds"] if runs_ else None
-                entry["migration_mean_seconds_median"] = median(
-                    [(r.get("migrations") or {}).get("mean_total_seconds") for r in ok])
-                moves = [(((r.get("details") or {}).get("timeline") or {}).get("totals") or {}).get("vm_moves_avoidable")
-                         for r in ok]
-                entry["vm_moves_avoidable_max"] = max((m for m in moves if m is not None), default=None)
+            entry.update(_peer_summary(runs_, ok, labels.get(peer, peer)))
+            for add in SCENARIO_SUMMARIES.get(scenario, ()):
+                add(entry, scenario, runs_, ok)
     # Ratios ours / peer, from medians of the same benchmark run.
     for scenario, by_peer in summary.items():
-        ratios = {}
-        for ours in OURS:
-            if ours not in by_peer or by_peer[ours]["wall_seconds_median"] is None:
-                continue
-            for peer, entry in by_peer.items():
-                if peer in OURS or entry["wall_seconds_median"] is None:
-                    continue
-                ratios[f"{ours}/{peer}"] = {
-                    "wall": _ratio(by_peer[ours]["wall_seconds_median"], entry["wall_seconds_median"]),
-                    "requests": _ratio(by_peer[ours]["requests_median"], entry["requests_median"]),
-                }
-        if scenario == "6" and "ours_role" in by_peer and "ours_role_parallel" in by_peer:
-            ratios = {"ours_role_parallel/ours_role": {
-                "wall": _ratio(by_peer["ours_role_parallel"]["wall_seconds_median"],
-                               by_peer["ours_role"]["wall_seconds_median"]),
-                "requests": _ratio(by_peer["ours_role_parallel"]["requests_median"],
-                                   by_peer["ours_role"]["requests_median"])}}
+        ratios = SCENARIO_RATIOS.get(scenario, _ratios_ours_vs_peers)(by_peer)
         if ratios:
             by_peer["_ratios"] = ratios
     return summary
+
+
+def _peer_summary(runs, ok, label):
+    """What every scenario records of a peer: medians of the runs that succeeded, all runs' figures."""
+    entry = {
+        "label": label,
+        "simulator_requests_median": median([(r.get("requests_by_client") or {}).get("kubevirt-sim")
+                                             for r in ok]),
+        "iterations": len(runs),
+        "succeeded": len(ok),
+        "wall_seconds_median": median([r["wall_seconds"] for r in ok]),
+        "wall_seconds_all": [r["wall_seconds"] for r in runs],
+        "requests_median": median([r["requests"] for r in ok]),
+        "requests_all": [r["requests"] for r in runs],
+        "correct": all(r["correctness"]["correct"] for r in runs) if runs else None,
+        "correct_runs": sum(1 for r in runs if r["correctness"]["correct"]),
+        "errors": sorted({r["error"] for r in runs if r.get("error")}),
+        "peak_tree_rss_mib_max": max((r.get("peak_tree_rss_mib") or 0) for r in runs) if runs else None,
+    }
+    bounds = [r.get("vm_lower_bound_seconds") for r in runs if r.get("vm_lower_bound_seconds")]
+    if bounds:
+        entry["vm_lower_bound_seconds"] = bounds[0]
+    return entry
+
+
+def _summary_drain_bound(entry, scenario, runs, ok):
+    """Scenario 3: the lower bound of runs recorded before the bound was stored."""
+    if "vm_lower_bound_seconds" in entry:
+        return
+    # Runs recorded before the bound was stored: the scenario's VMs at the simulator's
+    # defaults (2 outbound migrations per node, 1Gi/s), which the benchmark never changes.
+    from bench.scenarios import SCENARIOS, drain_lower_bound
+    entry["vm_lower_bound_seconds"] = drain_lower_bound(
+        {"parallel_outbound_migrations_per_node": 2, "parallel_migrations_per_cluster": 5,
+         "bandwidth_bytes_per_second": 2.0**30}, SCENARIOS[scenario].vms, SCENARIOS[scenario].vm_memory)
+
+
+def _summary_parallel(entry, scenario, runs, ok):
+    """Scenario 6: how many nodes, zones and migrations were out at once."""
+    stats = [r.get("parallel") or {} for r in runs]
+    entry["parallel"] = {
+        "most_nodes_cordoned": max((p.get("most_nodes_cordoned") or 0) for p in stats) if stats else None,
+        "moments_with_two_zones": sum((p.get("moments_with_two_zones") or 0) for p in stats),
+        "most_migrations_in_flight": max((p.get("most_migrations_in_flight") or 0) for p in stats)
+        if stats else None,
+        "parallel_migrations_per_cluster": (runs[0].get("migration_settings") or {}).get(
+            "parallel_migrations_per_cluster") if runs else None,
+    }
+
+
+def _summary_rolling(entry, scenario, runs, ok):
+    """Scenarios 4 and 6: the time against the lower bound, the migrations, the avoidable moves."""
+    entry["ratio_to_lower_bound_median"] = median([r.get("ratio_to_lower_bound") for r in ok])
+    entry["overhead_per_node_seconds_median"] = median([r.get("overhead_per_node_seconds") for r in ok])
+    entry["lower_bound_seconds_median"] = median(
+        [r["lower_bound"]["observed_placement_seconds"] for r in ok])
+    entry["ideal_bound_seconds"] = runs[0]["lower_bound"]["ideal_seconds"] if runs else None
+    entry["migration_mean_seconds_median"] = median(
+        [(r.get("migrations") or {}).get("mean_total_seconds") for r in ok])
+    moves = [(((r.get("details") or {}).get("timeline") or {}).get("totals") or {}).get("vm_moves_avoidable")
+             for r in ok]
+    entry["vm_moves_avoidable_max"] = max((m for m in moves if m is not None), default=None)
+
+
+# What a scenario records beyond the figures every scenario has, in this order.
+SCENARIO_SUMMARIES = {
+    "3": (_summary_drain_bound,),
+    "4": (_summary_rolling,),
+    "6": (_summary_parallel, _summary_rolling),
+}
+
+
+def _ratio_pair(ours, peer):
+    return {"wall": _ratio(ours["wall_seconds_median"], peer["wall_seconds_median"]),
+            "requests": _ratio(ours["requests_median"], peer["requests_median"])}
+
+
+def _ratios_ours_vs_peers(by_peer):
+    """Each of ours that has a median against each other peer that has one."""
+    ratios = {}
+    for ours in OURS:
+        if ours not in by_peer or by_peer[ours]["wall_seconds_median"] is None:
+            continue
+        for peer, entry in by_peer.items():
+            if peer in OURS or entry["wall_seconds_median"] is None:
+                continue
+            ratios[f"{ours}/{peer}"] = _ratio_pair(by_peer[ours], entry)
+    return ratios
+
+
+def _ratios_parallel(by_peer):
+    """Scenario 6: the role with max_parallel 2 against itself with max_parallel 1, when both ran."""
+    if "ours_role" in by_peer and "ours_role_parallel" in by_peer:
+        return {"ours_role_parallel/ours_role": _ratio_pair(by_peer["ours_role_parallel"], by_peer["ours_role"])}
+    return _ratios_ours_vs_peers(by_peer)
+
+
+# The ratios of a scenario; any other compares each of ours with each other peer.
+SCENARIO_RATIOS = {"6": _ratios_parallel}
 
 
 def _ratio(a, b):
@@ -119,23 +159,37 @@ def _ratio(a, b):
 def verdicts(summary, scale, noop):
     """Each target: the figure, the limit, met or not (None: not measured)."""
     out = []
-    for scenario in ("2", "3"):
-        ratios = (summary.get(scenario) or {}).get("_ratios") or {}
-        for ours in ("ours_drain", "ours_cr"):
-            r = ratios.get(f"{ours}/kubectl")
-            if not r:
-                out.append({"target": f"scenario {scenario} {ours}: wall <= 0.7x kubectl, requests <= 0.5x",
-                            "met": None, "figure": "not measured"})
-                continue
-            met = (r["wall"] is not None and r["wall"] <= TARGETS["wall_vs_kubectl"]
-                   and r["requests"] is not None and r["requests"] <= TARGETS["requests_vs_kubectl"])
-            correct = summary[scenario][ours]["correct"]
-            out.append({"target": f"scenario {scenario} {ours}: wall <= 0.7x kubectl, requests <= 0.5x",
-                        "met": bool(met and correct),
-                        "figure": f"wall {r['wall']}x, requests {r['requests']}x, correct {correct}"})
+    for scenario, scenario_verdicts in SCENARIO_VERDICTS.items():
+        out += scenario_verdicts(scenario, summary.get(scenario) or {})
+    out += _scale_verdicts(scale)
+    out += _noop_verdicts(noop)
+    return out
+
+
+def _drain_verdicts(scenario, by_peer):
+    """Scenarios 2 and 3: each of our drains against kubectl drain, in time and in requests."""
+    out = []
+    ratios = by_peer.get("_ratios") or {}
+    for ours in ("ours_drain", "ours_cr"):
+        target = f"scenario {scenario} {ours}: wall <= 0.7x kubectl, requests <= 0.5x"
+        r = ratios.get(f"{ours}/kubectl")
+        if not r:
+            out.append({"target": target, "met": None, "figure": "not measured"})
+            continue
+        met = (r["wall"] is not None and r["wall"] <= TARGETS["wall_vs_kubectl"]
+               and r["requests"] is not None and r["requests"] <= TARGETS["requests_vs_kubectl"])
+        correct = by_peer[ours]["correct"]
+        out.append({"target": target, "met": bool(met and correct),
+                    "figure": f"wall {r['wall']}x, requests {r['requests']}x, correct {correct}"})
+    return out
+
+
+def _rolling_verdicts(scenario, by_peer):
+    """Scenario 4: the role against the kubectl loop, the lower bound and the avoidable moves."""
+    out = []
     for key in ("ours_role", "ours_role_drain"):
-        role = (summary.get("4") or {}).get(key)
-        loop = ((summary.get("4") or {}).get("_ratios") or {}).get(f"{key}/kubectl") or {}
+        role = by_peer.get(key)
+        loop = (by_peer.get("_ratios") or {}).get(f"{key}/kubectl") or {}
         target = f"scenario 4 {key}: <= the kubectl loop, <= 1.05x lower bound, 0 avoidable VM moves"
         if role and role.get("ratio_to_lower_bound_median") is not None:
             met = (loop.get("wall") is not None and loop["wall"] <= TARGETS["rolling_vs_loop"]
@@ -149,26 +203,53 @@ def verdicts(summary, scale, noop):
         elif role or key == "ours_role":
             out.append({"target": target, "met": None,
                         "figure": "not measured" if not role else "; ".join(role.get("errors") or ["failed"])})
-    out.append(_parallel_verdict(summary.get("6") or {}))
-    if scale and scale.get("results"):
-        for key, res in scale["results"].items():
-            if key.startswith("kubectl") or key.endswith("(reference)"):
-                continue
-            met = (res.get("ok") and res["wall_seconds"] <= TARGETS["scale_seconds"]
-                   and res["peak_tree_rss_mib"] <= TARGETS["scale_mib"])
-            out.append({"target": f"scenario 5 {key} ({_scale_size(scale)}): <= 10 s, <= 300 MB",
-                        "met": bool(met) if _full_scale(scale) else None,
-                        "figure": f"{res['wall_seconds']} s, {res['peak_tree_rss_mib']} MiB"
-                                  + ("" if res.get("ok") else f" (failed: {res.get('error')})")})
-    if noop and noop.get("samples"):
-        ping = median(noop["samples"]["ping"])
-        for key, samples in noop["samples"].items():
-            if key == "ping":
-                continue
-            over = round(median(samples) - ping, 3) if samples and ping is not None else None
-            out.append({"target": f"no-op {key}: <= 0.5 s over ping", "met": over is not None
-                        and over <= TARGETS["noop_over_ping"] and key not in noop.get("errors", {}),
-                        "figure": f"{median(samples)} s vs ping {ping} s ({over:+} s)"})
+    return out
+
+
+def _parallel_verdicts(scenario, by_peer):
+    """Scenario 6: its one target, max_parallel 2 against 1."""
+    return [_parallel_verdict(by_peer)]
+
+
+# The targets of each scenario, in the order of the table; scenario 5 and the no-op runs follow.
+SCENARIO_VERDICTS = {
+    "2": _drain_verdicts,
+    "3": _drain_verdicts,
+    "4": _rolling_verdicts,
+    "6": _parallel_verdicts,
+}
+
+
+def _scale_verdicts(scale):
+    """Scenario 5: each of our commands within 10 s and 300 MB (judged at the target size only)."""
+    out = []
+    if not (scale and scale.get("results")):
+        return out
+    for key, res in scale["results"].items():
+        if key.startswith("kubectl") or key.endswith("(reference)"):
+            continue
+        met = (res.get("ok") and res["wall_seconds"] <= TARGETS["scale_seconds"]
+               and res["peak_tree_rss_mib"] <= TARGETS["scale_mib"])
+        out.append({"target": f"scenario 5 {key} ({_scale_size(scale)}): <= 10 s, <= 300 MB",
+                    "met": bool(met) if _full_scale(scale) else None,
+                    "figure": f"{res['wall_seconds']} s, {res['peak_tree_rss_mib']} MiB"
+                              + ("" if res.get("ok") else f" (failed: {res.get('error')})")})
+    return out
+
+
+def _noop_verdicts(noop):
+    """A no-op run of each module within 0.5 s of ansible.builtin.ping."""
+    out = []
+    if not (noop and noop.get("samples")):
+        return out
+    ping = median(noop["samples"]["ping"])
+    for key, samples in noop["samples"].items():
+        if key == "ping":
+            continue
+        over = round(median(samples) - ping, 3) if samples and ping is not None else None
+        out.append({"target": f"no-op {key}: <= 0.5 s over ping", "met": over is not None
+                    and over <= TARGETS["noop_over_ping"] and key not in noop.get("errors", {}),
+                    "figure": f"{median(samples)} s vs ping {ping} s ({over:+} s)"})
     return out
 
 
@@ -202,8 +283,30 @@ def _fmt(value, unit=""):
 
 
 def markdown(result):
-    meta = result["meta"]
-    lines = [
+    lines = _header(result["meta"])
+    titles = result.get("scenarios", {})
+    summary = result["summary"]
+    for scenario in sorted(k for k in summary if k != "5"):
+        lines += [f"## Scenario {scenario}: {titles.get(scenario, '')}", ""]
+        lines += SCENARIO_MARKDOWN.get(scenario, _drain_markdown)(summary[scenario])
+    lines += _scale_markdown(result.get("scale"))
+    lines += _noop_markdown(result.get("noop"))
+    lines += ["## Targets", "", "| target | figure | met |", "|---|---|---|"]
+    for v in result.get("verdicts", []):
+        met = {True: "yes", False: "**no**", None: "not measured"}[v["met"]]
+        lines.append(f"| {v['target']} | {v['figure']} | {met} |")
+    unavailable = result.get("unavailable") or {}
+    if unavailable:
+        lines += ["", "## Peers not measured", ""]
+        for peer, reason in unavailable.items():
+            first = str(reason).strip().splitlines()[0] if str(reason).strip() else ""
+            lines.append(f"- {peer}: {first[:300]}")
+    return "\n".join(lines) + "\n"
+
+
+def _header(meta):
+    """The title and what the figures mean."""
+    return [
         "# Benchmark results",
         "",
         f"Produced by `{meta['command']}` on {meta['date']} ({meta['machine']}). "
@@ -219,124 +322,151 @@ def markdown(result):
         "for any peer.",
         "",
     ]
-    titles = result.get("scenarios", {})
-    summary = result["summary"]
-    for scenario in sorted(k for k in summary if k != "5"):
-        by_peer = summary[scenario]
-        lines += [f"## Scenario {scenario}: {titles.get(scenario, '')}", ""]
-        if scenario in ROLLING_SCENARIOS:
-            lines += ["| peer | wall s (median) | lower bound s | ratio | overhead s/node | migration s (mean) | "
-                      "avoidable VM moves | API requests | correct | error |",
-                      "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-            for peer, e in by_peer.items():
-                if peer.startswith("_"):
-                    continue
-                lines.append(f"| {e['label']} | {_fmt(e['wall_seconds_median'])} | "
-                             f"{_fmt(e.get('lower_bound_seconds_median'))} | "
-                             f"{_fmt(e.get('ratio_to_lower_bound_median'))} | "
-                             f"{_fmt(e.get('overhead_per_node_seconds_median'))} | "
-                             f"{_fmt(e.get('migration_mean_seconds_median'))} | "
-                             f"{_fmt(e.get('vm_moves_avoidable_max'))} | "
-                             f"{_fmt(e['requests_median'])} | {_correct(e)} | {_errors(e)} |")
-            ideal = next((e.get("ideal_bound_seconds") for p, e in by_peer.items() if not p.startswith("_")), None)
-            if scenario == "6":
-                lines += ["", "The lower bound and its ratio are those of one node at a time; with two nodes drained "
-                              "together the role can go below it."]
-                for peer, e in by_peer.items():
-                    if not peer.startswith("_") and e.get("parallel"):
-                        p = e["parallel"]
-                        lines.append(f"{e['label']}: at most {p['most_nodes_cordoned']} nodes cordoned at once, "
-                                     f"{p['moments_with_two_zones']} moments with nodes of two zones cordoned, at "
-                                     f"most {p['most_migrations_in_flight']} live migrations in flight "
-                                     f"(parallelMigrationsPerCluster {p['parallel_migrations_per_cluster']}).")
-                for key, r in (by_peer.get("_ratios") or {}).items():
-                    lines.append(f"Ratio {key}: wall {_fmt(r['wall'])}, API requests {_fmt(r['requests'])}.")
-                lines.append("")
-                continue
-            lines += ["", f"Lower bound: for each node, ceil(VMs on it when cordoned / 2 outbound migrations per "
-                          f"node) x (guest memory / migration bandwidth), summed; with the best possible placement "
-                          f"it would be {_fmt(ideal)} s. Migration s: the mean time of the run's migrations from "
-                          "their creation to Succeeded (guest memory / bandwidth of it is the memory copy; the rest is "
-                          "virt-controller, the scheduler and the target's start-up, and any wait in Pending). "
-                          "Avoidable VM moves: moves beyond the run's minimum (from the role's report; a kubectl "
-                          "loop has none to read).", ""]
-            continue
-        lines += ["| peer | wall s (median) | all runs s | API requests (median) | simulator requests | correct | error |",
-                  "|---|---:|---|---:|---:|---|---|"]
-        for peer, e in by_peer.items():
-            if peer.startswith("_"):
-                continue
-            lines.append(f"| {e['label']} | {_fmt(e['wall_seconds_median'])} | "
-                         f"{', '.join(_fmt(v) for v in e['wall_seconds_all'])} | "
-                         f"{_fmt(e['requests_median'])} | {_fmt(e.get('simulator_requests_median'))} | "
-                         f"{_correct(e)} | {_errors(e)} |")
-        bound = next((e.get("vm_lower_bound_seconds") for p, e in by_peer.items()
-                      if not p.startswith("_") and e.get("vm_lower_bound_seconds")), None)
-        if bound:
-            lines += ["", f"Lower bound from the migration limits: {_fmt(bound)} s (the node's VMs leave in waves of "
-                          "2 outbound migrations, each taking guest memory / bandwidth); no client can drain faster."]
-        ratios = by_peer.get("_ratios") or {}
-        if ratios:
-            lines += ["", "| ratio (ours / peer) | wall | API requests |", "|---|---:|---:|"]
-            for key, r in ratios.items():
-                lines.append(f"| {key} | {_fmt(r['wall'])} | {_fmt(r['requests'])} |")
-        lines.append("")
-    scale = result.get("scale")
-    if scale:
-        lines += [f"## Scenario 5: scale ({_scale_size(scale)})", ""]
-        if scale.get("note"):
-            lines += [scale["note"], ""]
-        if not _full_scale(scale):
-            lines += [f"The target size is OKD's tested maximum, {TARGETS['scale_nodes']} workers, "
-                      f"{TARGETS['scale_vms']:,} VMs and 30,000 other pods; this run is smaller, so the scale "
-                      "targets are not judged.", ""]
-        if scale.get("error"):
-            lines += [f"Failed: {scale['error']}", ""]
-        if scale.get("command") or scale.get("lab"):
-            how = []
-            if scale.get("command"):
-                how.append(f"Measured by `{scale['command']}`")
-            if scale.get("lab"):
-                how.append(f"on a lab started as `{scale['lab']}` (the lab's scale profile, lab/README.md)")
-            if scale.get("load_average_before"):
-                how.append("with the machine's load average at "
-                           f"{', '.join(_fmt(x) for x in scale['load_average_before'])} (1, 5, 15 min) "
-                           "before the runs (other work on the 2 cores)")
-            lines += [" ".join(how) + ".", ""]
-        if scale.get("results"):
-            lines += ["| command | wall s (median) | all runs s | peak memory MiB (process tree) | "
-                      "largest process MiB | ok |",
-                      "|---|---:|---|---:|---:|---|"]
-            for key, res in scale["results"].items():
-                runs = ", ".join(_fmt(v) for v in res.get("all_wall_seconds") or [res["wall_seconds"]])
-                lines.append(f"| {key} | {_fmt(res['wall_seconds'])} | {runs} | {_fmt(res['peak_tree_rss_mib'])} | "
-                             f"{_fmt(res['max_rss_mib'])} | {'yes' if res.get('ok') else 'no: ' + str(res.get('error'))[:120]} |")
-            lines.append("")
-            raw = next((res for key, res in scale["results"].items() if key.startswith("the API server alone")), None)
-            if raw and (raw.get("extra") or {}).get("by_kind"):
-                kinds = ", ".join(f"{kind} {_fmt(k['seconds'])} s ({k['pages']} pages, {_fmt(k['mib'])} MiB)"
-                                  for kind, k in raw["extra"]["by_kind"].items())
-                lines += [f"The API server alone, the lists a plan of all workers reads: {kinds}. No client reads "
-                          "the cluster faster on this machine; what a module adds to it is decoding, trimming and "
-                          "planning.", ""]
-    noop = result.get("noop")
-    if noop and noop.get("samples"):
-        lines += ["## No-op module run vs `ansible localhost -m ansible.builtin.ping`", "",
-                  "| command | wall s (median) | all runs s |", "|---|---:|---|"]
-        for key, samples in noop["samples"].items():
-            lines.append(f"| {key} | {_fmt(median(samples))} | {', '.join(_fmt(v) for v in samples)} |")
-        lines.append("")
-    lines += ["## Targets", "", "| target | figure | met |", "|---|---|---|"]
-    for v in result.get("verdicts", []):
-        met = {True: "yes", False: "**no**", None: "not measured"}[v["met"]]
-        lines.append(f"| {v['target']} | {v['figure']} | {met} |")
-    unavailable = result.get("unavailable") or {}
-    if unavailable:
-        lines += ["", "## Peers not measured", ""]
-        for peer, reason in unavailable.items():
-            first = str(reason).strip().splitlines()[0] if str(reason).strip() else ""
-            lines.append(f"- {peer}: {first[:300]}")
-    return "\n".join(lines) + "\n"
+
+
+def _peers(by_peer):
+    """The peers of a scenario's summary, without its ratios."""
+    return [(peer, e) for peer, e in by_peer.items() if not peer.startswith("_")]
+
+
+def _drain_markdown(by_peer):
+    """Scenarios 1 to 3: one drain per peer, the lower bound, the ratios."""
+    lines = ["| peer | wall s (median) | all runs s | API requests (median) | simulator requests | correct | error |",
+             "|---|---:|---|---:|---:|---|---|"]
+    for _, e in _peers(by_peer):
+        lines.append(f"| {e['label']} | {_fmt(e['wall_seconds_median'])} | "
+                     f"{', '.join(_fmt(v) for v in e['wall_seconds_all'])} | "
+                     f"{_fmt(e['requests_median'])} | {_fmt(e.get('simulator_requests_median'))} | "
+                     f"{_correct(e)} | {_errors(e)} |")
+    bound = next((e.get("vm_lower_bound_seconds") for _, e in _peers(by_peer) if e.get("vm_lower_bound_seconds")),
+                 None)
+    if bound:
+        lines += ["", f"Lower bound from the migration limits: {_fmt(bound)} s (the node's VMs leave in waves of "
+                      "2 outbound migrations, each taking guest memory / bandwidth); no client can drain faster."]
+    ratios = by_peer.get("_ratios") or {}
+    if ratios:
+        lines += ["", "| ratio (ours / peer) | wall | API requests |", "|---|---:|---:|"]
+        for key, r in ratios.items():
+            lines.append(f"| {key} | {_fmt(r['wall'])} | {_fmt(r['requests'])} |")
+    lines.append("")
+    return lines
+
+
+def _rolling_table(by_peer):
+    """Scenarios 4 and 6: each peer's time against the lower bound."""
+    lines = ["| peer | wall s (median) | lower bound s | ratio | overhead s/node | migration s (mean) | "
+             "avoidable VM moves | API requests | correct | error |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for _, e in _peers(by_peer):
+        lines.append(f"| {e['label']} | {_fmt(e['wall_seconds_median'])} | "
+                     f"{_fmt(e.get('lower_bound_seconds_median'))} | "
+                     f"{_fmt(e.get('ratio_to_lower_bound_median'))} | "
+                     f"{_fmt(e.get('overhead_per_node_seconds_median'))} | "
+                     f"{_fmt(e.get('migration_mean_seconds_median'))} | "
+                     f"{_fmt(e.get('vm_moves_avoidable_max'))} | "
+                     f"{_fmt(e['requests_median'])} | {_correct(e)} | {_errors(e)} |")
+    return lines
+
+
+def _rolling_markdown(by_peer):
+    """Scenario 4: the table, and how the lower bound and the migrations' time are taken."""
+    ideal = next((e.get("ideal_bound_seconds") for _, e in _peers(by_peer)), None)
+    return _rolling_table(by_peer) + [
+        "", f"Lower bound: for each node, ceil(VMs on it when cordoned / 2 outbound migrations per "
+            f"node) x (guest memory / migration bandwidth), summed; with the best possible placement "
+            f"it would be {_fmt(ideal)} s. Migration s: the mean time of the run's migrations from "
+            "their creation to Succeeded (guest memory / bandwidth of it is the memory copy; the rest is "
+            "virt-controller, the scheduler and the target's start-up, and any wait in Pending). "
+            "Avoidable VM moves: moves beyond the run's minimum (from the role's report; a kubectl "
+            "loop has none to read).", ""]
+
+
+def _parallel_markdown(by_peer):
+    """Scenario 6: the table, what was out at once, and the ratio of max_parallel 2 to 1."""
+    lines = _rolling_table(by_peer)
+    lines += ["", "The lower bound and its ratio are those of one node at a time; with two nodes drained "
+                  "together the role can go below it."]
+    for _, e in _peers(by_peer):
+        if e.get("parallel"):
+            p = e["parallel"]
+            lines.append(f"{e['label']}: at most {p['most_nodes_cordoned']} nodes cordoned at once, "
+                         f"{p['moments_with_two_zones']} moments with nodes of two zones cordoned, at "
+                         f"most {p['most_migrations_in_flight']} live migrations in flight "
+                         f"(parallelMigrationsPerCluster {p['parallel_migrations_per_cluster']}).")
+    for key, r in (by_peer.get("_ratios") or {}).items():
+        lines.append(f"Ratio {key}: wall {_fmt(r['wall'])}, API requests {_fmt(r['requests'])}.")
+    lines.append("")
+    return lines
+
+
+# The section of a scenario; any other is a drain of one node.
+SCENARIO_MARKDOWN = {"4": _rolling_markdown, "6": _parallel_markdown}
+
+
+def _scale_markdown(scale):
+    """Scenario 5: its size, how it was measured, each command's time and memory."""
+    if not scale:
+        return []
+    lines = [f"## Scenario 5: scale ({_scale_size(scale)})", ""]
+    if scale.get("note"):
+        lines += [scale["note"], ""]
+    if not _full_scale(scale):
+        lines += [f"The target size is OKD's tested maximum, {TARGETS['scale_nodes']} workers, "
+                  f"{TARGETS['scale_vms']:,} VMs and 30,000 other pods; this run is smaller, so the scale "
+                  "targets are not judged.", ""]
+    if scale.get("error"):
+        lines += [f"Failed: {scale['error']}", ""]
+    if scale.get("command") or scale.get("lab"):
+        lines += [" ".join(_scale_how(scale)) + ".", ""]
+    if scale.get("results"):
+        lines += _scale_results(scale["results"])
+    return lines
+
+
+def _scale_how(scale):
+    """The command, the lab and the machine's load of scenario 5, as parts of one sentence."""
+    how = []
+    if scale.get("command"):
+        how.append(f"Measured by `{scale['command']}`")
+    if scale.get("lab"):
+        how.append(f"on a lab started as `{scale['lab']}` (the lab's scale profile, lab/README.md)")
+    if scale.get("load_average_before"):
+        how.append("with the machine's load average at "
+                   f"{', '.join(_fmt(x) for x in scale['load_average_before'])} (1, 5, 15 min) "
+                   "before the runs (other work on the 2 cores)")
+    return how
+
+
+def _scale_results(results):
+    """The table of scenario 5, and what the API server alone takes to list the same objects."""
+    lines = ["| command | wall s (median) | all runs s | peak memory MiB (process tree) | "
+             "largest process MiB | ok |",
+             "|---|---:|---|---:|---:|---|"]
+    for key, res in results.items():
+        runs = ", ".join(_fmt(v) for v in res.get("all_wall_seconds") or [res["wall_seconds"]])
+        lines.append(f"| {key} | {_fmt(res['wall_seconds'])} | {runs} | {_fmt(res['peak_tree_rss_mib'])} | "
+                     f"{_fmt(res['max_rss_mib'])} | {'yes' if res.get('ok') else 'no: ' + str(res.get('error'))[:120]} |")
+    lines.append("")
+    raw = next((res for key, res in results.items() if key.startswith("the API server alone")), None)
+    if raw and (raw.get("extra") or {}).get("by_kind"):
+        kinds = ", ".join(f"{kind} {_fmt(k['seconds'])} s ({k['pages']} pages, {_fmt(k['mib'])} MiB)"
+                          for kind, k in raw["extra"]["by_kind"].items())
+        lines += [f"The API server alone, the lists a plan of all workers reads: {kinds}. No client reads "
+                  "the cluster faster on this machine; what a module adds to it is decoding, trimming and "
+                  "planning.", ""]
+    return lines
+
+
+def _noop_markdown(noop):
+    """The no-op module runs against ansible.builtin.ping."""
+    if not (noop and noop.get("samples")):
+        return []
+    lines = ["## No-op module run vs `ansible localhost -m ansible.builtin.ping`", "",
+             "| command | wall s (median) | all runs s |", "|---|---:|---|"]
+    for key, samples in noop["samples"].items():
+        lines.append(f"| {key} | {_fmt(median(samples))} | {', '.join(_fmt(v) for v in samples)} |")
+    lines.append("")
+    return lines
 
 
 def _scale_size(scale):

@@ -65,21 +65,36 @@ def set_schedulable(kube, node, schedulable):
 def reset_node(kube, node):
     """Take the node out of any maintenance a peer left it in: no CR, taint, label or cordon."""
     if kube.served("NodeMaintenance"):
-        crs, _ = kube.list("NodeMaintenance")
-        mine = [cr for cr in crs if (cr.get("spec") or {}).get("nodeName") == node]
-        for cr in mine:
-            kube.delete("NodeMaintenance", cr["metadata"]["name"])
-        if mine:
-            try:
-                wait_for(lambda: not [c for c in kube.list("NodeMaintenance")[0]
-                                      if (c.get("spec") or {}).get("nodeName") == node],
-                         30, f"the NodeMaintenance of {node} to be deleted")
-            except Timeout:
-                # Nobody is left to process the finalizer (its controller is stopped).
-                for cr in kube.list("NodeMaintenance")[0]:
-                    if (cr.get("spec") or {}).get("nodeName") == node:
-                        kube.patch("NodeMaintenance", cr["metadata"]["name"], {"metadata": {"finalizers": None}})
+        _delete_node_maintenances(kube, node)
     current = kube.get("Node", node)
+    kube.patch("Node", node, _reset_patch(current))
+
+
+def _delete_node_maintenances(kube, node):
+    """Delete the node's NodeMaintenance CRs and wait until they are gone."""
+    crs, _ = kube.list("NodeMaintenance")
+    mine = [cr for cr in crs if (cr.get("spec") or {}).get("nodeName") == node]
+    for cr in mine:
+        kube.delete("NodeMaintenance", cr["metadata"]["name"])
+    if mine:
+        try:
+            wait_for(lambda: not [c for c in kube.list("NodeMaintenance")[0]
+                                  if (c.get("spec") or {}).get("nodeName") == node],
+                     30, f"the NodeMaintenance of {node} to be deleted")
+        except Timeout:
+            # Nobody is left to process the finalizer (its controller is stopped).
+            _drop_node_maintenance_finalizers(kube, node)
+
+
+def _drop_node_maintenance_finalizers(kube, node):
+    """Remove the finalizers of the node's NodeMaintenance CRs, so that their deletion completes."""
+    for cr in kube.list("NodeMaintenance")[0]:
+        if (cr.get("spec") or {}).get("nodeName") == node:
+            kube.patch("NodeMaintenance", cr["metadata"]["name"], {"metadata": {"finalizers": None}})
+
+
+def _maintenance_left(current):
+    """Of the node ``current``: the taints to keep, and the labels and annotations to remove (set to None)."""
     taints = [t for t in (current.get("spec") or {}).get("taints") or []
               if t.get("key") not in MAINTENANCE_TAINT_KEYS and "kubevirt_ops" not in t.get("key", "")
               and "kubevirt-ops" not in t.get("key", "")]
@@ -87,6 +102,12 @@ def reset_node(kube, node):
               if key in MAINTENANCE_LABELS or "kubevirt_ops" in key or "kubevirt-ops" in key}
     annotations = {key: None for key in (current["metadata"].get("annotations") or {})
                    if "kubevirt_ops" in key or "kubevirt-ops" in key}
+    return taints, labels, annotations
+
+
+def _reset_patch(current):
+    """The merge patch of the node ``current`` that uncordons it and removes what a peer left on it."""
+    taints, labels, annotations = _maintenance_left(current)
     # Merge patch: a key set to null is removed; never send null for a whole map.
     patch = {"spec": {"unschedulable": None}}
     if len(taints) != len((current.get("spec") or {}).get("taints") or []):
@@ -98,7 +119,7 @@ def reset_node(kube, node):
         meta["annotations"] = annotations
     if meta:
         patch["metadata"] = meta
-    kube.patch("Node", node, patch)
+    return patch
 
 
 # -- namespaces -------------------------------------------------------------------------
