@@ -304,34 +304,43 @@ class Drainer:
         self.pods.start()
         try:
             self._await_sync(self.pods)
-            for pod in sorted(self.pods.items(), key=object_name):
-                verdict, reason = classify_pod(pod, self.options)
-                result.total += 1
-                if verdict == EVICT:
-                    result.targets.append(DrainTarget(pod, wait_only=object_name(pod) in self.wait_only))
-                elif verdict == REFUSE:
-                    result.refused.append((object_name(pod), reason))
-            result.eviction = len(result.targets)
+            self._classify()
             if result.refused:
                 return result
-            if not wait or self.options.disable_eviction:
-                # Asked once and left to KubeVirt, or deleted (no evacuation): every VM at once.
-                self.migration_lanes = 0
-            elif self.migration_lanes is None and any(t.launcher and not t.wait_only for t in result.targets):
-                self.migration_lanes = self._read_migration_lanes()
-            if wait and (self.non_migratable in ("fail", "shutdown") or self.migration_lanes):
-                self.failing.start(sorted(set(t.namespace for t in result.targets if t.launcher and not t.wait_only)),
-                                   self.deadline)
-            if self.watch_budgets and any(not t.wait_only for t in result.targets) \
-                    and not self.options.disable_eviction:
-                self.pdbs = Informer(self.client, "PodDisruptionBudget", changed=self.changed)
-                self.pdbs.start()
-                self._await_sync(self.pdbs)
-                if wait:
-                    hold_back(result.targets, self.pdbs, self.allowances, BACKOFF_CAP)
+            self._prepare_watches(wait)
             return self._loop(wait)
         finally:
             self._stop()
+
+    def _classify(self):
+        """Sort the node's pods into the drain's targets and the pods that refuse the drain."""
+        result = self.result
+        for pod in sorted(self.pods.items(), key=object_name):
+            verdict, reason = classify_pod(pod, self.options)
+            result.total += 1
+            if verdict == EVICT:
+                result.targets.append(DrainTarget(pod, wait_only=object_name(pod) in self.wait_only))
+            elif verdict == REFUSE:
+                result.refused.append((object_name(pod), reason))
+        result.eviction = len(result.targets)
+
+    def _prepare_watches(self, wait):
+        """The migration lanes, and the watches of migrations and budgets the loop paces itself by."""
+        targets = self.result.targets
+        if not wait or self.options.disable_eviction:
+            # Asked once and left to KubeVirt, or deleted (no evacuation): every VM at once.
+            self.migration_lanes = 0
+        elif self.migration_lanes is None and any(t.launcher and not t.wait_only for t in targets):
+            self.migration_lanes = self._read_migration_lanes()
+        if wait and (self.non_migratable in ("fail", "shutdown") or self.migration_lanes):
+            self.failing.start(sorted(set(t.namespace for t in targets if t.launcher and not t.wait_only)),
+                               self.deadline)
+        if self.watch_budgets and any(not t.wait_only for t in targets) and not self.options.disable_eviction:
+            self.pdbs = Informer(self.client, "PodDisruptionBudget", changed=self.changed)
+            self.pdbs.start()
+            self._await_sync(self.pdbs)
+            if wait:
+                hold_back(targets, self.pdbs, self.allowances, BACKOFF_CAP)
 
     def _read_migration_lanes(self):
         """KubeVirt's limit on live migrations off one node (its defaults when the CR cannot be read)."""

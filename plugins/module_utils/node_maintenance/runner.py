@@ -241,15 +241,26 @@ def predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pau
         result["changed"] = bool(patch or pauses)
         result["vms"]["pending"] = [{"namespace": vm["namespace"], "name": vm["name"], "source": plan.node,
                                      "outcome": vm["outcome"]} for vm in plan.vms]
-        if module.diff_mode:
-            result["diff"] = {"before": node_marks.maintenance_view(node), "after": after}
-        result["duration_seconds"] = round(deadline.elapsed(), 1)
-        return result
-    result["phase"] = "Succeeded" if params["wait"] else "Running"
-    if params["wait"]:
-        result["pending_pods"] = []
-        result["drain_progress"] = 100
-    vms = result["vms"]
+    else:
+        result["phase"] = "Succeeded" if params["wait"] else "Running"
+        if params["wait"]:
+            result["pending_pods"] = []
+            result["drain_progress"] = 100
+        _predict_vms(result["vms"], plan)
+        if method == "drain":
+            patch, after, _record = node_marks.enter_changes(node, params.get("reason"))
+            result["changed"] = bool(patch or plan.evict or shutdown or pauses)
+        else:
+            result["changed"] = _cr_changes(plan, ours_cr, shutdown, pauses)
+            after = _nmo_after_view(node)
+    if module.diff_mode:
+        result["diff"] = {"before": node_marks.maintenance_view(node), "after": after}
+    result["duration_seconds"] = round(deadline.elapsed(), 1)
+    return result
+
+
+def _predict_vms(vms, plan):
+    """What the drain would do to each VM of the plan, in the result's ``vms`` lists."""
     for vm in plan.vms:
         outcome = vm["_fate"].result
         uid = vm["_vmi"]["metadata"].get("uid")
@@ -262,20 +273,14 @@ def predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pau
         else:
             vms["blocked"].append({"namespace": vm["namespace"], "name": vm["name"],
                                    "reason": blocker_text(plan, uid)})
-    if method == "drain":
-        patch, after, _record = node_marks.enter_changes(node, params.get("reason"))
-        result["changed"] = bool(patch or plan.evict or shutdown or pauses)
-        diff_after = after
-    else:
-        cr_phase = ((ours_cr[1].get("status") or {}).get("phase")) if ours_cr else None
-        result["changed"] = ours_cr is None or bool(shutdown) or bool(pauses)
-        if cr_phase == "Succeeded" and not plan.evict:
-            result["changed"] = bool(shutdown) or bool(pauses)
-        diff_after = _nmo_after_view(node)
-    if module.diff_mode:
-        result["diff"] = {"before": node_marks.maintenance_view(node), "after": diff_after}
-    result["duration_seconds"] = round(deadline.elapsed(), 1)
-    return result
+
+
+def _cr_changes(plan, ours_cr, shutdown, pauses):
+    """Whether entering maintenance through a NodeMaintenance CR would change anything."""
+    cr_phase = ((ours_cr[1].get("status") or {}).get("phase")) if ours_cr else None
+    if cr_phase == "Succeeded" and not plan.evict:
+        return bool(shutdown) or bool(pauses)
+    return ours_cr is None or bool(shutdown) or bool(pauses)
 
 
 def _nmo_after_view(node):
