@@ -8,7 +8,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment:
-    # Paired with module_utils/args.py AUTH; names and environment variables are kubernetes.core's.
+    # Paired with module_utils/ansible_module/args.py AUTH; names and environment variables are kubernetes.core's.
     DOCUMENTATION = r"""
 options:
   kubeconfig:

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment:
-    # Paired with module_utils/args.py DRAIN. Defaults match the documented
+    # Paired with module_utils/ansible_module/args.py DRAIN. Defaults match the documented
     # `oc adm drain NODE --delete-emptydir-data --ignore-daemonsets=true --force`.
     DOCUMENTATION = r"""
 options:
@@ -59,7 +59,7 @@ options:
     choices: [fail, shutdown, wait]
 """
 
-    # Paired with module_utils/args.py DRAIN_GROUPED.
+    # Paired with module_utils/ansible_module/args.py DRAIN_GROUPED.
     GROUPED = r"""
 options:
   drain_options:
@@ -91,7 +91,7 @@ options:
         type: bool
 """
 
-    # Paired with module_utils/args.py DRAIN_OWNER.
+    # Paired with module_utils/ansible_module/args.py DRAIN_OWNER.
     OWNER = r"""
 options:
   owner_pid:

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment:
-    # Paired with module_utils/args.py LOCK (the defaults are module_utils/identity.py DEFAULT_LOCK_NAME
+    # Paired with module_utils/ansible_module/args.py LOCK (the defaults are module_utils/common/identity.py DEFAULT_LOCK_NAME
     # and DEFAULT_LOCK_NAMESPACE, the lock the roles take).
     DOCUMENTATION = r"""
 options:

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment:
-    # Paired with module_utils/args.py VM_SELECTION.
+    # Paired with module_utils/ansible_module/args.py VM_SELECTION.
     DOCUMENTATION = r"""
 options:
   name:

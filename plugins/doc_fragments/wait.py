@@ -8,7 +8,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment:
-    # Paired with module_utils/args.py WAIT.
+    # Paired with module_utils/ansible_module/args.py WAIT.
     DOCUMENTATION = r"""
 options:
   wait:

@@ -5,7 +5,7 @@
 
 The action plugins of node_maintenance and node_decommission run their module exactly as
 Ansible's ``normal`` action does, while a thread of the same worker process follows the
-module's progress file (module_utils/progress.py ``Progress``) and prints it through the
+module's progress file (module_utils/drain/progress.py ``Progress``) and prints it through the
 Display: every new line at once, and the latest status again at least every
 ``HEARTBEAT`` seconds, so that a drain of many minutes shows where it is.
 
@@ -39,7 +39,7 @@ one left behind because the run was killed is removed by the next drain on the c
 
 On the controller the module is also given the run's process (``owner_pid``: ansible-playbook,
 or ansible-runner's, the parent of the worker that runs the action), and its drain stops once
-that process is gone (module_utils/run_owner.py): an async job outlives a cancelled or killed
+that process is gone (module_utils/coordination/run_owner.py): an async job outlives a cancelled or killed
 run otherwise.
 """
 

@@ -9,7 +9,7 @@ is described by its *current* entry (label, index, when it started, the phase it
 that began, the phases behind it with their start and end, its drain result), which ``start``
 also makes; ``advance`` moves it to the next phase, ``record`` turns it into the node's record in the run's
 state, done or failed, and decides whether a failure stops the run. The report
-(``report.py``) and the window prediction (``duration.py``) read these records.
+(``module_utils/report/model.py``) and the window prediction (``duration.py``) read these records.
 """
 
 from __future__ import absolute_import, division, print_function

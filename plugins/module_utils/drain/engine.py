@@ -10,9 +10,9 @@ many blocked pods are retried at once. A 429 without such news is retried with
 exponential backoff (there is no per-pod polling and no fixed sleep). Progress is kept
 as the NodeMaintenance operator keeps it (total, eviction, pending, percent).
 
-This file is the loop; the pods it follows and its result are drain_targets.py's, the
-eviction of one pod pod_eviction.py's, the budgets' allowances drain_budgets.py's, and the
-VMs whose live migrations keep failing drain_migrations.py's.
+This file is the loop; the pods it follows and its result are targets.py's, the eviction of
+one pod pod_eviction.py's, the budgets' allowances budgets.py's, and the VMs whose live
+migrations keep failing migrations.py's.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -120,9 +120,9 @@ class Drainer:
         self.pods = Informer(client, "Pod", field_selector="spec.nodeName=%s" % node, changed=self.changed)
         self.pdbs = None
         self.watch_budgets = watch_budgets
-        self.allowances = Allowances()  # what each PodDisruptionBudget allows (drain_budgets.py)
+        self.allowances = Allowances()  # what each PodDisruptionBudget allows (budgets.py)
         self.non_migratable = non_migratable
-        self.failing = FailingMigrations(client, self.changed, MIGRATION_ATTEMPTS)  # drain_migrations.py
+        self.failing = FailingMigrations(client, self.changed, MIGRATION_ATTEMPTS)  # migrations.py
         self._virt_api_down = False  # the last answer to a launcher pod's eviction came without virt-api
         self.last_error = None  # the last refusal (but KubeVirt's "evacuation under way") or failure, for progress
         self.result = DrainResult()
@@ -137,7 +137,7 @@ class Drainer:
 
     @property
     def migrations(self):
-        """One Informer per namespace of the VMs being migrated (drain_migrations.py)."""
+        """One Informer per namespace of the VMs being migrated (migrations.py)."""
         return self.failing.informers
 
     def _generation(self):
@@ -214,7 +214,7 @@ class Drainer:
         return [("%s/%s" % (p["metadata"].get("namespace"), p["metadata"].get("name")), p)
                 for p in matching_pdbs(target.pod, items)]
 
-    # -- live migrations that keep failing (drain_migrations.py) ---------------------------
+    # -- live migrations that keep failing (migrations.py) ---------------------------------
 
     def _stuck_vms(self):
         """Launcher pods whose VM cannot leave the node (its live migrations keep failing), new

@@ -9,8 +9,8 @@ plan has blockers the non_migratable policy does not handle; then either drain d
 blocking VMs when asked, run the drain engine) or create a NodeMaintenance CR and follow
 its status. Both report in the same shape. Leaving: undo what this collection added.
 
-This file chooses and runs; the two ways in are in nm_enter, the way out in nm_leave, and
-the shape of the result in nm_result.
+This file chooses and runs; the two ways in are in enter.py, the way out in leave.py, and
+the shape of the result in result.py.
 """
 
 from __future__ import absolute_import, division, print_function

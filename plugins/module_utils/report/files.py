@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubevirt_ops.maintenance contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The report files: the model (report.py) as JSON, Markdown and SVG, each written atomically."""
+"""The report files: the model (model.py) as JSON, Markdown and SVG, each written atomically."""
 
 from __future__ import absolute_import, division, print_function
 

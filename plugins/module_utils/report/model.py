@@ -7,7 +7,7 @@ Input is what the rolling_maintenance role records: a ``run`` (start, end, statu
 the planned node order, what remains) and one record per node that was started, holding
 the start and end of each phase, the pods evicted and the VMs migrated or shut down. All
 durations, totals and the pictures are computed here, in one place, so the three outputs
-always agree: report_markdown.py and report_svg.py render the model, report_files.py writes
+always agree: markdown.py and svg.py render the model, files.py writes
 the files.
 """
 

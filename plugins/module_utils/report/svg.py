@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubevirt_ops.maintenance contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The maintenance report (report.py) rendered as an SVG timeline: one row per node."""
+"""The maintenance report (model.py) rendered as an SVG timeline: one row per node."""
 
 from __future__ import absolute_import, division, print_function
 

@@ -14,7 +14,7 @@ default) and ``parallelOutboundMigrationsPerNode`` (2 by default), from the Kube
 ``spec.configuration.migrations`` (kubevirt pkg/virt-config/config-map.go; the migration
 controller, pkg/virt-controller/watch/migration/migration.go, keeps the migrations beyond them
 Pending until a slot frees; ``kubevirt.migration_limits`` reads them). Each node's drain paces
-its own VMs to them (drain.py); the preflight says when a batch would exceed them, and uses
+its own VMs to them (drain/engine.py); the preflight says when a batch would exceed them, and uses
 them to tell how much faster a batch can be.
 """
 

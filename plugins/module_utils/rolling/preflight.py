@@ -12,7 +12,7 @@ or are not Ready, nodes already in someone else's maintenance, migrations still 
 the timeout, VMs that would block, no room elsewhere, budgets that never allow a disruption,
 and the cluster lock when another run holds it.
 
-What the run keeps track of (resumed nodes, their order, the VMs running) is rolling_run.py's;
+What the run keeps track of (resumed nodes, their order, the VMs running) is run_state.py's;
 the check after each node (maintenance_verify) is verification.py's.
 """
 

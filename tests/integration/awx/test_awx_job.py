@@ -267,7 +267,7 @@ def test_a_cancelled_awx_job_stops_its_drain(k8s, lab, awx_vms, bearer_token_cre
     """AWX cancels a job the way ansible-runner does: SIGKILL to ansible-playbook's process group.
     Ansible's workers run in sessions of their own (ansible-core executor/process/worker.py
     ``_detach``), so the worker running the drain, and the module under it, outlive the cancel.
-    The module must see its run gone (owner_pid, module_utils/run_owner.py) and stop, instead of
+    The module must see its run gone (owner_pid, module_utils/coordination/run_owner.py) and stop, instead of
     draining unattended until its timeout (1800 s by default)."""
     _identity, credential_env = bearer_token_credential
     private_data_dir, envvars = job_setup(credential_env, tmp_path, monkeypatch)

@@ -448,7 +448,7 @@ def async_jobs(directory):
 def test_kill_mid_batch_drain_stops_the_drain_jobs(k8s, lab, pair, fault_namespace, tmp_path, restore_nodes):
     """A batch of two nodes (max_parallel 2) drains as async jobs, which Ansible daemonizes: they
     outlive a killed ansible-playbook (or a cancelled AWX job). Killed while both drains wait on held
-    migrations, the jobs must see their run gone and stop (module_utils/run_owner.py), well before
+    migrations, the jobs must see their run gone and stop (module_utils/coordination/run_owner.py), well before
     their drain timeout, leaving both nodes cordoned; the next run resumes them."""
     a, b = pair
     others = [n for n in workloads.node_names(k8s) if n not in pair]

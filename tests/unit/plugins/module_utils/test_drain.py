@@ -210,7 +210,7 @@ def migrating_vm(server, name="web"):
 def failing_later(server, count, vmi_name="web"):
     """Migrations of the VM fail one after another once the drain asked KubeVirt to move it: at the
     first eviction of its launcher pod. The drain watches the migrations before it evicts anything,
-    so they are this drain's, never counted as an earlier run's (drain_migrations.FailingMigrations)."""
+    so they are this drain's, never counted as an earlier run's (drain/migrations.py FailingMigrations)."""
     answer, failed = server.webhook, threading.Event()
 
     def webhook(target):

@@ -1,4 +1,4 @@
-"""The decisions of module_utils/power.py: when a kubelet still heartbeats, how a node's power-off is
+"""The decisions of module_utils/decommission/power.py: when a kubelet still heartbeats, how a node's power-off is
 established (or why it is refused), and which BareMetalHost a node's providerID names."""
 
 import time
