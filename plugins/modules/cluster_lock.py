@@ -20,6 +20,9 @@ description:
     wins; the other sees the winner and waits for it or fails naming it.
   - A lock whose holder did not renew it within its TTL is expired (its run crashed or was killed); the next
     run takes it over and reports whose lock it took.
+  - A lock bound to its run (O(bind_to_run=true), as the roles take it) is taken over at once by a run on the same
+    machine once the process of the run that holds it has ended, for example a playbook interrupted with Ctrl-C or
+    killed, so that running the same command again resumes the work without waiting for the TTL.
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
@@ -76,6 +79,24 @@ options:
       - For breaking the lock of a run known to be dead; never needed in normal operation.
     type: bool
     default: false
+  bind_to_run:
+    description:
+      - With O(state=present), bind the lock to the run that takes it: the ansible-playbook process (ansible-runner's
+        under AWX / AAP) is recorded in the Lease, with the machine, its boot and the process start time.
+      - Once that process has ended, a run on the same machine takes the lock over at once, as it would an expired
+        one, and says so (RV(previous_run_ended)). A run on another machine cannot see that process and waits for
+        the TTL as before, so a lock held from elsewhere is never taken early.
+      - Needs the module to run on the controller (connection C(local), for example delegated to localhost);
+        elsewhere the lock is taken unbound, with a warning.
+      - Leave it V(false) for a lock held by hand (an ad hoc command ends at once, its lock must not).
+    type: bool
+    default: false
+  owner_pid:
+    description:
+      - The process the lock is bound to. Set by the module's action plugin when O(bind_to_run=true) and the module
+        runs on the controller. Leave it out.
+      - A process that is not running when the module starts is refused before anything changes.
+    type: int
 notes:
   - The user needs C(get), C(list), C(watch), C(create) and C(update) on C(leases) in O(namespace).
 extends_documentation_fragment:
@@ -104,6 +125,13 @@ EXAMPLES = r"""
   kubevirt_ops.maintenance.cluster_lock:
     holder: "{{ maintenance_lock.holder }}"
     ttl: 3600
+
+- name: Take the lock for this playbook's run; after Ctrl-C, running the playbook again takes it over at once
+  kubevirt_ops.maintenance.cluster_lock:
+    purpose: firmware updates of rack 3
+    bind_to_run: true
+  delegate_to: localhost
+  register: maintenance_lock
 
 - name: Release it
   kubevirt_ops.maintenance.cluster_lock:
@@ -150,6 +178,16 @@ previous_expired:
   returned: always
   type: bool
   sample: false
+previous_run_ended:
+  description: Whether a lock that was taken over was bound to a run whose process had ended on this machine.
+  returned: always
+  type: bool
+  sample: false
+bound_to_run:
+  description: Whether the lock is bound to this run's process (see O(bind_to_run)).
+  returned: when O(state=present)
+  type: bool
+  sample: true
 waited_seconds:
   description: Seconds spent waiting for another holder.
   returned: always
@@ -224,6 +262,8 @@ def main():
             wait=dict(type="bool", default=False),
             wait_timeout=dict(type="int", default=300),
             force=dict(type="bool", default=False),
+            bind_to_run=dict(type="bool", default=False),
+            owner_pid=dict(type="int"),
         ),
     )
     module.run(cluster_lock.run)

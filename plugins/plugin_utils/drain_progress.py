@@ -56,6 +56,7 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_process import run_pid
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination.run_owner import process_exists
 
 HEARTBEAT = 10.0  # seconds between two lines at most (the job output promises one per 15 s)
@@ -238,8 +239,8 @@ class DrainProgressAction(ActionBase):
             added["progress_file"] = path
             if not self._task.async_val:
                 follower = Follower(path, self._display, action, node, offset=offset).start()
-        if getattr(self._connection, "transport", None) == "local" and self._task.args.get("owner_pid") is None:
-            added["owner_pid"] = os.getppid()
+        if self._task.args.get("owner_pid") is None and run_pid(self) is not None:
+            added["owner_pid"] = run_pid(self)
         module_args = dict(self._task.args, **added) if added else None
         try:
             outcome = self._execute_module(module_args=module_args, task_vars=task_vars, wrap_async=wrap_async)

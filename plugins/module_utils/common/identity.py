@@ -25,6 +25,8 @@ DEFAULT_LOCK_NAME = "kubevirt-ops-maintenance"
 DEFAULT_LOCK_NAMESPACE = "kube-system"
 LOCK_PURPOSE_ANNOTATION = "maintenance.kubevirt-ops.io/purpose"
 LOCK_LAST_HOLDER_ANNOTATION = "maintenance.kubevirt-ops.io/last-holder"
+# The run process a lock is bound to (machine, boot, process id and start time), as JSON.
+LOCK_RUN_ANNOTATION = "maintenance.kubevirt-ops.io/run"
 
 # What this collection added to a node when it entered maintenance with method drain.
 NODE_STATE_ANNOTATION = "maintenance.kubevirt-ops.io/node-maintenance"

@@ -21,6 +21,7 @@ __metaclass__ = type
 
 import datetime
 import getpass
+import json
 import os
 import random
 import socket
@@ -37,6 +38,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.id
     DEFAULT_LOCK_NAMESPACE,
     LOCK_LAST_HOLDER_ANNOTATION,
     LOCK_PURPOSE_ANNOTATION,
+    LOCK_RUN_ANNOTATION,
     MANAGED_BY,
     MANAGED_BY_LABEL,
 )
@@ -46,6 +48,8 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.ti
     parse_time,
     utc_now,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination.run_owner import RunOwner
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import annotation_json
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Informer, wait_until
 
 DEFAULT_TTL = 3600
@@ -94,6 +98,9 @@ class LeaseState:
         self.renewed_at = parse_time(spec.get("renewTime")) or self.acquired_at
         self.transitions = spec.get("leaseTransitions") or 0
         self.purpose = (meta.get("annotations") or {}).get(LOCK_PURPOSE_ANNOTATION)
+        # The run process the holder bound the lock to (cluster_lock owner_pid), when it did.
+        self.run = annotation_json(lease, LOCK_RUN_ANNOTATION, dict) if lease else None
+        self._run_ended = None
 
     @property
     def expires_at(self):
@@ -112,6 +119,20 @@ class LeaseState:
     @property
     def free(self):
         return not self.holder or self.expired
+
+    @property
+    def run_ended(self):
+        """Held by a run bound to a process of this machine that has ended (a playbook interrupted
+        or killed): the lock may be taken over at once. A run of another machine never counts."""
+        if self._run_ended is None:
+            owner = RunOwner.recorded_here(self.run) if self.holder else None
+            self._run_ended = owner is not None and owner.gone()
+        return self._run_ended
+
+    @property
+    def takeable(self):
+        """Nobody holds it, its holder let it expire, or the run holding it has ended."""
+        return self.free or self.run_ended
 
     def seconds_to_expiry(self):
         expires = self.expires_at
@@ -166,7 +187,7 @@ class ClusterLock:
 
     # -- writes ------------------------------------------------------------------------
 
-    def _body(self, holder, ttl, purpose, previous=None, new_holder=True):
+    def _body(self, holder, ttl, purpose, previous=None, new_holder=True, run=None):
         now = format_micro(self.clock())
         if previous is not None and previous.lease is not None:
             body = dict(previous.lease)
@@ -180,6 +201,10 @@ class ClusterLock:
         annotations = dict(meta.get("annotations") or {})
         if purpose is not None:
             annotations[LOCK_PURPOSE_ANNOTATION] = purpose
+        if run is not None:
+            annotations[LOCK_RUN_ANNOTATION] = json.dumps(run, sort_keys=True)
+        elif new_holder:
+            annotations.pop(LOCK_RUN_ANNOTATION, None)  # the previous holder's run
         meta["annotations"] = annotations
         spec["holderIdentity"] = holder
         spec["leaseDurationSeconds"] = int(ttl)
@@ -203,23 +228,24 @@ class ClusterLock:
 
     # -- operations --------------------------------------------------------------------
 
-    def try_acquire(self, holder, ttl, purpose=None, force=False, check_mode=False):
+    def try_acquire(self, holder, ttl, purpose=None, force=False, check_mode=False, run=None):
         """One decision on the current Lease: (outcome, state before, state after or None).
 
         outcome is 'acquired' (it was free or absent), 'taken_over' (its holder let it
-        expire, or ``force``), 'renewed' (we already hold it) or 'held' (someone else holds
-        it; nothing written). A lost race is decided again on the Lease that won it.
+        expire, the run it was bound to has ended, or ``force``), 'renewed' (we already hold it)
+        or 'held' (someone else holds it; nothing written). A lost race is decided again on the
+        Lease that won it. ``run`` (RunOwner.record) binds the lock to the caller's run.
         """
         def decide(before):
             if before.exists and before.holder == holder:
                 outcome = "renewed"
             elif not before.exists or not before.holder:
                 outcome = "acquired"
-            elif before.expired or force:
+            elif before.expired or before.run_ended or force:
                 outcome = "taken_over"
             else:
                 return None, ("held", before, None)
-            body = self._body(holder, ttl, purpose, previous=before, new_holder=outcome != "renewed")
+            body = self._body(holder, ttl, purpose, previous=before, new_holder=outcome != "renewed", run=run)
             if outcome == "renewed" and purpose is None:
                 body["metadata"]["annotations"].pop(LOCK_PURPOSE_ANNOTATION, None)
                 if before.purpose:
@@ -231,7 +257,8 @@ class ClusterLock:
             return outcome, before, None
         return outcome, before, LeaseState(body if check_mode else written, self.clock())
 
-    def acquire(self, holder, ttl, purpose=None, wait=False, wait_timeout=300, force=False, check_mode=False):
+    def acquire(self, holder, ttl, purpose=None, wait=False, wait_timeout=300, force=False, check_mode=False,
+                run=None):
         """Acquire (or renew) the lock; wait for it or fail naming who holds it."""
         if ttl <= 0:
             raise InvalidInputError("The TTL of the %s must be a positive number of seconds, not %s." % (
@@ -239,7 +266,7 @@ class ClusterLock:
         attempt = {"result": None, "last": None}
 
         def attempt_once():
-            outcome, before, after = self.try_acquire(holder, ttl, purpose, force, check_mode)
+            outcome, before, after = self.try_acquire(holder, ttl, purpose, force, check_mode, run=run)
             attempt["last"] = before
             if outcome == "held":
                 return False
@@ -251,9 +278,8 @@ class ClusterLock:
             held = attempt["last"]
             if not wait or check_mode:
                 raise BlockedError(
-                    "The %s is held by %s; another maintenance run is in progress. Wait for it to finish, or, if "
-                    "that run is dead, let the lock expire or release it with force."
-                    % (self.description, held.describe_holder()),
+                    "The %s is held by %s; another maintenance run is in progress. Wait for it to finish (or set "
+                    "wait=true); %s" % (self.description, held.describe_holder(), get_past(self.namespace, self.name)),
                     lock=held.as_result(self.namespace, self.name), blockers=["lock held by %s" % held.holder])
             self._wait_for(attempt_once, wait_timeout)
         outcome, before, after = tuple(attempt["result"])
@@ -265,6 +291,7 @@ class ClusterLock:
             "holder": holder,
             "previous_holder": before.holder if outcome == "taken_over" else None,
             "previous_expired": bool(outcome == "taken_over" and before.expired),
+            "previous_run_ended": bool(outcome == "taken_over" and before.run_ended),
             "waited_seconds": round(waited, 1),
             "lock": after.as_result(self.namespace, self.name),
             "msg": self._message(outcome, before, holder),
@@ -291,7 +318,12 @@ class ClusterLock:
             return "Acquired the %s as '%s'." % (self.description, holder)
         if outcome == "renewed":
             return "Renewed the %s held by '%s'." % (self.description, holder)
-        why = "its holder stopped renewing it" if before.expired else "forced"
+        if before.expired:
+            why = "its holder stopped renewing it"
+        elif before.run_ended:
+            why = "the run that held it (process %s on this machine) has ended" % before.run.get("pid")
+        else:
+            why = "forced"
         return "Took over the %s from %s: %s." % (self.description, before.describe_holder(), why)
 
     def release(self, holder=None, force=False, check_mode=False):
@@ -302,7 +334,7 @@ class ClusterLock:
 
         def decide(before):
             result = {"holder": holder, "acquired": False, "previous_holder": before.holder, "previous_expired": False,
-                      "waited_seconds": 0.0}
+                      "previous_run_ended": False, "waited_seconds": 0.0}
             decided[:] = [result]
             if not before.exists or not before.holder:
                 result.update(action="none", changed=False, lock=before.as_result(self.namespace, self.name),
@@ -318,6 +350,7 @@ class ClusterLock:
             body["spec"] = dict(body.get("spec") or {})
             annotations = dict(body["metadata"].get("annotations") or {})
             annotations.pop(LOCK_PURPOSE_ANNOTATION, None)
+            annotations.pop(LOCK_RUN_ANNOTATION, None)
             annotations[LOCK_LAST_HOLDER_ANNOTATION] = before.holder
             body["metadata"]["annotations"] = annotations
             for key in ("holderIdentity", "acquireTime", "renewTime"):
@@ -344,9 +377,17 @@ def held_by_another(client, lock):
     if not lock or not lock.get("name"):
         return None
     state = ClusterLock(client, lock["name"], lock.get("namespace") or DEFAULT_LOCK_NAMESPACE).read()
-    if state.free or state.holder == lock.get("holder"):
+    if state.takeable or state.holder == lock.get("holder"):
         return None
     return state
+
+
+def get_past(namespace, name):
+    """How to get past a lock whose run is dead: the sentence every refusal over the lock ends with."""
+    return ("if that run was interrupted or killed, run it again from the same machine (a run bound to the lock "
+            "with owner_pid, as the roles' runs are, is taken over once its process has ended), wait for the lock to "
+            "expire, or release it with kubevirt_ops.maintenance.cluster_lock name=%s namespace=%s state=absent "
+            "force=true." % (name, namespace))
 
 
 def held_text(lock, state):

@@ -9,6 +9,11 @@ or a killed playbook would leave it evicting pods unattended until its timeout. 
 run's process stops once that process is gone. The process is known by its id and, where
 ``/proc`` tells it, its start time, so a process id taken again by another process does not keep
 the drain going; a process that has exited and not been reaped yet (a zombie) is gone too.
+
+The same process, written down (``RunOwner.record``: machine, boot, process id, start time), binds
+the cluster lock to a run: a run on the same machine, started after that process has ended (a
+playbook interrupted with Ctrl-C or killed), may take the lock over at once. A record of another
+machine, or of this one before its last boot, cannot be judged here and never counts as ended.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -17,6 +22,7 @@ __metaclass__ = type
 
 import errno
 import os
+import socket
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import MaintenanceError
 
@@ -36,6 +42,15 @@ def _stat(pid):
     return fields[0], fields[19]
 
 
+def boot_id():
+    """The kernel's id of this boot of the machine, None where /proc does not tell it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip() or None
+    except (IOError, OSError):
+        return None
+
+
 def process_exists(pid):
     """Whether a process of this id is running (another user's included)."""
     try:
@@ -48,10 +63,27 @@ def process_exists(pid):
 class RunOwner:
     """The owner process of a drain, identified when the module starts."""
 
-    def __init__(self, pid):
+    def __init__(self, pid, start_time=None):
         self.pid = pid
-        stat = _stat(pid)
-        self.start_time = stat[1] if stat else None
+        if start_time is None:
+            stat = _stat(pid)
+            start_time = stat[1] if stat else None
+        self.start_time = start_time
+
+    def record(self):
+        """The process written down, for a record kept in the cluster (the lock's run)."""
+        return {"host": socket.gethostname(), "boot_id": boot_id(), "pid": self.pid, "start_time": self.start_time}
+
+    @classmethod
+    def recorded_here(cls, record):
+        """The RunOwner of a record written on this machine since its last boot, else None (a record
+        of another machine, or one without the boot id or start time that tell a process apart)."""
+        if not isinstance(record, dict) or not isinstance(record.get("pid"), int) or not record.get("start_time"):
+            return None
+        here = boot_id()
+        if here is None or record.get("boot_id") != here or record.get("host") != socket.gethostname():
+            return None
+        return cls(record["pid"], start_time=str(record["start_time"]))
 
     def gone(self):
         if not process_exists(self.pid):
@@ -69,15 +101,17 @@ class RunOwner:
                                 node=node)
 
 
-def run_owner(params, node):
+def run_owner(params, node=None, consequence=None):
     """The RunOwner of ``owner_pid`` (None when not given); a process that is not there is refused
-    before anything changes."""
+    before anything changes. ``consequence`` says what would follow from it (by default: the
+    maintenance of ``node`` would stop at once)."""
     pid = params.get("owner_pid")
     if not pid:
         return None
     if pid < 0 or not process_exists(pid):
-        raise MaintenanceError("owner_pid %d is not a running process on the host that runs the module, so the "
-                               "maintenance of node %s would stop as soon as it started; leave owner_pid out "
-                               "(the module's action plugin sets it when the module runs on the controller)."
-                               % (pid, node), node=node)
+        consequence = consequence or "the maintenance of node %s would stop as soon as it started" % node
+        details = {"node": node} if node else {}
+        raise MaintenanceError("owner_pid %d is not a running process on the host that runs the module, so %s; leave "
+                               "owner_pid out (the module's action plugin sets it when the module runs on the "
+                               "controller)." % (pid, consequence), **details)
     return RunOwner(pid)

@@ -70,7 +70,8 @@ def _lock_problem(client, lock):
     state = lock_mod.held_by_another(client, lock)
     if state is None:
         return None
-    return "Another maintenance run is in progress: %s." % lock_mod.held_text(lock, state)
+    return "Another maintenance run is in progress: %s; %s" % (
+        lock_mod.held_text(lock, state), lock_mod.get_past(lock.get("namespace") or lock_mod.DEFAULT_LOCK_NAMESPACE, lock["name"]))
 
 
 def _check_selection(params):

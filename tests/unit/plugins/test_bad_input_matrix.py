@@ -111,6 +111,7 @@ MODULE_CASES = [
     ("node_labeller unknown node", node_labeller, {"name": "no-such-node", "skip": True}, ["no-such-node"]),
     ("cluster_lock zero TTL", cluster_lock, {"ttl": 0}, ["TTL"]),
     ("cluster_lock release without holder", cluster_lock, {"state": "absent"}, ["holder"]),
+    ("cluster_lock bound to a process that is not running", cluster_lock, {"owner_pid": -3}, ["owner_pid", "-3"]),
     ("maintenance_preflight nodes and label_selector", maintenance_preflight,
      {"nodes": ["worker-1"], "label_selector": "a=b"}, ["nodes", "label_selector"]),
     ("maintenance_preflight neither nodes nor selector", maintenance_preflight, {}, ["nodes", "label_selector"]),

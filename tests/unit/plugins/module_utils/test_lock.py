@@ -1,6 +1,9 @@
 """The cluster lock against an in-memory API server: acquire, renew, release, races, expiry."""
 
 import datetime
+import json
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -11,6 +14,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common im
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import lock
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import timeutil
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import BlockedError, InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination.run_owner import RunOwner
 
 T0 = datetime.datetime(2024, 5, 4, 22, 0, 0, tzinfo=datetime.timezone.utc)
 
@@ -262,3 +266,88 @@ def test_refusal_names_the_lease_and_its_holder_and_writes_nothing():
     lock.refuse_while_held(client, {"name": "maint", "namespace": "ops", "holder": "alice@bastion pid 1 #0001"}, "x")
     lock.ClusterLock(client, "maint", "ops").release("alice@bastion pid 1 #0001")
     lock.refuse_while_held(client, {"name": "maint", "namespace": "ops"}, "x")
+
+
+# -- a lock bound to its run -------------------------------------------------------------------
+
+@pytest.fixture
+def ended_run():
+    """The record of a run process of this machine that has ended (exited and reaped)."""
+    process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    record = RunOwner(process.pid).record()
+    process.communicate(b"")
+    return record
+
+
+@pytest.fixture
+def live_run():
+    """The record of a run process of this machine that is still running."""
+    process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    yield RunOwner(process.pid).record()
+    process.communicate(b"")
+
+
+def test_a_lock_whose_run_has_ended_is_taken_over_at_once_and_says_why(setup, ended_run):
+    cluster_lock, server, clock = setup
+    cluster_lock.acquire("alice@bastion pid 7", 3600, run=ended_run)
+    assert json.loads(lease(server)["metadata"]["annotations"][identity.LOCK_RUN_ANNOTATION]) == ended_run
+    clock.advance(8)  # long before the TTL
+    state = cluster_lock.read()
+    assert not state.free and state.run_ended and state.takeable
+    result = cluster_lock.acquire("alice@bastion pid 9", 3600)
+    assert result["action"] == "taken_over" and result["previous_run_ended"] and not result["previous_expired"]
+    assert result["msg"] == ("Took over the cluster lock kube-system/kubevirt-ops-maintenance from 'alice@bastion pid 7' "
+                             "since 2024-05-04T22:00:00Z (8s ago, expires in 59m52s): the run that held it (process "
+                             "%d on this machine) has ended." % ended_run["pid"])
+    assert identity.LOCK_RUN_ANNOTATION not in lease(server)["metadata"]["annotations"]  # the new holder's run is unknown
+
+
+def test_a_lock_whose_run_still_runs_is_refused_saying_how_to_get_past(setup, live_run):
+    cluster_lock, server, _clock = setup
+    cluster_lock.acquire("alice", 3600, run=live_run)
+    before = lease(server)["metadata"]["resourceVersion"]
+    with pytest.raises(BlockedError) as err:
+        cluster_lock.acquire("bob", 3600)
+    assert "held by 'alice'" in err.value.msg
+    assert err.value.msg.endswith("run it again from the same machine (a run bound to the lock with owner_pid, as the "
+                                  "roles' runs are, is taken over once its process has ended), wait for the lock to "
+                                  "expire, or release it with kubevirt_ops.maintenance.cluster_lock "
+                                  "name=kubevirt-ops-maintenance namespace=kube-system state=absent force=true.")
+    assert lease(server)["metadata"]["resourceVersion"] == before
+
+
+@pytest.mark.parametrize("change", [
+    {"boot_id": "another-boot"},          # this machine before its last boot: its processes are unknown
+    {"host": "another-machine"},          # another machine: its processes cannot be seen
+    {"start_time": None},                 # nothing tells a process id taken again apart
+])
+def test_a_run_that_cannot_be_judged_here_never_counts_as_ended(setup, ended_run, change):
+    cluster_lock, _server, _clock = setup
+    cluster_lock.acquire("alice", 3600, run=dict(ended_run, **change))
+    assert not cluster_lock.read().run_ended
+    with pytest.raises(BlockedError):
+        cluster_lock.acquire("bob", 3600)
+
+
+def test_a_process_id_taken_again_by_another_process_counts_as_ended(setup, live_run):
+    cluster_lock, _server, _clock = setup
+    cluster_lock.acquire("alice", 3600, run=dict(live_run, start_time="1"))  # started at boot: another process
+    assert cluster_lock.read().run_ended
+
+
+def test_the_run_record_is_kept_on_renewal_and_dropped_on_release(setup, live_run):
+    cluster_lock, server, _clock = setup
+    cluster_lock.acquire("alice", 3600, run=live_run)
+    cluster_lock.acquire("alice", 3600)  # a renewal names no run
+    assert identity.LOCK_RUN_ANNOTATION in lease(server)["metadata"]["annotations"]
+    cluster_lock.release("alice")
+    assert identity.LOCK_RUN_ANNOTATION not in lease(server)["metadata"]["annotations"]
+
+
+def test_a_task_of_another_run_is_refused_only_while_the_run_holding_the_lock_lives(live_run, ended_run):
+    client, _server = fake_client()
+    option = {"name": identity.DEFAULT_LOCK_NAME, "holder": "bob"}
+    lock.ClusterLock(client).acquire("alice", 3600, run=live_run)  # the real clock: the lock has not expired
+    assert lock.held_by_another(client, option).holder == "alice"
+    lock.ClusterLock(client).acquire("alice", 3600, run=ended_run, force=True)
+    assert lock.held_by_another(client, option) is None
