@@ -202,6 +202,13 @@ class Started:
             _signal(pid, signal.SIGKILL)
         return self.proc.wait(60)
 
+    def interrupt(self, timeout=120):
+        """Ctrl-C in the terminal that runs the playbook: SIGINT to its foreground process group
+        (ansible-playbook; the workers live in sessions of their own). ansible-playbook ends
+        without its rescue and always blocks; returns its exit status."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+        return self.proc.wait(timeout)
+
     def wait(self, timeout=None):
         return self.proc.wait(timeout)
 

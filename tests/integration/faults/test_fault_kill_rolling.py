@@ -11,9 +11,9 @@ reports them as resumed. After the last kill a run goes to the end: it converges
 B schedulable and out of maintenance, the lock free), and a PodDisruptionBudget watcher
 that ran through the whole chain saw no violation.
 
-The lock of a killed run stays held; the test breaks it as the role's message says to
-(cluster_lock state=absent force=true), after checking once that a run started without
-doing so refuses cleanly, naming the dead holder. (Expiry of the lock after its TTL is
+The lock of a killed run stays held, bound to its ansible-playbook process: the next run,
+started as is from the same machine, takes it over at once because that process has ended,
+and says so; the test never breaks a lock. (Expiry of an unbound lock after its TTL is
 test_fault_lock_holder_dies.py.)
 """
 
@@ -116,6 +116,8 @@ def mid_migration(nth_node=1):
 
 
 # (name, trigger). Order matters only in that each is reachable from the state the one before leaves.
+# At the points in CTRL_C the run is interrupted as a user at its terminal does (SIGINT to its
+# process group: no rescue or always block runs), everywhere else killed.
 POINTS = [
     ("during the preflight", task("Preflight every node before any change", delay=0.5)),
     ("right after taking the lock", task("Remember the lock holder")),
@@ -130,6 +132,30 @@ POINTS = [
     ("between two nodes", task("Start the node", nth=2)),
     ("while finishing (lock release, report)", task("Release the lock, write the report, say what remains")),
 ]
+
+
+CTRL_C = ("mid-eviction",)
+
+
+def lock_taken(results):
+    """The result of the run's "Take the cluster lock" task, None when the run did not get there."""
+    for line in results:
+        if line["name"] == "Take the cluster lock" and line["status"] == "ok":
+            return line["result"]
+    return None
+
+
+def takeover_problem(name, results, dead_holder):
+    """What is wrong with how a run got the lock a killed run left held (None when it took it over
+    at once, or did not get as far as the lock)."""
+    taken = lock_taken(results)
+    if taken is None or dead_holder is None:
+        return None
+    if taken.get("action") != "taken_over" or not taken.get("previous_run_ended") \
+            or taken.get("previous_holder") != dead_holder:
+        return "%s: the run did not take over the lock of the killed run %r at once: %s" % (
+            name, dead_holder, {k: taken.get(k) for k in ("action", "previous_holder", "previous_run_ended", "msg")})
+    return None
 
 
 def lease_holder(k8s):
@@ -237,7 +263,8 @@ def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes,
     problems = []
     logs = []
     left_cordoned = []
-    refused_once = False
+    dead_holder = None  # the holder a killed run left on the lock, until a run takes it over
+    takeovers = 0
     killed = []  # process ids of the killed ansible-playbook runs
     left_progress = set()  # the temporary progress files they left, each until the next drain removed it
     with safety.PdbWatcher(k8s) as watcher:
@@ -259,12 +286,22 @@ def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes,
                     problems.append("%s: the run %s before the point was reached: %s" % (
                         name, "ended (rc=%s)" % run.proc.returncode if not run.running() else "timed out",
                         first_error(run.output())))
-                run.kill()
+                if name in CTRL_C:
+                    status = run.interrupt()
+                    if "User interrupted execution" not in run.output():
+                        problems.append("%s: Ctrl-C did not interrupt the run (rc=%s)" % (name, status))
+                else:
+                    run.kill()
                 results = run.results()
             finally:
                 log.write_text(run.output())
                 run.close()
             left_progress.update(progress_files_of(killed))
+            problem = takeover_problem(name, results, dead_holder)
+            if problem:
+                problems.append(problem)
+            if dead_holder is not None and lock_taken(results) is not None:
+                takeovers += 1
             # The run before this one left these nodes cordoned: this run must have said it resumes them.
             preflight = preflight_of(results)
             if left_cordoned and not set(left_cordoned) <= set((preflight or {}).get("resumed") or []):
@@ -278,19 +315,8 @@ def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes,
             others = [n for n in workloads.cordoned(k8s) if n not in (a, b)]
             if others:
                 problems.append("%s: nodes outside the run are cordoned: %s" % (name, others))
-            if lease_holder(k8s):
-                if not refused_once:
-                    # Started again as is, the run refuses: the lock names the dead run.
-                    again = runs.playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
-                    failures = again.failures()
-                    msg = failures[0][1].get("msg") if failures else ""
-                    if again.returncode == 0 or LOCK not in (msg or "") or "held by" not in (msg or ""):
-                        problems.append("%s: a second run while the dead run holds the lock did not refuse "
-                                        "cleanly (rc=%s): %s" % (name, again.returncode, msg))
-                    refused_once = True
-                broken = runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})
-                if broken.result().get("failed"):
-                    problems.append("%s: breaking the dead run's lock failed: %s" % (name, broken.result()))
+            # Left held by the killed run (or by an earlier killed run this one did not get as far as).
+            dead_holder = lease_holder(k8s)
             # What the next run must resume, read as late as possible before it starts: a write
             # the killed module had already sent (its uncordon, say) may land after the kill.
             left_cordoned = [n for n in (a, b) if "cordoned" in in_maintenance(k8s, n)]
@@ -299,6 +325,14 @@ def test_kill_at_every_point_then_converge(k8s, lab, chain_world, restore_nodes,
 
         final = runs.playbook(lab.kubeconfig, PLAYBOOK, extra_vars=extra)
     converged = final.returncode == 0
+    problem = takeover_problem("the final run", final.lines, dead_holder)
+    if problem:
+        problems.append(problem)
+    if dead_holder is not None and lock_taken(final.lines) is not None:
+        takeovers += 1
+    if takeovers < len(POINTS) - 2:
+        problems.append("only %d runs took over a killed run's lock (the kills after the lock is taken leave it "
+                        "held)" % takeovers)
     # A run killed mid-drain cannot remove the temporary file its drain's progress went through;
     # the next drain removes those of runs whose process is gone.
     if not left_progress:
