@@ -10,10 +10,10 @@ test_handler_logic.py.
 
 import time
 
-from lab.kubevirt_sim import crds, hco_api
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim.cluster_config import ClusterConfig
-from lab.kubevirt_sim.workqueue import WorkQueue
+from lab.standins import crds, hco_api
+from lab.standins import kube as k
+from lab.standins.cluster_config import ClusterConfig
+from lab.standins.workqueue import WorkQueue
 
 # -- fakes ------------------------------------------------------------------------------------
 

@@ -36,11 +36,11 @@ While a migration is in flight the VMI belongs to the migration loops
 import copy
 import time
 
-from lab.kubevirt_sim import handler_migratability as migratability
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.handler_nodes import handler_alive
-from lab.kubevirt_sim.workqueue import Controller
+from lab.standins import handler_migratability as migratability
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.handler_nodes import handler_alive
+from lab.standins.workqueue import Controller
 
 GUEST_CRASH_ANNOTATION = "kubevirt-ops.lab/guest-crash"
 # What libvirt expands "q35" to with the QEMU of the v1.7 virt-launcher image.

@@ -21,7 +21,7 @@ the TSC-frequency check (only for VMIs requiring ``invtsc`` without topology hin
 not simulated.
 """
 
-from lab.kubevirt_sim import objects as o
+from lab.standins import objects as o
 
 LIVE_MIGRATABLE = "LiveMigratable"
 STORAGE_LIVE_MIGRATABLE = "StorageLiveMigratable"

@@ -10,7 +10,7 @@ Names, short names, categories and printer columns follow upstream, so
 import logging
 import time
 
-from lab.kubevirt_sim import kube as k
+from lab.standins import kube as k
 
 log = logging.getLogger(__name__)
 
