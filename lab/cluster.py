@@ -120,7 +120,7 @@ def down(paths):
         settings = lab_settings.load(paths)
         recorded = processes.recorded_names(paths)
         core = [c.name for c in reversed(CORE)]
-        # Clients first (the simulator, anything else recorded), the control plane last.
+        # Clients first (the stand-ins, anything else recorded), the control plane last.
         if processes.stop(paths, SIM, processes.DEFAULT_STOP_GRACE):
             say(f"stopped {SIM}")
         control_plane.stop(paths, say)
@@ -471,7 +471,7 @@ def _ensure_standins(paths, hco):
         ]
         if not hco:
             argv.append("--no-hco")
-        argv.extend(nmo.SIMULATOR_FLAGS)
+        argv.extend(nmo.STANDINS_FLAGS)
         say(
             "starting the virt-handler stand-in (and the HCO, storage, legacy NodeMaintenance "
             "and BareMetalHost stand-ins)"

@@ -1,1 +1,2 @@
-"""A KubeVirt, HyperConverged and node-maintenance simulator for the lab cluster."""
+"""The lab's stand-ins for what cannot run here: virt-handler, HCO, storage, the legacy
+NodeMaintenance group and Metal3's BareMetalHost."""

@@ -1,4 +1,4 @@
-"""A private CA and a serving certificate for the simulator's HTTPS endpoints.
+"""A private CA and a serving certificate for the stand-ins' HTTPS endpoints.
 
 The apiserver calls the admission webhooks and the aggregated API over HTTPS and
 checks the certificate against the caBundle we register, so the serving

@@ -1,6 +1,6 @@
 """CustomResourceDefinitions for KubeVirt, HCO and node-maintenance, applied at start.
 
-The schemas are our own and structural. They name the fields the simulator (and the
+The schemas are our own and structural. They name the fields the stand-ins (and the
 collection) read or write, with types and enums, and keep everything else open with
 ``x-kubernetes-preserve-unknown-fields`` where upstream's API is wider than we model.
 Names, short names, categories and printer columns follow upstream, so

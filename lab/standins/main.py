@@ -40,7 +40,7 @@ log = logging.getLogger("lab.standins")
 HANDLER_USER = "system:serviceaccount:kubevirt:kubevirt-handler"
 
 
-class Simulator:
+class StandIns:
     """The shared caches and settings every controller reads."""
 
     def __init__(self, kube, migration_bandwidth, medik8s_node_maintenance=True):
@@ -197,7 +197,7 @@ def run(args):
     # node controller expects exactly one (pkg/virt-controller/watch/node/node.go).
     nodes.ensure_virt_handler(kube)
 
-    sim = Simulator(kube, args.migration_bandwidth, medik8s_node_maintenance=medik8s)
+    sim = StandIns(kube, args.migration_bandwidth, medik8s_node_maintenance=medik8s)
     sim.add_handler_caches()
     heartbeat = Heartbeat(sim, args.heartbeat_interval)
     controllers = [

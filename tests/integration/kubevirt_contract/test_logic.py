@@ -1,4 +1,4 @@
-"""Unit checks of what the lab still simulates beside the real KubeVirt; no cluster needed.
+"""Unit checks of the lab's stand-ins beside the real KubeVirt; no cluster needed.
 
 With the real virt-controller and virt-api, the VM, VMI, migration, eviction and
 subresource decisions are KubeVirt's own, checked end to end by test_contract.py. What
