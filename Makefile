@@ -15,7 +15,7 @@ PYTEST_WORKERS ?= 1
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
-	@echo "make test      sanity, lint, unit tests, the lab tier (lab, simulator, modules, security, faults, roles), Molecule and the bench smoke - what CI runs"
+	@echo "make test      sanity, lint, unit tests, the lab tier (lab, KubeVirt contract, modules, security, faults, roles), Molecule and the bench smoke - what CI runs"
 	@echo "make unit-floor  unit tests on the oldest declared runtime (kubernetes 24.2.0, urllib3 1.26)"
 	@echo "make test-versions  unit tests on every ansible-core from 2.17 to the newest, sanity on the oldest and newest"
 	@echo "make unit-core-2.18  the unit tests on one ansible-core (sanity-core-2.21: its sanity)"

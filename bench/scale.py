@@ -59,7 +59,7 @@ HANDLER_USER = "system:serviceaccount:kubevirt:kubevirt-handler"
 VMI_FINALIZER = "kubevirt.io/foregroundDeleteVirtualMachine"
 # The lab's process name of the virt-handler (and HCO, storage, ...) stand-in (lab/cluster.py SIM).
 SIM = "kubevirt-sim"
-# What virt-handler keeps on its node (lab/kubevirt_sim/handler_nodes.py, handler_node_labeller.py).
+# What virt-handler keeps on its node (lab/standins/handler_nodes.py, handler_node_labeller.py).
 SCHEDULABLE_LABEL = "kubevirt.io/schedulable"
 CPU_MANAGER_LABEL = "kubevirt.io/cpumanager"
 HEARTBEAT_ANNOTATION = "kubevirt.io/heartbeat"

@@ -26,12 +26,12 @@ def main(argv=None):
         help="control-plane nodes (default 1)",
     )
     up.add_argument(
-        "--no-hco", action="store_true", help="tell the KubeVirt simulator to leave out HCO"
+        "--no-hco", action="store_true", help="leave the HCO stand-in out"
     )
     up.add_argument(
         "--no-kubevirt",
         action="store_true",
-        help="do not start the KubeVirt simulator nor the node-maintenance-operator "
+        help="do not start KubeVirt, its stand-ins nor the node-maintenance-operator "
         "(plain Kubernetes lab)",
     )
     up.add_argument(

@@ -106,7 +106,7 @@ def ensure_pki(directory):
 
     if not pki.service_account_key.exists():
         key = ec.generate_private_key(ec.SECP256R1())
-        _write_key(pki.service_account_key, key)
+        write_key(pki.service_account_key, key)
         pki.service_account_pub.write_bytes(
             key.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -115,70 +115,30 @@ def ensure_pki(directory):
     return pki
 
 
-def _ensure_ca(pki, stem, common_name):
-    if pki.cert(stem).exists() and pki.key(stem).exists():
-        return _load(pki, stem)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    _write_key(pki.key(stem), key)
-    pki.cert(stem).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return key, cert
+def issue(common_name, *, issuer=None, usage=None, organizations=(), dns_names=(), ip_addresses=()):
+    """A new key and its certificate, as (key, certificate): every certificate of the lab.
 
-
-def _ensure_leaf(
-    pki,
-    stem,
-    ca_key,
-    ca_cert,
-    *,
-    common_name,
-    usage,
-    organizations=(),
-    dns_names=(),
-    ip_addresses=(),
-):
-    if pki.cert(stem).exists() and pki.key(stem).exists():
-        return
+    Without ``issuer`` it is a self-signed CA named ``common_name``. With ``issuer`` (the
+    CA's key and certificate) it is a certificate for ``usage`` (an extended key usage,
+    client or server authentication) signed by that CA, its subject ``organizations`` and
+    ``common_name``, naming ``dns_names`` and ``ip_addresses`` as alternative names.
+    """
     key = ec.generate_private_key(ec.SECP256R1())
     attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
     attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    subject = x509.Name(attributes)
+    is_ca = issuer is None
+    signing_key, issuer_name = (key, subject) if is_ca else (issuer[0], issuer[1].subject)
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name(attributes))
-        .issuer_name(ca_cert.subject)
+        .subject_name(subject)
+        .issuer_name(issuer_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
         .not_valid_after(now + VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
@@ -186,25 +146,46 @@ def _ensure_leaf(
                 key_encipherment=False,
                 data_encipherment=False,
                 key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
+                key_cert_sign=is_ca,
+                crl_sign=is_ca,
                 encipher_only=False,
                 decipher_only=False,
             ),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),
+    )
+    if is_ca:
+        builder = builder.add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+        )
+    else:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False).add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer[1].public_key()),
             critical=False,
         )
-    )
     alt_names = [x509.DNSName(n) for n in dns_names]
     alt_names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ip_addresses]
     if alt_names:
         builder = builder.add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    _write_key(pki.key(stem), key)
+    return key, builder.sign(signing_key, hashes.SHA256())
+
+
+def _ensure_ca(pki, stem, common_name):
+    if pki.cert(stem).exists() and pki.key(stem).exists():
+        return _load(pki, stem)
+    key, cert = issue(common_name)
+    _store(pki, stem, key, cert)
+    return key, cert
+
+
+def _ensure_leaf(pki, stem, ca_key, ca_cert, **certificate):
+    if pki.cert(stem).exists() and pki.key(stem).exists():
+        return
+    _store(pki, stem, *issue(issuer=(ca_key, ca_cert), **certificate))
+
+
+def _store(pki, stem, key, cert):
+    write_key(pki.key(stem), key)
     pki.cert(stem).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
@@ -214,7 +195,8 @@ def _load(pki, stem):
     return key, cert
 
 
-def _write_key(path, key):
+def write_key(path, key):
+    """Write ``key`` as unencrypted PKCS#8 PEM, readable by its owner only."""
     data = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,

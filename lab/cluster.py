@@ -24,7 +24,7 @@ from lab.paths import REPO_ROOT
 from lab.wait import wait_for
 
 SIM = "kubevirt-sim"
-SIM_MAIN = REPO_ROOT / "lab" / "kubevirt_sim" / "__main__.py"
+SIM_MAIN = REPO_ROOT / "lab" / "standins" / "__main__.py"
 SIM_READY_TIMEOUT = 60
 # The lab runs the real KubeVirt control plane; the variable and the mode remain for callers
 # that name it.
@@ -102,7 +102,7 @@ def up(
             nmo.ensure_running(paths, ctx.settings, say=say)
         if kubevirt:
             control_plane.ensure(ctx, api, say)
-            _ensure_kubevirt_sim(paths, hco)
+            _ensure_standins(paths, hco)
     say(
         f"up in {time.monotonic() - started:.0f}s: {len(planned)} nodes"
         f"{'' if ctx.settings.profile == 'default' else f' ({ctx.settings.profile} profile)'},"
@@ -120,7 +120,7 @@ def down(paths):
         settings = lab_settings.load(paths)
         recorded = processes.recorded_names(paths)
         core = [c.name for c in reversed(CORE)]
-        # Clients first (the simulator, anything else recorded), the control plane last.
+        # Clients first (the stand-ins, anything else recorded), the control plane last.
         if processes.stop(paths, SIM, processes.DEFAULT_STOP_GRACE):
             say(f"stopped {SIM}")
         control_plane.stop(paths, say)
@@ -452,9 +452,9 @@ def _ensure_running(ctx, component):
         raise
 
 
-def _ensure_kubevirt_sim(paths, hco):
+def _ensure_standins(paths, hco):
     if not SIM_MAIN.exists():
-        say("lab/kubevirt_sim is not there: skipping the KubeVirt stand-ins")
+        say("lab/standins is not there: skipping the KubeVirt stand-ins")
         return
     record = processes.tracked(paths, SIM)
     if record is None:
@@ -463,7 +463,7 @@ def _ensure_kubevirt_sim(paths, hco):
         argv = [
             sys.executable,
             "-m",
-            "lab.kubevirt_sim",
+            "lab.standins",
             "--kubeconfig",
             str(paths.kubeconfig),
             "--state-dir",
@@ -471,7 +471,7 @@ def _ensure_kubevirt_sim(paths, hco):
         ]
         if not hco:
             argv.append("--no-hco")
-        argv.extend(nmo.SIMULATOR_FLAGS)
+        argv.extend(nmo.STANDINS_FLAGS)
         say(
             "starting the virt-handler stand-in (and the HCO, storage, legacy NodeMaintenance "
             "and BareMetalHost stand-ins)"

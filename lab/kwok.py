@@ -26,7 +26,7 @@ the failure's grace period ends at the latest).
 With the real virt-controller, virt-launcher pods are left out of that last stage
 (``launchers_by_handler``): a real launcher pod lives on after SIGTERM until
 virt-handler has shut its guest down, and the virt-handler stand-in
-(lab/kubevirt_sim/handler_launcher.py) confirms their deletion once it has.
+(lab/standins/handler_launcher.py) confirms their deletion once it has.
 """
 
 import yaml

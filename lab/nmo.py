@@ -177,9 +177,9 @@ LAB_CLUSTER_ROLE = {
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["delete"]},
     ],
 }
-# The simulator leaves nodemaintenance.medik8s.io to this operator (it keeps only the
+# The stand-ins leave nodemaintenance.medik8s.io to this operator (it keeps only the
 # legacy nodemaintenance.kubevirt.io stand-in).
-SIMULATOR_FLAGS = ("--no-node-maintenance",)
+STANDINS_FLAGS = ("--no-node-maintenance",)
 
 
 def webhook_configuration_name():

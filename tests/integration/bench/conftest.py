@@ -1,7 +1,7 @@
 """The benchmark smoke runs on a lab of its own, and no test of it can hang.
 
 It never reuses the lab named by ``$KUBEVIRT_OPS_LAB_DIR`` (``make bench`` may be using
-``.build/bench-lab`` meanwhile: the smoke's drains, simulator restarts and cleanups would then
+``.build/bench-lab`` meanwhile: the smoke's drains, stand-in restarts and cleanups would then
 collide with the benchmark's): this ``lab`` fixture brings one up in a temporary directory
 for the session and always takes it down. Each test gets SMOKE_TEST_TIMEOUT seconds; past
 that it fails (SIGALRM), and the session still tears its lab down.

@@ -1464,7 +1464,7 @@ def test_node_maintenance_webhook_refusals(lab, restore_nodes):
 # -- robustness -----------------------------------------------------------------------------------
 
 
-def test_simulator_survives_an_apiserver_restart(lab, namespace):
+def test_standins_survive_an_apiserver_restart(lab, namespace):
     apply(lab, namespace, vm("before-restart"))
     wait_vmi_running(lab, namespace, "before-restart")
     lab.restart_apiserver()

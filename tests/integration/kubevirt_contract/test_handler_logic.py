@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from lab import kwok
-from lab.kubevirt_sim import handler_migratability as m
-from lab.kubevirt_sim.handler_migration import migration_done
+from lab.standins import handler_migratability as m
+from lab.standins.handler_migration import migration_done
 
 
 def vmi(devices=None, volumes=(), volume_status=(), networks=None, annotations=None, domain=None):

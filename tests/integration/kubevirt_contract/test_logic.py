@@ -1,4 +1,4 @@
-"""Unit checks of what the lab still simulates beside the real KubeVirt; no cluster needed.
+"""Unit checks of the lab's stand-ins beside the real KubeVirt; no cluster needed.
 
 With the real virt-controller and virt-api, the VM, VMI, migration, eviction and
 subresource decisions are KubeVirt's own, checked end to end by test_contract.py. What
@@ -10,10 +10,10 @@ test_handler_logic.py.
 
 import time
 
-from lab.kubevirt_sim import crds, hco_api
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim.cluster_config import ClusterConfig
-from lab.kubevirt_sim.workqueue import WorkQueue
+from lab.standins import crds, hco_api
+from lab.standins import kube as k
+from lab.standins.cluster_config import ClusterConfig
+from lab.standins.workqueue import WorkQueue
 
 # -- fakes ------------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from lab.kubevirt_sim.cluster_config import BUILTIN_OBSOLETE_CPU_MODELS as LAB_HCO_BUILTIN
+from lab.standins.cluster_config import BUILTIN_OBSOLETE_CPU_MODELS as LAB_HCO_BUILTIN
 from lab.wait import wait_for
 
 HCO = ("hco.kubevirt.io", "v1beta1", "kubevirt-hyperconverged", "hyperconvergeds", "kubevirt-hyperconverged")

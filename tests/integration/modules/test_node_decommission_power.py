@@ -1,7 +1,7 @@
 """node_decommission deletes a node only once its machine is off, and sees it not come back.
 
 Each test decommissions a KWOK node that exists only for it. A KWOK node heartbeats like a kubelet
-(its Lease in kube-node-lease is renewed); the lab's BareMetalHost stand-in (lab/kubevirt_sim/
+(its Lease in kube-node-lease is renewed); the lab's BareMetalHost stand-in (lab/standins/
 baremetal.py) powers a node off by stopping that heartbeat, as ``lab node-fail`` does.
 """
 

@@ -1,7 +1,7 @@
 """node_maintenance pauses node remediation while a node is in maintenance, and state=absent
 aborts an interrupted maintenance cleanly.
 
-The lab serves the NodeHealthCheck, MachineHealthCheck and Machine CRDs (lab/kubevirt_sim/crds.py)
+The lab serves the NodeHealthCheck, MachineHealthCheck and Machine CRDs (lab/standins/crds.py)
 with no controller behind them: the tests prove what the module writes and restores. The
 evacuations are real: KubeVirt's eviction admitter marks the VMIs and its evacuation controller
 creates the migrations.

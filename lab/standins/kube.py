@@ -1,7 +1,7 @@
 """A small JSON client for the Kubernetes API: every object is a plain dict.
 
-The simulator handles core and custom resources the same way (caches, patches,
-watches), so it talks to the apiserver in raw JSON over one urllib3 pool instead
+The stand-ins handle core and custom resources the same way (caches, patches,
+watches), so they talk to the apiserver in raw JSON over one urllib3 pool instead
 of through the generated model classes. Credentials come from the kubeconfig via
 the ``kubernetes`` package's loader.
 """
@@ -89,7 +89,7 @@ class Resource:
         return "/".join(parts)
 
 
-# Core and built-in resources the simulator touches.
+# Core and built-in resources the stand-ins touch.
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 PODS = Resource("", "v1", "pods", "Pod")
@@ -251,7 +251,7 @@ class Kube:
         )
 
     def apply(self, res, obj):
-        """Server-side apply under the simulator's field manager (idempotent create/update)."""
+        """Server-side apply under the stand-ins' field manager (idempotent create/update)."""
         meta = obj["metadata"]
         body = dict(obj, apiVersion=res.api_version, kind=res.kind)
         return self.request(

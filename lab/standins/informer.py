@@ -15,7 +15,7 @@ import time
 
 from kubernetes.watch.watch import iter_resp_lines
 
-from lab.kubevirt_sim.kube import ApiError, key_of
+from lab.standins.kube import ApiError, key_of
 
 log = logging.getLogger(__name__)
 

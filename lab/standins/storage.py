@@ -8,9 +8,9 @@ The volumes are hostPath volumes: KWOK nodes never mount anything, and hostPath
 keeps the attach/detach controller out of the picture.
 """
 
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.workqueue import Controller
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.workqueue import Controller
 
 STORAGE_CLASS = "lab-storage"
 PROVISIONER = "lab.kubevirt-ops.io/simulated"

@@ -7,8 +7,8 @@ for nodemaintenance.medik8s.io).
 
 import logging
 
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
+from lab.standins import kube as k
+from lab.standins import objects as o
 
 log = logging.getLogger(__name__)
 

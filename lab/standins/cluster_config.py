@@ -1,4 +1,4 @@
-"""The cluster-wide KubeVirt settings the simulator honours, read from the KubeVirt CR.
+"""The cluster-wide KubeVirt settings the stand-ins honour, read from the KubeVirt CR.
 
 Like virt-controller, every decision reads the current CR from the cache, so a change
 (for example by the HCO controller) applies to the next eviction or migration

@@ -5,9 +5,9 @@ exactly one per node (pkg/virt-controller/watch/node/node.go); the stand-in's he
 (handler_nodes.py) does what the real pods would.
 """
 
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.cluster_config import KUBEVIRT_NAMESPACE
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.cluster_config import KUBEVIRT_NAMESPACE
 
 HANDLER_IMAGE = "quay.io/kubevirt/virt-handler:v1.6.0"
 

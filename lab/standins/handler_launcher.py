@@ -26,12 +26,12 @@ Nothing happens on a failed node: its kubelet is dead (lab/nodes.py ``fail``).
 
 import hashlib
 
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.handler_migration import migration_done
-from lab.kubevirt_sim.handler_nodes import node_failed
-from lab.kubevirt_sim.handler_vmi import guest_pod
-from lab.kubevirt_sim.workqueue import Controller
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.handler_migration import migration_done
+from lab.standins.handler_nodes import node_failed
+from lab.standins.handler_vmi import guest_pod
+from lab.standins.workqueue import Controller
 
 
 def image_id(image):

@@ -21,7 +21,7 @@ the TSC-frequency check (only for VMIs requiring ``invtsc`` without topology hin
 not simulated.
 """
 
-from lab.kubevirt_sim import objects as o
+from lab.standins import objects as o
 
 LIVE_MIGRATABLE = "LiveMigratable"
 STORAGE_LIVE_MIGRATABLE = "StorageLiveMigratable"
@@ -141,39 +141,62 @@ def interfaces_error(vmi, binding_plugins):
 
 def check_volumes(vmi):
     """``checkVolumesForMigration``: (block migration?, error message or None)."""
-    spec = o.spec(vmi)
     status = o.status(vmi)
     by_name = {v.get("name"): v for v in status.get("volumeStatus") or []}
     migrated = {v.get("volumeName") for v in status.get("migratedVolumes") or []}
     block = bool(status.get("migratedVolumes"))
+    skipped = _volumes_not_copied(vmi)
+    for volume in o.spec(vmi).get("volumes") or []:
+        info = (by_name.get(volume.get("name")) or {}).get("persistentVolumeClaimInfo")
+        error = _volume_error(volume, info, migrated)
+        if error:
+            return True, error
+        block = block or _is_local(volume, skipped)
+    return block, None
+
+
+def _volumes_not_copied(vmi):
+    """Volumes that need no copy although they are local: virtiofs filesystems and
+    read-only CD-ROMs."""
     filesystems = {fs.get("name") for fs in _devices(vmi).get("filesystems") or []}
     read_only_cdroms = {
         d.get("name")
         for d in _devices(vmi).get("disks") or []
         if "cdrom" in d and (d.get("cdrom") or {}).get("readonly", True) is not False
     }
-    for volume in spec.get("volumes") or []:
-        name = volume.get("name")
-        if "persistentVolumeClaim" in volume or "dataVolume" in volume:
-            if "persistentVolumeClaim" in volume:
-                claim = volume["persistentVolumeClaim"].get("claimName")
-            else:
-                claim = volume["dataVolume"].get("name")
-            info = (by_name.get(name) or {}).get("persistentVolumeClaimInfo")
-            if not info:
-                return True, _UNKNOWN_SHARING.format(claim)
-            if _SHARED not in (info.get("accessModes") or []) and name not in migrated:
-                return True, _NOT_SHARED.format(claim)
-        elif "hostDisk" in volume:
-            info = (by_name.get(name) or {}).get("persistentVolumeClaimInfo")
-            if info:
-                if _SHARED not in (info.get("accessModes") or []) and name not in migrated:
-                    return True, _NOT_SHARED.format(info.get("claimName"))
-                continue
-            if not (volume["hostDisk"] or {}).get("shared"):
-                return True, "cannot migrate VMI with non-shared HostDisk"
+    return filesystems | read_only_cdroms
+
+
+def _volume_error(volume, info, migrated):
+    """Why ``volume`` blocks the migration, or None. ``info`` is its
+    ``persistentVolumeClaimInfo`` in ``status.volumeStatus``."""
+    name = volume.get("name")
+    if "persistentVolumeClaim" in volume or "dataVolume" in volume:
+        if "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"].get("claimName")
         else:
-            if name in filesystems or name in read_only_cdroms:
-                continue
-            block = True
-    return block, None
+            claim = volume["dataVolume"].get("name")
+        if not info:
+            return _UNKNOWN_SHARING.format(claim)
+        return _claim_error(info, name, migrated, claim)
+    if "hostDisk" in volume:
+        if info:
+            return _claim_error(info, name, migrated, info.get("claimName"))
+        if not (volume["hostDisk"] or {}).get("shared"):
+            return "cannot migrate VMI with non-shared HostDisk"
+    return None
+
+
+def _claim_error(info, name, migrated, claim):
+    """A claim blocks unless it is shared (ReadWriteMany) or its volume was migrated."""
+    if _SHARED not in (info.get("accessModes") or []) and name not in migrated:
+        return _NOT_SHARED.format(claim)
+    return None
+
+
+def _is_local(volume, skipped):
+    """A volume copied by a block migration: neither a claim nor a host disk, and not
+    one of ``skipped``."""
+    if any(kind in volume for kind in ("persistentVolumeClaim", "dataVolume", "hostDisk")):
+        return False
+    return volume.get("name") not in skipped

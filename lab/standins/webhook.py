@@ -7,9 +7,9 @@ real node-maintenance-operator, which registers its own) only the legacy
 import base64
 import logging
 
-from lab.kubevirt_sim import https_server
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim.admission import Admission
+from lab.standins import https_server
+from lab.standins import kube as k
+from lab.standins.admission import Admission
 
 log = logging.getLogger(__name__)
 

@@ -40,11 +40,11 @@ end of the transfer (the migration object stays Running) until the annotation is
 import hashlib
 import time
 
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.handler_nodes import handler_alive, migration_address
-from lab.kubevirt_sim.handler_vmi import update_vmi
-from lab.kubevirt_sim.workqueue import Controller
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.handler_nodes import handler_alive, migration_address
+from lab.standins.handler_vmi import update_vmi
+from lab.standins.workqueue import Controller
 
 CREATE_MIGRATION_TARGET_ANNOTATION = "kubevirt.io/create-migration-target"
 EVICTION_SOURCE_ANNOTATION = "kubevirt.io/eviction-source"

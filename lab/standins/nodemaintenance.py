@@ -14,9 +14,9 @@ finalizer until then) removes the taints and the label and uncordons the node.
 import threading
 import time
 
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.workqueue import Controller
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.workqueue import Controller
 
 FINALIZER = "foregroundDeleteNodeMaintenance"
 DRAIN_TAINT = {"key": "medik8s.io/drain", "effect": "NoSchedule"}

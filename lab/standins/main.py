@@ -1,6 +1,6 @@
 """Start the stand-ins beside the real virt-controller and virt-api.
 
-    python -m lab.kubevirt_sim --kubeconfig KUBECONFIG --state-dir DIR [--no-hco] [--no-node-maintenance]
+    python -m lab.standins --kubeconfig KUBECONFIG --state-dir DIR [--no-hco] [--no-node-maintenance]
 
 KubeVirt's CRDs, KubeVirt CR and webhooks are installed by ``lab up`` (lab/kubevirt). This
 process plays only what cannot run here: virt-handler on every node (handler_*.py), the
@@ -20,27 +20,27 @@ import threading
 import time
 from pathlib import Path
 
-from lab.kubevirt_sim import certs, crds, hco, hco_api, https_server, nodes, storage, webhook
-from lab.kubevirt_sim.baremetal import BareMetalHostController
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.cluster_config import ClusterConfig
-from lab.kubevirt_sim.handler_launcher import LauncherPods
-from lab.kubevirt_sim.handler_migration import MigrationHandler
-from lab.kubevirt_sim.handler_node_labeller import HandlerNodeLabeller
-from lab.kubevirt_sim.handler_nodes import LEASES, NODE_LEASE_NAMESPACE, Heartbeat
-from lab.kubevirt_sim.handler_vmi import VMIHandler
-from lab.kubevirt_sim.hco import HyperConvergedController
-from lab.kubevirt_sim.informer import Informer
-from lab.kubevirt_sim.nodemaintenance import NodeMaintenanceController
-from lab.kubevirt_sim.storage import Provisioner
+from lab.standins import certs, crds, hco, hco_api, https_server, nodes, storage, webhook
+from lab.standins.baremetal import BareMetalHostController
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.cluster_config import ClusterConfig
+from lab.standins.handler_launcher import LauncherPods
+from lab.standins.handler_migration import MigrationHandler
+from lab.standins.handler_node_labeller import HandlerNodeLabeller
+from lab.standins.handler_nodes import LEASES, NODE_LEASE_NAMESPACE, Heartbeat
+from lab.standins.handler_vmi import VMIHandler
+from lab.standins.hco import HyperConvergedController
+from lab.standins.informer import Informer
+from lab.standins.nodemaintenance import NodeMaintenanceController
+from lab.standins.storage import Provisioner
 
-log = logging.getLogger("lab.kubevirt_sim")
+log = logging.getLogger("lab.standins")
 
 HANDLER_USER = "system:serviceaccount:kubevirt:kubevirt-handler"
 
 
-class Simulator:
+class StandIns:
     """The shared caches and settings every controller reads."""
 
     def __init__(self, kube, migration_bandwidth, medik8s_node_maintenance=True):
@@ -88,7 +88,7 @@ class Simulator:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m lab.kubevirt_sim", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m lab.standins", description=__doc__.splitlines()[0])
     p.add_argument("--kubeconfig", required=True, help="admin kubeconfig of the cluster")
     p.add_argument("--state-dir", required=True, help="directory for the ready file and certificates")
     p.add_argument("--no-hco", action="store_true", help="plain KubeVirt: no HyperConverged CR")
@@ -197,7 +197,7 @@ def run(args):
     # node controller expects exactly one (pkg/virt-controller/watch/node/node.go).
     nodes.ensure_virt_handler(kube)
 
-    sim = Simulator(kube, args.migration_bandwidth, medik8s_node_maintenance=medik8s)
+    sim = StandIns(kube, args.migration_bandwidth, medik8s_node_maintenance=medik8s)
     sim.add_handler_caches()
     heartbeat = Heartbeat(sim, args.heartbeat_interval)
     controllers = [

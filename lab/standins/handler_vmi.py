@@ -36,11 +36,11 @@ While a migration is in flight the VMI belongs to the migration loops
 import copy
 import time
 
-from lab.kubevirt_sim import handler_migratability as migratability
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.handler_nodes import handler_alive
-from lab.kubevirt_sim.workqueue import Controller
+from lab.standins import handler_migratability as migratability
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.handler_nodes import handler_alive
+from lab.standins.workqueue import Controller
 
 GUEST_CRASH_ANNOTATION = "kubevirt-ops.lab/guest-crash"
 # What libvirt expands "q35" to with the QEMU of the v1.7 virt-launcher image.
@@ -277,47 +277,63 @@ def interface_statuses(vmi, pod):
     the primary first; Multus entries reported by virt-controller are kept."""
     spec = o.spec(vmi)
     previous = o.status(vmi).get("interfaces") or []
-    multus = [i for i in previous if "multus-status" in (i.get("infoSource") or "")]
     ifaces = ((spec.get("domain") or {}).get("devices") or {}).get("interfaces") or []
     if not ifaces and not previous:
         return None
     pod_network = next((n.get("name") for n in spec.get("networks") or [] if "pod" in n), None)
     pod_status = o.status(pod) if pod else {}
-    statuses = []
-    for index, iface in enumerate(ifaces):
-        if "sriov" in iface:
-            continue
-        entry = {
-            "name": iface.get("name"),
-            "mac": iface.get("macAddress") or _mac(o.meta(vmi, "uid"), index),
-            "infoSource": "domain",
-            "queueCount": 1,
-            "linkState": "up",
-        }
-        # virt-controller owns podInterfaceName (pkg/network/controllers/vmi.go); the
-        # handler keeps what it finds, or the two would rewrite each other's status forever.
-        known = next((p for p in previous if p.get("name") == iface.get("name")), {})
-        if known.get("podInterfaceName"):
-            entry["podInterfaceName"] = known["podInterfaceName"]
-        if iface.get("name") == pod_network and pod_status.get("podIP"):
-            entry["ipAddress"] = pod_status["podIP"]
-            entry["ipAddresses"] = [ip.get("ip") for ip in pod_status.get("podIPs") or []] or [
-                pod_status["podIP"]
-            ]
-        statuses.append(entry)
+    statuses = [
+        _interface_status(vmi, index, iface, previous, pod_network, pod_status)
+        for index, iface in enumerate(ifaces)
+        if "sriov" not in iface
+    ]
     if pod_network:
         statuses.sort(key=lambda s: s.get("name") != pod_network)
+    _merge_multus(statuses, previous)
+    return statuses
+
+
+def _interface_status(vmi, index, iface, previous, pod_network, pod_status):
+    """The entry of the domain interface ``iface`` (the ``index``-th of the spec)."""
+    entry = {
+        "name": iface.get("name"),
+        "mac": iface.get("macAddress") or _mac(o.meta(vmi, "uid"), index),
+        "infoSource": "domain",
+        "queueCount": 1,
+        "linkState": "up",
+    }
+    # virt-controller owns podInterfaceName (pkg/network/controllers/vmi.go); the
+    # handler keeps what it finds, or the two would rewrite each other's status forever.
+    known = next((p for p in previous if p.get("name") == iface.get("name")), {})
+    if known.get("podInterfaceName"):
+        entry["podInterfaceName"] = known["podInterfaceName"]
+    if iface.get("name") == pod_network and pod_status.get("podIP"):
+        entry["ipAddress"] = pod_status["podIP"]
+        entry["ipAddresses"] = [ip.get("ip") for ip in pod_status.get("podIPs") or []] or [
+            pod_status["podIP"]
+        ]
+    return entry
+
+
+def _merge_multus(statuses, previous):
+    """Keep the Multus entries virt-controller reported: one naming a domain interface
+    marks that interface's entry, any other is added to ``statuses`` as it is."""
+    multus = [i for i in previous if "multus-status" in (i.get("infoSource") or "")]
     names = {s["name"] for s in statuses}
     for entry in multus:
         if entry.get("name") in names:
-            for s in statuses:
-                if s["name"] == entry.get("name"):
-                    s["infoSource"] = "domain, multus-status"
-                    if entry.get("podInterfaceName"):
-                        s["podInterfaceName"] = entry["podInterfaceName"]
+            _mark_multus(statuses, entry)
         else:
             statuses.append(entry)
-    return statuses
+
+
+def _mark_multus(statuses, entry):
+    """The entries of the interface the Multus ``entry`` names are reported by both."""
+    for s in statuses:
+        if s["name"] == entry.get("name"):
+            s["infoSource"] = "domain, multus-status"
+            if entry.get("podInterfaceName"):
+                s["podInterfaceName"] = entry["podInterfaceName"]
 
 
 def _mac(uid, index):

@@ -19,10 +19,10 @@ node does not exist (a decommissioned one) just reports what it was asked. Not m
 provisioning, inspection, BMC credentials, errors, reboot annotations.
 """
 
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.handler_nodes import FAILED_LEASE_HOLDER, LEASES, NODE_LEASE_NAMESPACE
-from lab.kubevirt_sim.workqueue import Controller
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.handler_nodes import FAILED_LEASE_HOLDER, LEASES, NODE_LEASE_NAMESPACE
+from lab.standins.workqueue import Controller
 
 NODE_ANNOTATION = "kubevirt-ops.lab/node"
 # As lab/nodes.py FAILED_LEASE_SECONDS: long enough that KWOK never takes the Lease back.

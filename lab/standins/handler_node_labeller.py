@@ -10,11 +10,11 @@ is added but not among the prefixes it removes.
 The host CPU is the same simulated one on every node (node_labeller.py's models).
 """
 
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.cluster_config import BUILTIN_OBSOLETE_CPU_MODELS
-from lab.kubevirt_sim.handler_nodes import handler_alive
-from lab.kubevirt_sim.node_labeller import (
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.cluster_config import BUILTIN_OBSOLETE_CPU_MODELS
+from lab.standins.handler_nodes import handler_alive
+from lab.standins.node_labeller import (
     HOST_MODEL,
     HOST_MODEL_PREFIX,
     MODEL_PREFIX,

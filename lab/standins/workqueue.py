@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 
-from lab.kubevirt_sim.kube import ApiError
+from lab.standins.kube import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class Controller:
         self.sim = sim
         self.kube = sim.kube
         self.queue = WorkQueue(self.name)
-        self.log = logging.getLogger(f"lab.kubevirt_sim.{self.name}")
+        self.log = logging.getLogger(f"lab.standins.{self.name}")
 
     def enqueue(self, key):
         self.queue.add(key)

@@ -26,10 +26,10 @@ this plays the part of it the collection meets, following upstream's source
   in HCO's namespace; the lab's is the one ``lab up`` creates.
 """
 
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.cluster_config import BUILTIN_OBSOLETE_CPU_MODELS, KUBEVIRT_NAME, KUBEVIRT_NAMESPACE
-from lab.kubevirt_sim.workqueue import Controller
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.cluster_config import BUILTIN_OBSOLETE_CPU_MODELS, KUBEVIRT_NAME, KUBEVIRT_NAMESPACE
+from lab.standins.workqueue import Controller
 
 HCO_NAMESPACE = "kubevirt-hyperconverged"
 HCO_NAME = "kubevirt-hyperconverged"

@@ -7,10 +7,10 @@ annotated ``node-labeller.kubevirt.io/skip-node=true`` is left as it is; removin
 the annotation (or setting it to false) brings it up to date on the next cycle.
 """
 
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.cluster_config import BUILTIN_OBSOLETE_CPU_MODELS
-from lab.kubevirt_sim.workqueue import Controller
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.cluster_config import BUILTIN_OBSOLETE_CPU_MODELS
+from lab.standins.workqueue import Controller
 
 SKIP_ANNOTATION = "node-labeller.kubevirt.io/skip-node"
 MODEL_PREFIX = "cpu-model.node.kubevirt.io/"

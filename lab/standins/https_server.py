@@ -83,7 +83,7 @@ class _Handler(BaseHTTPRequestHandler):
                         "kind": "Status",
                         "apiVersion": "v1",
                         "status": "Failure",
-                        "message": "internal error in the KubeVirt simulator",
+                        "message": "internal error in the lab's stand-ins",
                         "code": 500,
                     }
                 break

@@ -22,9 +22,9 @@ renews) has a dead kubelet and so a dead virt-handler: no heartbeat, no VMI work
 
 import random
 
-from lab.kubevirt_sim import kube as k
-from lab.kubevirt_sim import objects as o
-from lab.kubevirt_sim.workqueue import Controller
+from lab.standins import kube as k
+from lab.standins import objects as o
+from lab.standins.workqueue import Controller
 
 HEARTBEAT_ANNOTATION = "kubevirt.io/heartbeat"
 CPU_MANAGER_LABEL = "kubevirt.io/cpumanager"

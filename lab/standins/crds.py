@@ -1,6 +1,6 @@
 """CustomResourceDefinitions for KubeVirt, HCO and node-maintenance, applied at start.
 
-The schemas are our own and structural. They name the fields the simulator (and the
+The schemas are our own and structural. They name the fields the stand-ins (and the
 collection) read or write, with types and enums, and keep everything else open with
 ``x-kubernetes-preserve-unknown-fields`` where upstream's API is wider than we model.
 Names, short names, categories and printer columns follow upstream, so
@@ -10,7 +10,7 @@ Names, short names, categories and printer columns follow upstream, so
 import logging
 import time
 
-from lab.kubevirt_sim import kube as k
+from lab.standins import kube as k
 
 log = logging.getLogger(__name__)
 

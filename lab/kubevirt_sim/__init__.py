@@ -1,1 +1,0 @@
-"""A KubeVirt, HyperConverged and node-maintenance simulator for the lab cluster."""

@@ -1,5 +1,0 @@
-import sys
-
-from lab.kubevirt_sim.main import main
-
-sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from lab.standins.main import main
+
+sys.exit(main())
