@@ -81,7 +81,7 @@ options:
     default: false
   bind_to_run:
     description:
-      - With O(state=present), bind the lock to the run that takes it: the ansible-playbook process (ansible-runner's
+      - With O(state=present), bind the lock to the run that takes it. The ansible-playbook process (ansible-runner's
         under AWX / AAP) is recorded in the Lease, with the machine, its boot and the process start time.
       - Once that process has ended, a run on the same machine takes the lock over at once, as it would an expired
         one, and says so (RV(previous_run_ended)). A run on another machine cannot see that process and waits for
