@@ -10,6 +10,10 @@ DOCUMENTATION = r"""
 name: run_record
 short_description: Record a node, done or failed, in the state of a rolling maintenance run
 version_added: 0.1.0
+deprecated:
+  removed_in: 1.0.0
+  why: One filter records nodes, one node or a batch, from their outcomes.
+  alternative: Use P(kubevirt_ops.maintenance.record_outcomes#filter) with the node's outcome.
 description:
   - Takes the state of a rolling maintenance run and returns it with O(node) added to its C(records), built from
     the node's entry in flight (O(current)).
@@ -17,7 +21,7 @@ description:
     the node failed in the phase it was in, as O(failed_task) and O(failed_result) say (C(ansible_failed_task)
     and C(ansible_failed_result) in a rescue); the failure is counted, and the run stops once there are more
     than O(max_failures), or at once when the failed task renewed the cluster lock. A stop stays a stop.
-  - The rolling_maintenance role uses it at the end of every node; the report is written from the records.
+  - A wrapper of P(kubevirt_ops.maintenance.record_outcomes#filter), which takes the node's outcome as one dictionary.
 author:
   - kubevirt_ops.maintenance contributors
 options:
@@ -74,7 +78,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_records import record
+from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_records import record_outcomes
 
 
 def run_record(state, node, current, now, method, verify=None, failed_task=None, failed_result=None, max_failures=0):
@@ -82,8 +86,9 @@ def run_record(state, node, current, now, method, verify=None, failed_task=None,
         raise AnsibleFilterError("run_record: the input must be the run's state (a dictionary).")
     if verify is None and failed_task is None:
         raise AnsibleFilterError("run_record: give verify (the node is done) or failed_task (the node failed).")
-    return record(state, str(node), current if isinstance(current, dict) else {}, now, method, verify=verify,
-                  failed_task=failed_task, failed_result=failed_result, max_failures=int(max_failures))
+    outcome = {"node": str(node), "current": current if isinstance(current, dict) else {}, "now": now,
+               "method": method, "verify": verify, "failed_task": failed_task, "failed_result": failed_result}
+    return record_outcomes(state, outcome, max_failures=int(max_failures))
 
 
 class FilterModule:

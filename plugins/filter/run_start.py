@@ -17,7 +17,7 @@ description:
     window, as P(kubevirt_ops.maintenance.node_fits_window#filter) predicts it.
   - Given O(now) and one node, it also returns the node's entry in flight, which
     P(kubevirt_ops.maintenance.run_phase#filter) moves through its phases and
-    P(kubevirt_ops.maintenance.run_record#filter) records.
+    P(kubevirt_ops.maintenance.record_outcomes#filter) records.
   - The rolling_maintenance role uses it before each node and each batch.
 author:
   - kubevirt_ops.maintenance contributors

@@ -8,7 +8,8 @@ outside the maintenance window, not when it is predicted to outlast the window. 
 is described by its *current* entry (label, index, when it started, the phase it is in and when
 that began, the phases behind it with their start and end, its drain result), which ``start``
 also makes; ``advance`` moves it to the next phase, ``record`` turns it into the node's record in the run's
-state, done or failed, and decides whether a failure stops the run. The report
+state, done or failed, and decides whether a failure stops the run; ``record_outcomes`` records the
+outcomes a node or a batch's nodes kept (their entry in flight and how they ended). The report
 (``module_utils/report/model.py``) and the window prediction (``duration.py``) read these records.
 """
 
@@ -139,11 +140,23 @@ def record(state, node, current, now, method, verify=None, failed_task=None, fai
     return updated
 
 
-def record_all(state, outcomes, order, max_failures=0):
-    """The run's state with the nodes of ``order`` recorded, in that order, each from its outcome:
-    ``{"node", "current", "now", "method"}`` and ``verify`` (done) or ``failed_task``/``failed_result``
-    (failed). A node of ``order`` without an outcome is not recorded; outcomes of other nodes are ignored."""
-    by_node = dict((o.get("node"), o) for o in outcomes if isinstance(o, dict))
+def record_outcomes(state, outcomes, order=None, max_failures=0):
+    """The run's state with nodes recorded from their outcomes, one node's or a batch's.
+
+    ``outcomes``: one outcome or a list of them, each ``{"node", "current", "now", "method"}`` and
+    ``verify`` (done) or ``failed_task``/``failed_result`` (failed). ``order``: the nodes to record, in
+    that order (a node without an outcome is not recorded; outcomes of other nodes are ignored);
+    without it, the nodes of the outcomes as they come. Each node is recorded as ``record`` records it.
+    """
+    if isinstance(outcomes, dict):
+        outcomes = [outcomes]
+    outcomes = [o for o in outcomes if isinstance(o, dict)]
+    if order is None:
+        order = []
+        for outcome in outcomes:
+            if outcome.get("node") not in order:
+                order.append(outcome.get("node"))
+    by_node = dict((o.get("node"), o) for o in outcomes)
     for node in order:
         outcome = by_node.get(node)
         if outcome is None:

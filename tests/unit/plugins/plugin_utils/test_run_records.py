@@ -1,13 +1,13 @@
-"""run_records: a node's phases, its record in the run's state and its progress lines (the run_phase, run_record and
-run_progress filters)."""
+"""run_records: a node's phases, its record in the run's state and its progress lines (the run_phase, record_outcomes,
+run_progress and the deprecated run_record filters)."""
 
 import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_phase import run_phase
 from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_progress import run_progress
+from ansible_collections.kubevirt_ops.maintenance.plugins.filter.record_outcomes import record_outcomes
 from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_record import run_record
-from ansible_collections.kubevirt_ops.maintenance.plugins.filter.run_records import run_records
 from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.duration import predict
 from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_records import advance, record
 
@@ -121,9 +121,11 @@ def test_filters_refuse_what_is_not_a_run():
     with pytest.raises(AnsibleFilterError, match="give verify"):
         run_record({}, "w1", {}, T[0], "auto")
     with pytest.raises(AnsibleFilterError, match="run's state"):
-        run_records("x", [], ["w1"])
-    with pytest.raises(AnsibleFilterError, match="outcomes and order must be lists"):
-        run_records({}, {"node": "w1"}, ["w1"])
+        record_outcomes("x", [], ["w1"])
+    with pytest.raises(AnsibleFilterError, match="outcomes must be a node's outcome"):
+        record_outcomes({}, "w1", ["w1"])
+    with pytest.raises(AnsibleFilterError, match="order must be a list"):
+        record_outcomes({}, [], "w1")
 
 
 def outcome(node, index, verify=None, **failure):
@@ -141,15 +143,44 @@ def test_a_batch_finished_on_its_hosts_is_recorded_in_the_batch_order_as_node_by
     w1 = outcome("w1", 1, **{"failed_task": task, "failed_result": result})
     w3 = outcome("w3", 2, verify=VERIFY)
     stale = outcome("w9", 9, verify=VERIFY)  # a host of an earlier batch: not of this one
-    together = run_records(state(), [stale, w3, w1, None], ["w1", "w3"], max_failures=0)
+    together = record_outcomes(state(), [stale, w3, w1, None], ["w1", "w3"], max_failures=0)
     one_by_one = record(record(state(), "w1", w1["current"], w1["now"], "auto", failed_task=task, failed_result=result),
                         "w3", w3["current"], w3["now"], "auto", verify=VERIFY)
     assert together == one_by_one
     assert [(r["node"], r["index"], r["status"]) for r in together["records"]] == [("w1", 1, "failed"), ("w3", 2, "done")]
     assert (together["failures"], together["stop"], together["stop_reason"]) == (1, True, "failure")
     # Within max_failures the run goes on; a node without an outcome (its host never finished) is not recorded.
-    within = run_records(state(), [w1], ["w1", "w3"], max_failures=1)
+    within = record_outcomes(state(), [w1], ["w1", "w3"], max_failures=1)
     assert [r["node"] for r in within["records"]] == ["w1"] and not within["stop"]
+
+
+def test_one_node_s_outcome_is_recorded_as_record_records_it():
+    task, result = {"name": "Renew the cluster lock", "action": "kubevirt_ops.maintenance.cluster_lock"}, {"msg": "lost"}
+    done = outcome("w1", 1, verify=VERIFY)
+    assert record_outcomes(state(), done) == record(state(), "w1", done["current"], done["now"], "auto", verify=VERIFY)
+    lost = outcome("w2", 2, failed_task=task, failed_result=result)
+    after = record_outcomes(state(), lost, max_failures=5)
+    assert after == record(state(), "w2", lost["current"], lost["now"], "auto", failed_task=task, failed_result=result,
+                           max_failures=5)
+    assert after["stop"] and after["stop_reason"] == "failure"  # a lost lock stops the run whatever max_failures
+
+
+def test_without_an_order_the_outcomes_are_recorded_as_they_come():
+    w1, w3 = outcome("w1", 1, verify=VERIFY), outcome("w3", 2, verify=VERIFY)
+    after = record_outcomes(state(), [w3, None, w1, w3])
+    assert [(r["node"], r["index"]) for r in after["records"]] == [("w3", 2), ("w1", 1)]
+    assert record_outcomes(state(), []) == state()
+
+
+def test_the_deprecated_run_record_records_as_record_outcomes_does():
+    task, result = {"name": "Update the firmware", "action": "ansible.builtin.fail"}, {"msg": "exited 1"}
+    current = in_flight("tasks")
+    assert run_record(state(), "w1", current, T[9], "auto", verify=VERIFY) == record_outcomes(
+        state(), {"node": "w1", "current": current, "now": T[9], "method": "auto", "verify": VERIFY})
+    assert run_record(state(), "w1", current, T[9], "auto", failed_task=task, failed_result=result,
+                      max_failures=1) == record(state(), "w1", current, T[9], "auto", failed_task=task,
+                                                failed_result=result, max_failures=1)
+    assert run_record(state(), "w1", "not an entry", T[9], "cr", failed_task={})["records"][0]["started"] == T[9]
 
 
 # run_progress: the lines a run prints for its node.
