@@ -421,5 +421,3 @@ def refuse_while_held(client, lock, refused, **details):
             refused, held_text(lock, state)),
         lock=state.as_result(lock.get("namespace") or DEFAULT_LOCK_NAMESPACE, lock["name"]),
         blockers=["lock held by %s" % state.holder], **details)
-
-

@@ -152,5 +152,3 @@ def find_kubevirt(client, hco):
     if len(items) == 1:
         return items[0], None
     return None, "%d KubeVirt resources exist, none of them in namespace %s" % (len(items), hco.namespace)
-
-

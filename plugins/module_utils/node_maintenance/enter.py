@@ -221,9 +221,10 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
         require(client, perms, "put node %s into maintenance" % name)
     before = node_marks.maintenance_view(node)
     if pending_off:
-        # What a drain by this collection does in its cordon (nodes.enter_changes); the operator keeps other taints.
-        node, _patch = node_marks.update_node(client, name, lambda current: (node_marks.pending_taint_changes(current, None),),
-                                             node=node)
+        # What a drain by this collection does in its cordon (node_marks.enter_changes); the operator keeps other
+        # taints.
+        node, _patch = node_marks.update_node(
+            client, name, lambda current: (node_marks.pending_taint_changes(current, None),), node=node)
         result["changed"] = True
     kind, cr = _cr_to_follow(client, name, cr_kind, ours_cr, params.get("reason"), result, progress)
     cr_name = cr["metadata"]["name"]

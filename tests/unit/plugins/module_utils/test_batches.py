@@ -42,11 +42,11 @@ def test_a_node_without_the_domain_label_is_a_problem_and_alone():
 
 def test_migration_limits_from_the_kubevirt_cr_or_kubevirts_defaults():
     assert kubevirt_settings.migration_limits(None) == {"parallel_migrations_per_cluster": 5,
-                                               "parallel_outbound_migrations_per_node": 2}
+                                                        "parallel_outbound_migrations_per_node": 2}
     cr = {"spec": {"configuration": {"migrations": {"parallelMigrationsPerCluster": 2,
                                                     "parallelOutboundMigrationsPerNode": 1}}}}
     assert kubevirt_settings.migration_limits(cr) == {"parallel_migrations_per_cluster": 2,
-                                             "parallel_outbound_migrations_per_node": 1}
+                                                      "parallel_outbound_migrations_per_node": 1}
     assert kubevirt_settings.migration_lanes(cr) == 1 and kubevirt_settings.migration_lanes(None) == 2
     limits = kubevirt_settings.migration_limits(cr)
     assert batches.limits_notice([["a", "b"]], limits, {"a": 4, "b": 1}) is None

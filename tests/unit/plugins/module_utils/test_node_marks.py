@@ -7,9 +7,9 @@ from drain_cluster import node
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import identity
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import leave as nm_leave
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes
-
-
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
+
+
 def apply(obj, patch):
     return node_marks._apply_merge(json.loads(json.dumps(obj)), patch)
 
