@@ -239,8 +239,9 @@ class DrainProgressAction(ActionBase):
             added["progress_file"] = path
             if not self._task.async_val:
                 follower = Follower(path, self._display, action, node, offset=offset).start()
-        if self._task.args.get("owner_pid") is None and run_pid(self) is not None:
-            added["owner_pid"] = run_pid(self)
+        owner_pid = run_pid(self) if self._task.args.get("owner_pid") is None else None
+        if owner_pid is not None:
+            added["owner_pid"] = owner_pid
         module_args = dict(self._task.args, **added) if added else None
         try:
             outcome = self._execute_module(module_args=module_args, task_vars=task_vars, wrap_async=wrap_async)

@@ -241,7 +241,7 @@ class ClusterLock:
                 outcome = "renewed"
             elif not before.exists or not before.holder:
                 outcome = "acquired"
-            elif before.expired or before.run_ended or force:
+            elif before.takeable or force:
                 outcome = "taken_over"
             else:
                 return None, ("held", before, None)
