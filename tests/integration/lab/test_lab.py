@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from lab import kwok, network, nodes, processes
+from lab import network, nodes, processes
 from lab.paths import LabPaths
 from lab.wait import wait_for
 
@@ -313,6 +313,21 @@ def pod_ready(core, namespace, name):
     return {c.type: c.status for c in pod.status.conditions or []}.get("Ready")
 
 
+FAIL_ATTEMPTS = 5
+
+
+def ready_at_handover(k8s, core, namespace, pod_name, node):
+    """The pod's Ready condition at the revision that handed the node's Lease away (the lab's
+    single etcd numbers every write, so the Lease's resourceVersion is a point in the pod's
+    history too)."""
+    lease = client.CoordinationV1Api(k8s).read_namespaced_lease(node, nodes.NODE_LEASE_NAMESPACE)
+    assert lease.spec.holder_identity == nodes.FAILED_HOLDER
+    pods = core.list_namespaced_pod(namespace, field_selector="metadata.name=%s" % pod_name,
+                                    resource_version=lease.metadata.resource_version,
+                                    resource_version_match="Exact").items
+    return {c.type: c.status for c in pods[0].status.conditions or []}.get("Ready")
+
+
 def test_a_live_kubelet_puts_back_the_readiness_the_node_controller_took(lab, k8s, namespace, restore_nodes):
     """The node-lifecycle controller marks the pods of a node with a stale Lease not Ready
     (MarkPodsNotReady: Ready False, containers untouched). A kubelet that still runs writes
@@ -334,11 +349,18 @@ def test_a_live_kubelet_puts_back_the_readiness_the_node_controller_took(lab, k8
 
     # A dead kubelet: the controller itself marks the pod not Ready, and it stays so. kwok still
     # plays a Stage it took up while it held the Lease (lab/kwok.py): on a loaded machine the node
-    # can miss its heartbeat just before the failure, the controller marks the pod then, and that
-    # reconcile (at most the Stage's delay) may land after the failure. Judged once it has.
-    failed = time.monotonic()
-    lab.cli("node-fail", dead)
-    time.sleep(max(0.0, failed + kwok.RECONCILE_MAX_DELAY_SECONDS + 2 - time.monotonic()))
+    # can miss its heartbeat just before the failure and the controller mark the pod then; the
+    # status sync kwok took up for that may land after the failure. Whether one can be in flight
+    # is read from the pod as it was at the Lease's handover (a list at that exact revision):
+    # Ready there means no sync was pending. Otherwise the node comes back and fails again.
+    for attempt in range(1, FAIL_ATTEMPTS + 1):
+        lab.cli("node-fail", dead)
+        if ready_at_handover(k8s, core, namespace, "on-dead", dead) == "True":
+            break
+        lab.cli("node-recover", dead)
+        wait_for(lambda: pod_ready(core, namespace, "on-dead") == "True", WAIT, "pod on-dead to be Ready again")
+    else:
+        pytest.fail("node %s missed its heartbeat before each of %d failures" % (dead, FAIL_ATTEMPTS))
     wait_for(lambda: pod_ready(core, namespace, "on-dead") == "False", WAIT,
              "the node-lifecycle controller to mark the pod not Ready")
     deadline = time.monotonic() + 15  # beyond the kubelet's 10 s status sync
