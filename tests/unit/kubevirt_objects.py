@@ -5,6 +5,7 @@ import threading
 from fake_apiserver import fake_client
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import args
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.events import EventRecorder
 
 
 def vm(name, namespace="ns1", run_strategy="Always", running=None, eviction=None, labels=None, claims=(),
@@ -86,6 +87,7 @@ class FakeModule:
         self.check_mode = check_mode
         self.diff_mode = diff_mode
         self.warnings = []
+        self.events = EventRecorder(client, warn=self.warn, enabled=not check_mode, instance="unit")
 
     def warn(self, text):
         self.warnings.append(text)

@@ -65,6 +65,7 @@ class MaintenanceModule:
         self._client = None
         self._settings = None
         self._secrets = []
+        self._events = None
 
     @property
     def client(self):
@@ -83,6 +84,19 @@ class MaintenanceModule:
             self._settings = settings
             self._client = KubeClient(settings)
         return self._client
+
+    @property
+    def events(self):
+        """The Event recorder of this call (k8s/events.py): the run is the lock holder the task
+        passes, nothing is recorded in check mode, notes are redacted like results."""
+        if self._events is None:
+            from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.events import EventRecorder
+
+            lock = self.params.get("lock") if isinstance(self.params.get("lock"), dict) else {}
+            self._events = EventRecorder(self.client, run=lock.get("holder"), warn=self.warn,
+                                         scrub=lambda text: redact(text, self._all_secrets()),
+                                         enabled=not self.check_mode)
+        return self._events
 
     def _all_secrets(self):
         """Every secret known so far (a renewed token joins the connection's list during the run)."""

@@ -176,6 +176,7 @@ class ClusterLock:
         self.name = name
         self.namespace = namespace
         self.clock = clock
+        self.lease = None  # the Lease as last written (or read, when nothing was written)
 
     @property
     def description(self):
@@ -222,9 +223,11 @@ class ClusterLock:
         def compute(lease):
             return decide(LeaseState(lease, self.clock()))
 
-        return self.client.update_guarded("Lease", self.name, compute, namespace=self.namespace,
-                                          patch_type="replace", create_missing=True, write=not check_mode,
-                                          attempts=_MAX_CONFLICTS + 1)
+        outcome, written = self.client.update_guarded("Lease", self.name, compute, namespace=self.namespace,
+                                                      patch_type="replace", create_missing=True,
+                                                      write=not check_mode, attempts=_MAX_CONFLICTS + 1)
+        self.lease = written
+        return outcome, written
 
     # -- operations --------------------------------------------------------------------
 

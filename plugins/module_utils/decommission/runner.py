@@ -23,6 +23,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommission import power
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import story
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
@@ -200,7 +201,7 @@ def run(module):
     node = pause_remediation(client, node, pauses, progress, result)
     with restored_on_failure(module, name, progress, result, "Decommissioning"):
         node = _empty_and_delete(client, name, node, plan, options, policy, powered_off, shutdown, decision,
-                                 host, deadline, progress, result, owner=owner)
+                                 host, deadline, progress, result, owner=owner, events=module.events)
     watch = _ReregistrationWatch(client, name, node["metadata"].get("uid"), params["reregistration_watch"])
     try:
         _restore_after_deletion(module, client, name, node, progress, result)
@@ -209,6 +210,7 @@ def run(module):
     finally:
         watch.stop()
     result["duration_seconds"] = round(deadline.elapsed(), 1)
+    story.decommissioned(module.events, node, result)
     progress.line("phase=Succeeded node deleted, %d VM%s running elsewhere" % (
         len(result["vms"]["rescheduled"]), "" if len(result["vms"]["rescheduled"]) == 1 else "s"))
     return result
@@ -234,17 +236,17 @@ def _restore_after_deletion(module, client, name, node, progress, result):
 
 
 def _empty_and_delete(client, name, node, plan, options, policy, powered_off, shutdown, decision, host, deadline,
-                      progress, result, owner=None):
+                      progress, result, owner, events):
     """Cordon and mark the node, see its machine off, drain it and delete it; returns the node as last read."""
     node_marks.update_node(client, name, lambda current: node_marks.enter_changes(current, "decommission"), node=node)
-    if decision.before_drain:
-        _confirm_powered_off(client, name, decision, host, deadline, progress, result)
-    _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result, owner=owner)
-
-    if not decision.before_drain:
-        _confirm_powered_off(client, name, decision, host, deadline, progress, result)
-    node = client.get_or_none("Node", name) or node
-    client.delete("Node", name)
+    with story.told_on_failure(events, node, story.FAILED_DECOMMISSION, "Decommissioning"):
+        if decision.before_drain:
+            _confirm_powered_off(client, name, decision, host, deadline, progress, result, node, events)
+        _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result, owner=owner)
+        if not decision.before_drain:
+            _confirm_powered_off(client, name, decision, host, deadline, progress, result, node, events)
+        node = client.get_or_none("Node", name) or node
+        client.delete("Node", name)
     result["deleted"] = True
     progress.line("phase=Running deleted node")
     return node
@@ -277,10 +279,11 @@ def _after_deletion(module, client, name, snapshot, plan, powered_off, deadline,
         result["vms"]["rescheduled"] = _wait_for_vms(client, name, moving, deadline, params["wait_for_vms"], result)
 
 
-def _confirm_powered_off(client, name, decision, host, deadline, progress, result):
+def _confirm_powered_off(client, name, decision, host, deadline, progress, result, node, events):
     """Return once the node's machine is off as ``decision`` says it must be established; else raise."""
     if decision.method == "bmh":
         _power_off_bmh(client, name, host, deadline, progress, result)
+        story.powered_off(events, node, "BareMetalHost %s, spec.online=false" % power.bmh_key(host))
     if decision.waits_for_heartbeat:
         beat = _wait_heartbeat_stopped(client, name, decision.method == "manual", deadline, progress, result)
         if beat is not None:

@@ -18,6 +18,8 @@ RESOURCES = {
     "Namespace": ("/api/v1", "namespaces", False),
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
     "Event": ("/api/v1", "events", True),
+    # The Events the modules record (k8s/events.py).
+    "Event.events.k8s.io": ("/apis/events.k8s.io/v1", "events", True),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),

@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_key, object_name
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.events import reference
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import hco as hco_utils
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import migratability
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import patches
@@ -204,6 +205,12 @@ def _vm_scope(module):
     restarted = [c for c in changes if c.restarted]
     if write and restarted and params["wait"]:
         _wait_for_restarts(client, selection, restarted, params["wait_timeout"])
+    for change in changes:
+        if change.changed and write:
+            module.events.normal(reference(change.vm, "VirtualMachine"), "EvictionStrategyChanged", "Update",
+                                 "spec.template.spec.evictionStrategy %s -> %s%s" % (
+                                     change.before or "unset", change.after or "unset",
+                                     "; VMI restarted for it" if change.restarted else ""))
     result = dict(
         changed=any(c.changed for c in changes),
         vms=[c.result() for c in changes],
@@ -256,8 +263,11 @@ def _cluster_scope(module):
     def plan(current):
         return patches.set_field(current, path, desired), patches.value_at(current, path)
 
-    before, _obj = patches.update_guarded(client, kind, obj, plan, write=not module.check_mode)
+    before, after_obj = patches.update_guarded(client, kind, obj, plan, write=not module.check_mode)
     changed = before != desired
+    if changed and not module.check_mode:
+        module.events.normal(reference(after_obj, kind), "EvictionStrategyChanged", "Update",
+                             "the cluster's evictionStrategy %s -> %s" % (before or "unset", desired or "unset"))
     if changed and hco is not None and desired and params["wait"] and not module.check_mode:
         _wait_propagated(client, desired, params["wait_timeout"])
     # The VMs that follow the cluster default: those without a strategy of their own.

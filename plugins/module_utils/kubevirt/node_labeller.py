@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.events import reference
 
 SKIP_NODE_ANNOTATION = "node-labeller.kubevirt.io/skip-node"
 
@@ -33,6 +34,10 @@ def set_skip_node(module):
     current, _node = module.client.update_guarded("Node", name, decide, current=node, write=not module.check_mode,
                                                   details={"node": name})
     result = {"node": name, "skip": skip, "changed": current != desired}
+    if result["changed"]:
+        module.events.normal(reference(node, "Node"), "NodeLabellerSkipped" if skip else "NodeLabellerResumed",
+                             "Annotate", "virt-handler's node-labeller %s this node (annotation %s)" % (
+                                 "skips" if skip else "labels", SKIP_NODE_ANNOTATION))
     if module.diff_mode:
         result["diff"] = {
             "before": {"annotations": {SKIP_NODE_ANNOTATION: current}},

@@ -12,6 +12,7 @@ import re
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import patches
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.events import reference
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.hco import (
     find_kubevirt,
     hco_version,
@@ -198,6 +199,12 @@ def obsolete_cpus(module):
                         % hco.describe())
             outcome["min_after"] = kept
             outcome["changed"] = outcome["after"] != outcome["before"]
+    if outcome["changed"]:
+        module.events.normal(reference(after_obj, hco.kind), "ObsoleteCPUModelsChanged", "Update",
+                             "spec.obsoleteCPUs.cpuModels %s -> %s%s" % (
+                                 ", ".join(outcome["before"]) or "none", ", ".join(outcome["after"]) or "none",
+                                 "; minCPUModel %s -> %s" % (outcome["min_before"], outcome["min_after"])
+                                 if outcome["min_after"] != outcome["min_before"] else ""))
     # HCO writes the KubeVirt CR asynchronously: effective is what it writes for the list
     # after the task (getObsoleteCPUConfig), not waited for and read back.
     builtin = source.models(outcome["before"])

@@ -30,6 +30,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_key
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.events import reference
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import patches
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import vms
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import waiter
@@ -337,5 +338,10 @@ def run(module):
         result["diff"] = _plans_diff(changing)
     if changing and not module.check_mode:
         _execute_plans(client, selection, plans, changing, params)
+        for plan in changing:
+            before, after = plan.diff()
+            module.events.normal(reference(plan.vm, "VirtualMachine"), "RunStrategyChanged", "Update",
+                                 "; ".join("%s %s -> %s" % (k, before.get(k, "-"), after[k]) for k in sorted(after)
+                                           if before.get(k) != after[k]) or plan.action or "run strategy changed")
     result["vms"] = [p.result() for p in plans]
     return result

@@ -92,12 +92,16 @@ def enter_without_drain(module, result, plan, node, progress):
     return False
 
 
-def enter_drain(module, result, plan, node, shutdown, options, deadline, progress, owner=None):
+def enter_drain(module, result, plan, node, shutdown, options, deadline, progress, owner=None, began=None):
+    """Cordon and drain; ``began()`` is called once the cordon is written (not when the node was cordoned
+    already by an earlier call)."""
     params = module.params
     client = module.client
     name = plan.node
     require(client, _permissions_for_drain(plan, options, shutdown), "drain node %s" % name)
     node_after, diff = _cordon(module, result, node, progress)
+    if began is not None and result["changed"]:
+        began()
     wait_only = restart_elsewhere.shut_down(client, shutdown)
     if shutdown:
         result["changed"] = True
@@ -207,7 +211,8 @@ def _cr_view(plan, cr, namespaces, result):
     return view
 
 
-def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress, owner=None):
+def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress, owner=None, began=None):
+    """Create (or follow) the NodeMaintenance CR; ``began()`` is called once this call created it."""
     params = module.params
     client = module.client
     name = plan.node
@@ -228,6 +233,8 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
         result["changed"] = True
     kind, cr = _cr_to_follow(client, name, cr_kind, ours_cr, params.get("reason"), result, progress)
     cr_name = cr["metadata"]["name"]
+    if began is not None and ours_cr is None:
+        began()
     if shutdown:
         wait_for_object(client, "Node", name, lambda n: n is not None and nodes_mod.is_cordoned(n),
                         deadline.remaining(), "NodeMaintenance %s to cordon node %s" % (cr_name, name))

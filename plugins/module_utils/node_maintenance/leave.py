@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import evacuation
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import story
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import cr as nm_cr
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
@@ -174,6 +175,7 @@ def leave(module):
     result["duration_seconds"] = round(deadline.elapsed(), 1)
     result["msg"] = "Node %s left maintenance. %s" % (name, MOVE_BACK_NOTE)
     progress.line("left maintenance")
+    story.removed(module.events, node, result)
     return result
 
 

@@ -21,6 +21,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import cr as nm_cr
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import story
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
@@ -218,17 +219,36 @@ def enter(module):
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
     node = pause_remediation(client, node, pauses, progress, result)
     with restored_on_failure(module, name, progress, result, "Entering maintenance of"):
-        if not drain:
-            timed_out = enter_without_drain(module, result, plan, node, progress)
-        elif method == "drain":
-            timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress, owner=owner)
-        else:
-            timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress, owner=owner)
-        result["duration_seconds"] = round(deadline.elapsed(), 1)
-        if result["phase"] == "Failed":
-            error = WaitTimeoutError if timed_out else MaintenanceError
-            raise error(result["last_error"], **result)
+        with story.told_on_failure(module.events, node, story.FAILED, "Maintenance", lambda: result["changed"]):
+            timed_out = _enter(module, result, plan, node, method, drain, shutdown, options, deadline, progress,
+                               cr_kind, ours_cr, owner)
+            result["duration_seconds"] = round(deadline.elapsed(), 1)
+            if result["phase"] == "Failed":
+                error = WaitTimeoutError if timed_out else MaintenanceError
+                raise error(result["last_error"], **result)
+    if result["changed"] and drain and result["phase"] == "Succeeded":
+        story.succeeded(module.events, node, snapshot, result, params.get("reason"))
     return result
+
+
+def _enter(module, result, plan, node, method, drain, shutdown, options, deadline, progress, cr_kind, ours_cr, owner):
+    """Enter maintenance the chosen way; True when it timed out. The node's Event tells it began
+    once the cordon or the CR is written."""
+    def began():
+        story.began(module.events, node, result, len(plan.vms), module.params.get("reason"))
+
+    if not drain:
+        timed_out = enter_without_drain(module, result, plan, node, progress)
+        if result["changed"]:
+            began()
+    elif method == "drain":
+        timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress, owner=owner,
+                                began=began)
+    else:
+        timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress, owner=owner,
+                             began=began)
+    return timed_out
+
 
 
 def predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pauses=()):

@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+import recorded_events
 import runs
 import workloads
 from safety import PdbWatcher, ResourceVersions
@@ -675,3 +676,31 @@ def test_drain_asks_for_evacuations_only_as_fast_as_kubevirt_migrates(k8s, names
     assert migrated == names
     assert len(watched.seen) == 6 and watched.most_unfinished == 2, (len(watched.seen), watched.most_unfinished)
     assert all(vmi(k8s, namespace, n)["status"]["nodeName"] == second for n in names)
+
+
+def test_a_drain_tells_its_story_on_the_node_and_on_each_of_its_30_vms(k8s, namespace, run_module):
+    """The Events of one maintenance: the node's story in order, one Event per VM saying where it
+    went and why, and nothing more (30 VMs: 33 Event objects)."""
+    first, second = workers(k8s)[:2]
+    names = ["told-%02d" % i for i in range(30)]
+    workloads.vms_start_on(k8s, namespace, (first, second), names, "128Mi")
+    # An empty lock name: no lock to respect, the holder still names the run in every Event.
+    run = {"name": "", "holder": "events-test-%s" % uuid.uuid4().hex[:6]}
+    entered = run_module("node_maintenance", {"name": first, "method": "drain", "reason": "firmware", "lock": run})
+    assert entered["phase"] == "Succeeded", entered
+    assert sorted(v["name"] for v in entered["vms"]["migrated"] if v["namespace"] == namespace) == names
+    assert not [w for w in entered.get("warnings") or [] if "Event" in w], entered["warnings"]
+    left = run_module("node_maintenance", {"name": first, "state": "absent", "lock": run})
+    assert left["changed"], left
+
+    story = [e for e in recorded_events.of(k8s, first, "Node") if e["run"] == run["holder"]]
+    assert [e["reason"] for e in story] == ["BeginMaintenance", "SucceedMaintenance", "RemovedMaintenance"], story
+    assert "30 VMs migrated" in story[1]["note"] and story[1]["namespace"] == "default"
+    for name in names:
+        [told] = recorded_events.of(k8s, name, "VirtualMachine", namespace)
+        assert told["reason"] == "Migrated" and told["related"] == first and told["run"] == run["holder"]
+        assert told["note"].startswith("Live-migrated from %s to %s for the maintenance of node %s (firmware)" % (
+            first, second, first)), told
+    ours = [e for e in client.CoreV1Api(k8s).list_event_for_all_namespaces().items
+            if (e.metadata.annotations or {}).get(recorded_events.RUN_ANNOTATION) == run["holder"]]
+    assert len(ours) == len(names) + 3, [(e.involved_object.name, e.reason) for e in ours]

@@ -14,6 +14,7 @@ import uuid
 import pytest
 from kubernetes import client, watch
 
+import recorded_events
 import runs
 import safety
 import workloads
@@ -583,6 +584,16 @@ def test_the_lock_is_renewed_before_a_node_only_when_its_ttl_would_not_outlast_t
         rolling_maintenance_lock_ttl=720))
     assert tight.returncode == 0, failure_messages(tight)
     assert renewals(tight) == ["ok", "ok"]
+    # The run's story on the lock's Lease: its renewals are one Event, counted in its series.
+    told = recorded_events.of(k8s, lock_name, "Lease", LOCK_NAMESPACE)
+    assert [(e["reason"], e["count"]) for e in told] == [("LockAcquired", 1), ("LockRenewed", 2),
+                                                         ("LockReleased", 1)], told
+    holder = told[0]["run"]
+    assert holder and all(e["run"] == holder for e in told)
+    # And on each node, in order, by the same run.
+    for node in ("lab-worker-1", "lab-worker-2"):
+        story = [e for e in recorded_events.of(k8s, node, "Node") if e["run"] == holder]
+        assert [e["reason"] for e in story] == ["BeginMaintenance", "SucceedMaintenance", "RemovedMaintenance"], story
     roomy = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
         tmp_path / "roomy", lock_name, rolling_maintenance_nodes=["lab-worker-1", "lab-worker-2"],
         rolling_maintenance_lock_ttl=3600))

@@ -30,6 +30,7 @@ PACKAGES = (
     "drain",             # the eviction engine
     "planning",          # what a maintenance would do: plan, placement, snapshot
     "report",            # the run's report: model and renderers
+    "notifications",     # webhook messages of a run
     "node_maintenance",  # entering and leaving maintenance
     "rolling",           # the rolling run: preflight, batches, verification
     "decommission",      # removing a node for good, power

@@ -105,3 +105,22 @@ def test_a_lock_that_may_not_be_read_is_one_sentence_naming_the_node(api, capsys
     assert failed["msg"].endswith("or set lock.name to an empty string to act regardless of the lock.")
     assert "\n" not in failed["msg"]
     assert versions(api) == before
+
+
+def test_the_lock_module_tells_its_work_on_the_lease_and_a_run_renewals_are_one_event(api, capsys):
+    from ansible_collections.kubevirt_ops.maintenance.plugins.modules import cluster_lock
+
+    mine = {"name": "maintenance-lock-events", "namespace": "kube-system"}
+    assert run(cluster_lock, dict(mine, holder="run-a", ttl=600), capsys)["action"] == "acquired"
+    for _renewal in range(3):
+        assert run(cluster_lock, dict(mine, holder="run-a", ttl=600), capsys)["action"] == "renewed"
+    assert run(cluster_lock, dict(mine, holder="run-a", ttl=600), capsys, check=True)["action"] == "renewed"
+    assert run(cluster_lock, dict(mine, holder="run-b", state="absent", force=True), capsys)["action"] == "released"
+    events = sorted((e for (kind, _ns, _n), e in api.objects.items() if kind == "Event.events.k8s.io"),
+                    key=lambda e: int(e["metadata"]["resourceVersion"]))
+    lease = api.get("Lease", mine["name"], "kube-system")
+    assert [(e["reason"], e["type"], (e.get("series") or {}).get("count", 1)) for e in events] == [
+        ("LockAcquired", "Normal", 1), ("LockRenewed", "Normal", 3), ("LockBroken", "Warning", 1)]
+    assert all(e["regarding"]["uid"] == lease["metadata"]["uid"] and e["metadata"]["namespace"] == "kube-system"
+               for e in events)
+    assert events[0]["metadata"]["annotations"]["maintenance.kubevirt-ops.io/run"] == "run-a"

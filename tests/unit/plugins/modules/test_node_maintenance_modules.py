@@ -51,6 +51,14 @@ def versions(server):
     return dict((key, obj["metadata"]["resourceVersion"]) for key, obj in server.objects.items())
 
 
+def recorded(server):
+    """(regarding kind, regarding name, reason, type, series count) of every Event, in the order written."""
+    events = sorted((obj for (kind, _ns, _name), obj in server.objects.items() if kind == "Event.events.k8s.io"),
+                    key=lambda e: int(e["metadata"]["resourceVersion"]))
+    return [(e["regarding"]["kind"], e["regarding"]["name"], e["reason"], e["type"],
+             (e.get("series") or {}).get("count", 1)) for e in events]
+
+
 def test_check_mode_diff_run_rerun_and_absent(api, capsys):
     for i in range(4):
         api.add("Pod", pod("web-%d" % i))
@@ -78,8 +86,20 @@ def test_check_mode_diff_run_rerun_and_absent(api, capsys):
     assert worker["spec"]["unschedulable"] is True
     assert node_marks.maintenance_record(worker)["phase"] == "Succeeded"
 
+    # The node's story and each VM's, on the objects (kubectl describe finds them by uid).
+    assert recorded(api) == [("Node", "worker-1", "BeginMaintenance", "Normal", 1),
+                             ("Node", "worker-1", "SucceedMaintenance", "Normal", 1),
+                             ("VirtualMachine", "batch", "ShutDownForMaintenance", "Normal", 1),
+                             ("VirtualMachine", "batch", "LeftStopped", "Normal", 1)]
+    vm_event = [e for (k, _ns, _n), e in api.objects.items()
+                if k == "Event.events.k8s.io" and e["reason"] == "ShutDownForMaintenance"][0]
+    assert vm_event["regarding"]["uid"] == api.get("VirtualMachine", "batch", "ns1")["metadata"]["uid"]
+    assert vm_event["metadata"]["namespace"] == "ns1" and vm_event["related"]["name"] == "worker-1"
+    assert "maintenance of node worker-1 (bios)" in vm_event["note"]
+
     again = run(node_maintenance, {"name": "worker-1", "reason": "bios"}, capsys)
     assert again["changed"] is False and again["phase"] == "Succeeded"
+    assert len(recorded(api)) == 4  # nothing done, nothing told
 
     info = run(node_maintenance_info, {"name": "worker-1"}, capsys)
     assert info["nodes"][0]["in_maintenance"] is True and info["nodes"][0]["maintenance_phase"] == "Succeeded"
@@ -91,6 +111,7 @@ def test_check_mode_diff_run_rerun_and_absent(api, capsys):
     worker = api.get("Node", "worker-1")
     assert not worker["spec"].get("unschedulable") and not worker["spec"].get("taints")
     assert run(node_maintenance, {"name": "worker-1", "state": "absent"}, capsys)["changed"] is False
+    assert recorded(api)[4:] == [("Node", "worker-1", "RemovedMaintenance", "Normal", 1)]
 
 
 def test_drain_false_enters_maintenance_and_evicts_nothing_then_a_drain_finishes_it(api, capsys):

@@ -33,10 +33,17 @@ def test_vm_eviction_strategy(api, capsys):
     assert checked["changed"] is True and api.writes() == []
     assert_documented(checked, vm_eviction_strategy)
     result = run(vm_eviction_strategy, args, capsys)
-    assert result["changed"] is True and len(api.writes()) == 2
+    assert result["changed"] is True and len(api.writes("VirtualMachine")) == 2
+    # Each VM tells the change in an Event of its namespace.
+    told = [(obj["metadata"]["namespace"], obj["regarding"]["name"], obj["reason"], obj["note"])
+            for (kind, _ns, _n), obj in api.objects.items() if kind == "Event.events.k8s.io"]
+    assert sorted(told) == [
+        ("ns1", "a", "EvictionStrategyChanged", "spec.template.spec.evictionStrategy unset -> LiveMigrateIfPossible"),
+        ("ns2", "b", "EvictionStrategyChanged", "spec.template.spec.evictionStrategy unset -> LiveMigrateIfPossible")]
     assert_documented(result, vm_eviction_strategy)
+    writes = len(api.writes())
     again = run(vm_eviction_strategy, args, capsys)
-    assert again["changed"] is False
+    assert again["changed"] is False and len(api.writes()) == writes
 
 
 def test_restart_required_lists_vmis_whose_frozen_strategy_differs(api, capsys):
