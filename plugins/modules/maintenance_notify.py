@@ -19,7 +19,7 @@ description:
     tried again O(retries) times; then the failure is reported in RV(failures) and as a warning.
   - Webhook URLs are secrets (a Slack webhook holds its token in its path). Results and warnings name a webhook
     only by its position and its scheme and host.
-  - The message leaves the machine the task runs on; run it on the controller (C(delegate_to: localhost)) or on
+  - The message leaves the machine the task runs on; run it on the controller (with C(delegate_to) V(localhost)) or on
     a host that may reach the webhooks.
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
@@ -36,7 +36,8 @@ options:
         required: true
       format:
         description:
-          - V(slack) sends C({"text": ...}), what Slack's incoming webhooks (and Mattermost, Rocket.Chat) take.
+          - V(slack) sends a JSON object with only a C(text) field, what Slack's incoming webhooks (and Mattermost,
+            Rocket.Chat) take.
           - V(json) sends the whole message (RV(message)) as a JSON object.
         type: str
         choices: [slack, json]
@@ -65,15 +66,15 @@ options:
     type: dict
     default: {}
   retries:
-    description: How many more times a failed delivery is tried (after 1, 2, ... times O(retry_delay) seconds).
+    description: How many more times a failed delivery is tried (after 1, 2, ... times O(retry_delay) seconds), 0 to 10.
     type: int
     default: 2
   retry_delay:
-    description: Seconds before the first retry.
+    description: Seconds before the first retry, 0 to 60.
     type: float
     default: 1.0
   timeout:
-    description: Seconds for each request.
+    description: Seconds for each request, 1 to 300.
     type: int
     default: 10
   validate_certs:

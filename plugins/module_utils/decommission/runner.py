@@ -239,6 +239,7 @@ def _empty_and_delete(client, name, node, plan, options, policy, powered_off, sh
                       progress, result, owner, events):
     """Cordon and mark the node, see its machine off, drain it and delete it; returns the node as last read."""
     node_marks.update_node(client, name, lambda current: node_marks.enter_changes(current, "decommission"), node=node)
+    story.began_decommission(events, node, len(plan.evict), len(plan.vms))
     with story.told_on_failure(events, node, story.FAILED_DECOMMISSION, "Decommissioning"):
         if decision.before_drain:
             _confirm_powered_off(client, name, decision, host, deadline, progress, result, node, events)

@@ -250,7 +250,6 @@ def _enter(module, result, plan, node, method, drain, shutdown, options, deadlin
     return timed_out
 
 
-
 def predict(module, result, plan, node, method, ours_cr, shutdown, deadline, pauses=()):
     """Check mode: the same shape, computed from the plan, with nothing written."""
     params = module.params

@@ -29,6 +29,7 @@ MIGRATED = "Migrated"
 SHUT_DOWN = "ShutDownForMaintenance"
 STARTED_ELSEWHERE = "StartedElsewhere"
 LEFT_STOPPED = "LeftStopped"
+BEGIN_DECOMMISSION = "BeginDecommission"
 DECOMMISSIONED = "Decommissioned"
 FAILED_DECOMMISSION = "FailedDecommission"
 POWERED_OFF = "PoweredOff"
@@ -108,6 +109,12 @@ def removed(events, node, result):
                       result.get("duration_seconds") or 0.0,
                       ", %s cancelled" % _plural(len(result["evacuations_cancelled"]), "evacuation")
                       if result.get("evacuations_cancelled") else ""))
+
+
+def began_decommission(events, node, pods, vm_count):
+    events.normal(node_ref(node), BEGIN_DECOMMISSION, "Cordon",
+                  "Decommissioning: cordoned, %s to evict, %s among them" % (
+                      _plural(pods, "pod"), _plural(vm_count, "VM")))
 
 
 def powered_off(events, node, by):

@@ -9,6 +9,7 @@ __metaclass__ = type
 
 import datetime
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.notifications import webhooks
 
 
@@ -37,6 +38,10 @@ def notify(module, send=None, sleep=None):
     params = module.params
     hooks = params.get("webhooks") or []
     webhooks.check(hooks)
+    for option, low, high in (("retries", 0, 10), ("retry_delay", 0, 60), ("timeout", 1, 300)):
+        if not low <= params[option] <= high:
+            raise InvalidInputError("Option %s must be between %s and %s, not %s." % (option, low, high, params[option]),
+                                    option=option)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     msg = webhooks.message(params["event"], params["text"], run=params.get("run"), node=params.get("node"),
                            details=params.get("details"), now=now)

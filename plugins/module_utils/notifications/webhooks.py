@@ -119,4 +119,4 @@ def _reason(exc):
     """Why a request failed, without the URL (urllib's errors may quote it)."""
     reason = getattr(exc, "reason", None) or exc
     text = "%s" % (reason,)
-    return text.split(" for url:")[0][:300] or exc.__class__.__name__
+    return text.split(" for url:", 1)[0][:300] or exc.__class__.__name__

@@ -218,6 +218,9 @@ def test_rolling_maintenance_as_an_awx_job(k8s, awx_vms, bearer_token_credential
     published = (data.get("artifact_data") or {}).get("rolling_maintenance")
     assert published, "the role published no artifact_data: %s" % sorted(data)
     assert published["status"] == "succeeded", published["message"]
+    # What a workflow's next node reads: the nodes done, none failed or left.
+    assert (published["done"], published["failed"], published["remaining"], published["resume"]) == (
+        [LONG, SHORT], [], [], "")
     assert [n["node"] for n in published["report"]["nodes"]] == [LONG, SHORT]
     assert published["totals"]["nodes_done"] == 2
     assert published["totals"]["vms_migrated"] == len(LONG_VMS + SHORT_VMS)

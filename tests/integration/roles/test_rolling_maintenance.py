@@ -19,6 +19,7 @@ import runs
 import safety
 import workloads
 from lab.wait import wait_for
+from lab.webhooks import WebhookReceiver
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -182,6 +183,15 @@ def test_bad_input_is_refused_with_a_clear_message(lab, k8s, tmp_path, lock_name
     assert bad_window.returncode != 0
     assert any("someday" in m and "rolling_maintenance_window" in m for m in failure_messages(bad_window)), \
         failure_messages(bad_window)
+
+    bad_webhook = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=["lab-worker-1"],
+        rolling_maintenance_notify_webhooks=[{"url": "hooks.example.com/services/T0/s3cret"}]))
+    assert bad_webhook.returncode != 0
+    assert failure_messages(bad_webhook) == [
+        "rolling_maintenance_notify_webhooks is refused: Option webhooks[1].url must be an http:// or https:// URL, "
+        "not a value without http:// or https://."]
+    assert "s3cret" not in bad_webhook.output
     assert node_marks(k8s) == before
     assert lease(k8s, lock_name) is None
 
@@ -579,11 +589,22 @@ def test_the_lock_is_renewed_before_a_node_only_when_its_ttl_would_not_outlast_t
     def renewals(run):
         return [line["status"] for line in run.lines if line["name"].endswith("Renew the cluster lock before the node")]
 
-    tight = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
-        tmp_path / "tight", lock_name, rolling_maintenance_nodes=["lab-worker-1", "lab-worker-2"],
-        rolling_maintenance_lock_ttl=720))
+    with WebhookReceiver() as receiver:
+        hooks = [{"url": receiver.base + "/slack/T0/s3cret", "format": "slack"}, {"url": receiver.base + "/json"}]
+        tight = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+            tmp_path / "tight", lock_name, rolling_maintenance_nodes=["lab-worker-1", "lab-worker-2"],
+            rolling_maintenance_lock_ttl=720, rolling_maintenance_notify_webhooks=hooks))
     assert tight.returncode == 0, failure_messages(tight)
     assert renewals(tight) == ["ok", "ok"]
+    # The webhooks were told, in order, with the right nodes; the Slack one got its text only.
+    told = receiver.bodies("/json")
+    assert [(m["event"], m["node"]) for m in told] == [
+        ("run_started", None), ("node_done", "lab-worker-1"), ("node_done", "lab-worker-2"), ("run_finished", None)]
+    assert len({m["run"] for m in told}) == 1 and told[0]["details"]["nodes"] == ["lab-worker-1", "lab-worker-2"]
+    assert told[-1]["details"]["done"] == ["lab-worker-1", "lab-worker-2"] and told[-1]["details"]["remaining"] == []
+    assert [sorted(m) for m in receiver.bodies("/slack/T0/s3cret")] == [["text"]] * 4
+    assert "lab-worker-2" in receiver.bodies("/slack/T0/s3cret")[2]["text"]
+    assert "s3cret" not in tight.output
     # The run's story on the lock's Lease: its renewals are one Event, counted in its series.
     told = recorded_events.of(k8s, lock_name, "Lease", LOCK_NAMESPACE)
     assert [(e["reason"], e["count"]) for e in told] == [("LockAcquired", 1), ("LockRenewed", 2),
@@ -594,11 +615,21 @@ def test_the_lock_is_renewed_before_a_node_only_when_its_ttl_would_not_outlast_t
     for node in ("lab-worker-1", "lab-worker-2"):
         story = [e for e in recorded_events.of(k8s, node, "Node") if e["run"] == holder]
         assert [e["reason"] for e in story] == ["BeginMaintenance", "SucceedMaintenance", "RemovedMaintenance"], story
+    # A webhook that is down: the run succeeds and says the notifications failed.
+    down = WebhookReceiver()
+    down.stop()
     roomy = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
         tmp_path / "roomy", lock_name, rolling_maintenance_nodes=["lab-worker-1", "lab-worker-2"],
-        rolling_maintenance_lock_ttl=3600))
+        rolling_maintenance_lock_ttl=3600, rolling_maintenance_notify_webhooks=[{"url": down.base + "/json"}]))
     assert roomy.returncode == 0, failure_messages(roomy)
     assert renewals(roomy) == ["skipped", "skipped"]
+    told = [(name, result) for name, result in roomy.results() if name.startswith("Tell the webhooks")]
+    assert [name for name, _r in told] == ["Tell the webhooks the run starts"] + [
+        "Tell the webhooks how the node ended"] * 2 + ["Tell the webhooks how the run ended"], told
+    for _name, result in told:
+        assert not result.get("failed") and result["delivered"] == [], result
+        assert [(f["target"], f["attempts"]) for f in result["failures"]] == [(down.base, 3)], result
+    assert "notification to webhook 1" in roomy.output  # the warning
     assert [r["status"] for r in report_of(tmp_path / "roomy")["nodes"]] == ["done", "done"]
 
 

@@ -47,7 +47,7 @@ def test_the_same_happening_again_is_counted_in_the_series_of_one_event():
     moments = [T0, T0 + datetime.timedelta(seconds=30), T0 + datetime.timedelta(seconds=60)]
     for moment in moments:
         # A new recorder each time: every module call is a process of its own.
-        events, _ = recorder(client, run="run-1", now=lambda moment=moment: moment)
+        events, _warnings = recorder(client, run="run-1", now=lambda moment=moment: moment)
         events.normal(ev.reference(NODE), "LockRenewed", "Renew", "Renewed by run-1")
     [event] = stored(server)
     assert event["series"] == {"count": 3, "lastObservedTime": "2026-11-28T06:01:00.000000Z"}
@@ -56,12 +56,12 @@ def test_the_same_happening_again_is_counted_in_the_series_of_one_event():
 
 def test_another_note_run_reason_or_object_is_another_event():
     client, server = fake_client()
-    events, _ = recorder(client, run="run-1")
+    events, _warnings = recorder(client, run="run-1")
     events.normal(ev.reference(NODE), "SucceedMaintenance", "Drain", "1 VM migrated")
     events.normal(ev.reference(NODE), "SucceedMaintenance", "Drain", "2 VMs migrated")
     events.normal(ev.reference(NODE), "RemovedMaintenance", "Uncordon", "1 VM migrated")
     events.normal(ev.reference(VM), "SucceedMaintenance", "Drain", "1 VM migrated")
-    other_run, _ = recorder(client, run="run-2")
+    other_run, _warnings = recorder(client, run="run-2")
     other_run.normal(ev.reference(NODE), "SucceedMaintenance", "Drain", "1 VM migrated")
     assert len(stored(server)) == 5
     # A namespaced object's Events live in its namespace.
@@ -70,7 +70,7 @@ def test_another_note_run_reason_or_object_is_another_event():
 
 def test_check_mode_records_nothing():
     client, server = fake_client()
-    events, _ = recorder(client, enabled=False)
+    events, _warnings = recorder(client, enabled=False)
     assert events.normal(ev.reference(NODE), "BeginMaintenance", "Cordon", "x") is None
     assert stored(server) == [] and server.writes() == []
 
@@ -99,7 +99,7 @@ def test_a_transient_failure_warns_and_the_next_event_is_tried():
 
 def test_notes_are_redacted_and_clipped_to_what_the_api_accepts():
     client, server = fake_client()
-    events, _ = recorder(client, run="run-1", scrub=lambda text: text.replace("s3cret-token", "********"))
+    events, _warnings = recorder(client, run="run-1", scrub=lambda text: text.replace("s3cret-token", "********"))
     events.warning(ev.reference(NODE), "FailedMaintenance", "Drain", "failed with s3cret-token " + "x" * 2000)
     [event] = stored(server)
     assert "s3cret-token" not in event["note"] and "********" in event["note"]
@@ -109,7 +109,7 @@ def test_notes_are_redacted_and_clipped_to_what_the_api_accepts():
 
 def test_a_long_object_name_still_makes_a_valid_event_name():
     client, server = fake_client()
-    events, _ = recorder(client)
+    events, _warnings = recorder(client)
     long_node = {"kind": "Node", "metadata": {"name": "n" * 253}}
     name = events.normal(ev.reference(long_node, "Node"), "BeginMaintenance", "Cordon", "x")
     assert len(name) <= 253 and name.endswith("." + name.split(".")[-1]) and len(name.split(".")[-1]) == 16

@@ -295,6 +295,9 @@ def test_decommission(api, capsys):
     assert result["vms"]["not_restarted"] == [{"namespace": "ns1", "name": "batch", "run_strategy": "Manual"}]
     assert api.get("Node", "worker-1") is None
     assert_documented(result, node_decommission)
+    # The deleted node's story stays in its Events; the refused and checked runs told nothing.
+    assert [(kind, name, reason) for kind, name, reason, _t, _c in recorded(api)] == [
+        ("Node", "worker-1", "BeginDecommission"), ("Node", "worker-1", "Decommissioned")]
     again = run(node_decommission, {"name": "worker-1"}, capsys)
     assert again["changed"] is False and again["deleted"] is False and again["powered_off_by"] is None
 
@@ -360,6 +363,7 @@ def test_decommission_powers_the_node_off_through_its_bare_metal_host(api, capsy
     assert result["power_off"]["heartbeat"]["alive"] is False
     assert api.get("Node", "worker-1") is None
     assert_documented(result, node_decommission)
+    assert [reason for _k, _n, reason, _t, _c in recorded(api)] == ["BeginDecommission", "PoweredOff", "Decommissioned"]
 
 
 def test_decommission_waits_for_the_user_to_power_the_node_off(api, capsys):
@@ -392,3 +396,6 @@ def test_decommission_keeps_a_node_that_never_stops_heartbeating(api, capsys):
     assert failed["deleted"] is False and failed["powered_off_by"] is None
     assert api.get("Node", "worker-1")["spec"]["unschedulable"] is True
     assert not [r for r in api.writes("Node") if r[0] == "DELETE"]
+    # The node was cordoned, so its failure is told on it, with the reason.
+    assert [(reason, kind) for _k, _n, reason, kind, _c in recorded(api)] == [
+        ("BeginDecommission", "Normal"), ("FailedDecommission", "Warning")]
