@@ -23,6 +23,8 @@ description:
     and end, for the maintenance report.
   - Used by the C(kubevirt_ops.maintenance.rolling_maintenance) role after each node, and to wait for a node to
     be Ready after a reboot.
+  - Once the node is back it records an Event on it (C(NodeReady), or C(BackInService) with O(schedulable=true)),
+    the end of its maintenance in C(kubectl describe node).
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
@@ -58,6 +60,9 @@ options:
     description: Seconds to wait at most.
     type: int
     default: 600
+  run:
+    description: The run this belongs to (the cluster lock's holder), recorded with the node's Event.
+    type: str
 extends_documentation_fragment:
   - kubevirt_ops.maintenance.auth
   - kubevirt_ops.maintenance.attributes
@@ -138,11 +143,7 @@ migrations:
 """
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.verification import verify
-
-
-def run(module):
-    return verify(module.client, module.params)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.verification import run
 
 
 def main():
@@ -154,6 +155,7 @@ def main():
             expected_stopped=dict(type="list", elements="raw", default=[]),
             migrations_since=dict(type="str"),
             timeout=dict(type="int", default=600),
+            run=dict(type="str"),
         ),
     )
     module.run(run)

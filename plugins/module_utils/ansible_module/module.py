@@ -88,12 +88,13 @@ class MaintenanceModule:
     @property
     def events(self):
         """The Event recorder of this call (k8s/events.py): the run is the lock holder the task
-        passes, nothing is recorded in check mode, notes are redacted like results."""
+        passes (or its ``run`` option), nothing is recorded in check mode, notes are redacted like results."""
         if self._events is None:
             from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.events import EventRecorder
 
             lock = self.params.get("lock") if isinstance(self.params.get("lock"), dict) else {}
-            self._events = EventRecorder(self.client, run=lock.get("holder"), warn=self.warn,
+            run = lock.get("holder") or self.params.get("run")
+            self._events = EventRecorder(self.client, run=run, warn=self.warn,
                                          scrub=lambda text: redact(text, self._all_secrets()),
                                          enabled=not self.check_mode)
         return self._events

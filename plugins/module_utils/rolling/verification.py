@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import datetime
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.events import reference
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import namespaced_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
@@ -212,3 +213,20 @@ def verify(client, params):
     verification = _Verification(client, params)
     verification.wait()
     return verification.result()
+
+
+def run(module):
+    """maintenance_verify: the wait, and the node's Event once it is back (its maintenance story's end)."""
+    verification = _Verification(module.client, module.params)
+    verification.wait()
+    result = verification.result()
+    node = verification.node_informer.get(verification.name) if verification.name else None
+    if node is not None:
+        vms = result["vms"]
+        if module.params["schedulable"]:
+            module.events.normal(reference(node, "Node"), "BackInService", "Verify",
+                                 "Ready and schedulable again; %d of %d VMs that ran before run" % (
+                                     vms["running"], vms["expected"]))
+        else:
+            module.events.normal(reference(node, "Node"), "NodeReady", "Verify", "Ready again after its maintenance")
+    return result

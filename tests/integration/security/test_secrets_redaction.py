@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
+from kubernetes import client
 
 import identities
 import runs
@@ -196,6 +197,11 @@ def test_no_secret_in_any_output(k8s, namespace, auth_modes, tmp_path, lab, rest
                     "failure" if result.get("failed") else "success", result.get("msg")))
     assert problems == [], "\n".join(problems)
     assert checked >= 2 * len(module_cases(namespace, "x"))
+
+    # Nor in the Events the modules recorded on the cluster (a failure's note quotes its error).
+    events = client.CoreV1Api(k8s).list_event_for_all_namespaces(_preload_content=False).data.decode()
+    assert '"reportingComponent":"kubevirt-ops.io/maintenance"' in events.replace(" ", ""), "no Event of ours"
+    assert _leaks(events, secrets) == [], "a secret in the cluster's Events"
 
     # Inline kubeconfig key data goes to private temporary files, removed when the module ends.
     left = []
