@@ -1,0 +1,58 @@
+"""Randomized chaos runs (``make chaos``): seeded rolling-maintenance runs with faults drawn at random,
+checked by an observer of its own (tests/integration/safety.py). Not part of ``make test``.
+
+``CHAOS_SEED=<n>`` replays one run; otherwise ``CHAOS_RUNS`` runs (default 5) from ``CHAOS_FIRST_SEED``
+(default 1). Results: tests/output/chaos/chaos.{json,md}.
+"""
+
+import datetime
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import runs  # noqa: E402  (tests/integration helpers)
+
+OUTPUT = os.path.join(runs.REPO, "tests", "output", "chaos")
+
+
+def seeds():
+    if os.environ.get("CHAOS_SEED"):
+        return [int(os.environ["CHAOS_SEED"])]
+    first = int(os.environ.get("CHAOS_FIRST_SEED") or 1)
+    return list(range(first, first + int(os.environ.get("CHAOS_RUNS") or 5)))
+
+
+def pytest_generate_tests(metafunc):
+    if "seed" in metafunc.fixturenames:
+        metafunc.parametrize("seed", seeds(), ids=lambda s: "seed-%d" % s)
+
+
+@pytest.fixture(scope="session")
+def chaos_results():
+    """Every run's record; written to tests/output/chaos/ when the session ends."""
+    records = []
+    yield records
+    os.makedirs(OUTPUT, exist_ok=True)
+    summary = {
+        "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "runs": len(records),
+        "violations": sum(len(r["violations"]) for r in records),
+        "faults": sum(len(r["faults"]) for r in records),
+        "records": records,
+    }
+    with open(os.path.join(OUTPUT, "chaos.json"), "w") as handle:
+        json.dump(summary, handle, indent=2, sort_keys=True)
+    lines = ["# Chaos session %s" % summary["when"], "",
+             "%d runs, %d faults injected, %d invariant violations." % (
+                 summary["runs"], summary["faults"], summary["violations"]), "",
+             "| seed | faults (trigger -> fault) | runs to finish | violations |", "|---|---|---|---|"]
+    for record in records:
+        lines.append("| %d | %s | %d | %s |" % (
+            record["seed"], "; ".join("%s -> %s" % (f["trigger"], f["fault"]) for f in record["faults"]) or "none",
+            record["attempts"], "; ".join(record["violations"]) or "0"))
+    with open(os.path.join(OUTPUT, "chaos.md"), "w") as handle:
+        handle.write("\n".join(lines) + "\n")

@@ -1,0 +1,141 @@
+"""Chaos runs: one rolling maintenance run per seed, with the faults its seed draws, resumed until it
+completes, checked by an observer of its own (its own watches, none of the product's code):
+
+- no VM lost, and none restarted (no fault here kills a machine, so every VM must migrate);
+- no PodDisruptionBudget below its minimum, at any moment;
+- never more than ``max_parallel`` (1) of the nodes out at once;
+- at the end: both nodes schedulable and free of our marks, the lock released, no process of the run
+  left running;
+- the run completes within the attempts its schedule allows (one per fault, plus two).
+
+The seed and the schedule are printed and written to tests/output/chaos/; ``make chaos SEED=<n>``
+replays a run.
+"""
+
+import os
+import time
+import uuid
+
+import pytest
+from kubernetes import client
+
+import runs
+import safety
+import workloads
+from lab.wait import wait_for
+
+from catalogue import ENDS_ATTEMPT, Injector, Moment, draw
+
+PLAYBOOK = os.path.join(runs.REPO, "playbooks", "rolling_maintenance.yml")
+OUR_TAINTS = ("medik8s.io/drain", "kubevirt-ops.io/maintenance-pending")
+ATTEMPT_TIMEOUT = 900
+TRIGGER_TIMEOUT = 300
+VM_NAMES = ["always-1", "always-2", "rerun-1"]
+
+
+@pytest.fixture
+def world(k8s, lab):
+    """Two workers and a workload on them: VMs of two run strategies and a Deployment guarded by a
+    PodDisruptionBudget; the other workers are where things go."""
+    workers = workloads.node_names(k8s)
+    assert len(workers) >= 3, "chaos runs need at least 3 workers"
+    pair = tuple(workers[:2])
+    namespace = "kvops-chaos-%s" % uuid.uuid4().hex[:6]
+    core = client.CoreV1Api(k8s)
+    core.create_namespace({"metadata": {"name": namespace}})
+    workloads.wait_for_default_service_account(k8s, namespace)
+    workloads.vms_start_on(k8s, namespace, pair, VM_NAMES[:2], "256Mi", guarded=True)
+    workloads.create_vm(k8s, namespace, VM_NAMES[2], run_strategy="RerunOnFailure", memory="256Mi",
+                        nodes=list(pair))
+    workloads.wait_vms_running(k8s, namespace, VM_NAMES)
+    yield {"pair": pair, "namespace": namespace}
+    for node in pair:
+        runs.module(lab.kubeconfig, "node_maintenance", {"name": node, "state": "absent"})
+    workloads.delete_namespace(k8s, namespace)
+
+
+def end_state(k8s, pair, lock):
+    """What is left of the run at the end that should not be."""
+    problems = []
+    core = client.CoreV1Api(k8s)
+    for name in pair:
+        node = core.read_node(name)
+        if node.spec.unschedulable:
+            problems.append("node %s is still cordoned" % name)
+        ours = [t.key for t in node.spec.taints or [] if t.key in OUR_TAINTS]
+        if ours:
+            problems.append("node %s still has %s" % (name, ", ".join(ours)))
+    try:
+        lease = client.CoordinationV1Api(k8s).read_namespaced_lease(lock, "kube-system")
+        if lease.spec.holder_identity:
+            problems.append("the lock is still held by %s" % lease.spec.holder_identity)
+    except client.exceptions.ApiException as exc:
+        if exc.status != 404:
+            raise
+    return problems
+
+
+def test_chaos_run(lab, k8s, world, seed, chaos_results, tmp_path):
+    schedule = draw(seed)
+    print("chaos seed %d: %s" % (seed, schedule))
+    record = session(lab, k8s, world, seed, schedule, tmp_path)
+    chaos_results.append(record)
+    assert record["violations"] == [], "seed %d (replay: make chaos SEED=%d): %s" % (seed, seed, record)
+
+
+@pytest.mark.parametrize("sabotage, reported", [("sabotage_vmi_deleted", "VM: "),
+                                                ("sabotage_pod_deleted_against_its_budget", "PDB: ")])
+def test_the_observer_reports_a_violation_made_on_purpose(lab, k8s, world, tmp_path, sabotage, reported):
+    """The observer is not blind: a violation made behind the run's back during the drain is reported."""
+    schedule = [{"trigger": "cluster:a migration in flight", "fault": sabotage}]
+    record = session(lab, k8s, world, 0, schedule, tmp_path)
+    assert [v for v in record["violations"] if v.startswith(reported)], record
+
+
+def session(lab, k8s, world, seed, schedule, tmp_path):
+    """One chaos run: attempts until the run completes, the faults of ``schedule``, the observer's verdict."""
+    pair, namespace = world["pair"], world["namespace"]
+    lock = "kvops-chaos-%d" % seed
+    extra = runs.rolling_vars(pair, lock, tmp_path, rolling_maintenance_non_migratable="fail")
+    injector = Injector(lab, k8s, namespace, VM_NAMES)
+    vm_check = safety.VmSafety(k8s, [namespace])
+    record = {"seed": seed, "schedule": schedule, "faults": [], "attempts": 0, "violations": []}
+    started_all = []
+    try:
+        with safety.PdbWatcher(k8s) as pdbs, safety.ParallelWatcher(k8s, pair) as parallel:
+            finished = False
+            for attempt in range(len(schedule) + 2):
+                record["attempts"] = attempt + 1
+                started = runs.Started(runs.playbook_argv(PLAYBOOK, extra), lab.kubeconfig, None)
+                started_all.append(started)
+                planned = schedule[attempt] if attempt < len(schedule) else None
+                if planned is not None:
+                    moment = Moment(k8s, started, pair, namespace)
+                    wait_for(lambda: not started.running() or moment.reached(planned["trigger"]), TRIGGER_TIMEOUT,
+                             "%s (seed %d)" % (planned["trigger"], seed), interval=0.2)
+                    if started.running():
+                        record["faults"].append(dict(planned, at=round(time.time(), 1)))
+                        injector.inject(planned["fault"], started)
+                if planned is None or planned["fault"] not in ENDS_ATTEMPT:
+                    started.wait(ATTEMPT_TIMEOUT)
+                injector.undo()
+                if started.proc.returncode == 0:
+                    finished = True
+                    break
+            if not finished:
+                record["violations"].append("the run did not complete within %d attempts" % record["attempts"])
+        report = vm_check.verify(timeout=300)
+        record["violations"] += ["VM: %s" % p for p in report.problems]
+        record["violations"] += ["PDB: %s" % v for v in pdbs.violations]
+        if parallel.most_cordoned > 1:
+            record["violations"].append("%d nodes out at once (max_parallel 1): %s" % (
+                parallel.most_cordoned, parallel.cordoned_sets))
+        record["violations"] += end_state(k8s, pair, lock)
+        left = [s.proc.pid for s in started_all if s.running()]
+        if left:
+            record["violations"].append("processes of the run still running: %s" % left)
+    finally:
+        injector.undo()
+        for started in started_all:
+            started.close()
+    return record
