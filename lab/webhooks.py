@@ -1,12 +1,14 @@
 """A small HTTP receiver for webhook notifications (module maintenance_notify), on 127.0.0.1.
 
 It records every POST (path, headers, JSON body) in the order received and answers 200, or the
-statuses a test queues for a path (``answers[path] = [503, 429]``: those first, then 200). Stopped, its
-port refuses connections: an endpoint that is down.
+statuses a test queues for a path (``answers[path] = [503, 429]``: those first, then 200).
+``DownEndpoint`` is an endpoint that is down: a port held bound and never listened on, so every
+connection is refused and no other process can take the port meanwhile.
 """
 
 import http.server
 import json
+import socket
 import threading
 
 
@@ -51,3 +53,21 @@ class WebhookReceiver:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class DownEndpoint:
+    """An address where nothing answers, held for as long as the object lives (``close()`` frees it)."""
+
+    def __init__(self, host="127.0.0.1"):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((host, 0))
+        self.base = "http://%s:%d" % (host, self.sock.getsockname()[1])
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

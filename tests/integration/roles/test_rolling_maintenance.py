@@ -19,7 +19,7 @@ import runs
 import safety
 import workloads
 from lab.wait import wait_for
-from lab.webhooks import WebhookReceiver
+from lab.webhooks import DownEndpoint, WebhookReceiver
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -617,11 +617,10 @@ def test_the_lock_is_renewed_before_a_node_only_when_its_ttl_would_not_outlast_t
         assert [e["reason"] for e in story] == ["BeginMaintenance", "SucceedMaintenance", "RemovedMaintenance",
                                                 "BackInService"], story
     # A webhook that is down: the run succeeds and says the notifications failed.
-    down = WebhookReceiver()
-    down.stop()
-    roomy = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
-        tmp_path / "roomy", lock_name, rolling_maintenance_nodes=["lab-worker-1", "lab-worker-2"],
-        rolling_maintenance_lock_ttl=3600, rolling_maintenance_notify_webhooks=[{"url": down.base + "/json"}]))
+    with DownEndpoint() as down:
+        roomy = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+            tmp_path / "roomy", lock_name, rolling_maintenance_nodes=["lab-worker-1", "lab-worker-2"],
+            rolling_maintenance_lock_ttl=3600, rolling_maintenance_notify_webhooks=[{"url": down.base + "/json"}]))
     assert roomy.returncode == 0, failure_messages(roomy)
     assert renewals(roomy) == ["skipped", "skipped"]
     told = [(name, result) for name, result in roomy.results() if name.startswith("Tell the webhooks")]

@@ -7,7 +7,7 @@ import pytest
 
 from module_runner import assert_documented, record_warnings, run, run_module
 
-from lab.webhooks import WebhookReceiver
+from lab.webhooks import DownEndpoint, WebhookReceiver
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.notifications import webhooks
 from ansible_collections.kubevirt_ops.maintenance.plugins.modules import maintenance_notify
@@ -68,10 +68,9 @@ def test_a_busy_endpoint_is_tried_again_and_a_broken_one_is_reported_without_fai
 
 def test_a_client_error_is_not_retried_and_an_unreachable_endpoint_is_reported(receiver, capsys):
     receiver.answers["/plain"] = [404]
-    closed = WebhookReceiver()
-    closed.stop()  # nothing listens there any more
-    hooks = [{"url": receiver.base + "/plain"}, {"url": closed.base + SECRET_PATH, "format": "slack"}]
-    result = run(maintenance_notify, args(receiver, webhooks=hooks, retries=1), capsys)
+    with DownEndpoint() as down:
+        hooks = [{"url": receiver.base + "/plain"}, {"url": down.base + SECRET_PATH, "format": "slack"}]
+        result = run(maintenance_notify, args(receiver, webhooks=hooks, retries=1), capsys)
     assert not result.get("failed") and result["changed"] is False
     first, second = result["failures"]
     assert (first["status"], first["attempts"], first["error"]) == (404, 1, "HTTP 404")
