@@ -60,11 +60,9 @@ options:
     description: Seconds to wait at most.
     type: int
     default: 600
-  run:
-    description: The run this belongs to (the cluster lock's holder), recorded with the node's Event.
-    type: str
 extends_documentation_fragment:
   - kubevirt_ops.maintenance.auth
+  - kubevirt_ops.maintenance.run
   - kubevirt_ops.maintenance.attributes
   - kubevirt_ops.maintenance.attributes.actiongroup
   - kubevirt_ops.maintenance.attributes.info_module
@@ -142,21 +140,21 @@ migrations:
             start: "2024-05-04T22:00:10Z", end: "2024-05-04T22:00:48Z"}]
 """
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import args
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.verification import run
 
 
 def main():
     module = MaintenanceModule(
-        argument_spec=dict(
+        argument_spec=args.spec(args.RUN, dict(
             name=dict(type="str"),
             schedulable=dict(type="bool", default=True),
             running_vms=dict(type="list", elements="raw", default=[]),
             expected_stopped=dict(type="list", elements="raw", default=[]),
             migrations_since=dict(type="str"),
             timeout=dict(type="int", default=600),
-            run=dict(type="str"),
-        ),
+        )),
     )
     module.run(run)
 

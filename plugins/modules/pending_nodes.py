@@ -47,6 +47,7 @@ options:
     default: present
 extends_documentation_fragment:
   - kubevirt_ops.maintenance.auth
+  - kubevirt_ops.maintenance.run
   - kubevirt_ops.maintenance.attributes
   - kubevirt_ops.maintenance.attributes.actiongroup
 attributes:
@@ -106,17 +107,18 @@ taint:
   sample: {key: kubevirt-ops.io/maintenance-pending, value: "20261125T020000Z", effect: PreferNoSchedule}
 """
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module import args
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.ansible_module.module import MaintenanceModule
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.pending_nodes import set_pending
 
 
 def main():
     module = MaintenanceModule(
-        argument_spec=dict(
+        argument_spec=args.spec(args.RUN, dict(
             nodes=dict(type="list", elements="str", default=[]),
             mark=dict(type="str"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
-        ),
+        )),
     )
     module.run(set_pending)
 

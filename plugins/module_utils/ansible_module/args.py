@@ -89,6 +89,8 @@ def lock_option(apply_defaults=True):
 
 
 LOCK = {"lock": lock_option()}
+# The run of the Events a module writes, for modules without a lock option (doc fragment run).
+RUN = {"run": {"type": "str"}}
 
 AUTH_NAMES = tuple(AUTH)
 

@@ -32,6 +32,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.events import reference
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.nodes import node_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.node_marks import (
@@ -108,6 +109,11 @@ def set_pending(module):
             continue
         update_node(module.client, name, lambda current: (pending_taint_changes(current, changes[name][1]),),
                     node=by_name[name])
+        after = changes[name][1]
+        module.events.normal(reference(by_name[name], "Node"), "MaintenancePending" if after else "PendingCleared",
+                             "Taint", "VMs leaving other nodes prefer nodes already done: this one is still to do "
+                             "(taint %s=%s:%s)" % (PENDING_TAINT_KEY, after, PENDING_EFFECT) if after else
+                             "No longer still to do in a rolling run (taint %s removed)" % PENDING_TAINT_KEY)
     result = _pending_result(state, mark, wanted, changes)
     if module.diff_mode:
         result["diff"] = _pending_diff(changes)

@@ -614,8 +614,8 @@ def test_the_lock_is_renewed_before_a_node_only_when_its_ttl_would_not_outlast_t
     # And on each node, in order, by the same run.
     for node in ("lab-worker-1", "lab-worker-2"):
         story = [e for e in recorded_events.of(k8s, node, "Node") if e["run"] == holder]
-        assert [e["reason"] for e in story] == ["BeginMaintenance", "SucceedMaintenance", "RemovedMaintenance",
-                                                "BackInService"], story
+        assert [e["reason"] for e in story] == ["MaintenancePending", "BeginMaintenance", "SucceedMaintenance",
+                                                "RemovedMaintenance", "BackInService"], story
     # A webhook that is down: the run succeeds and says the notifications failed.
     with DownEndpoint() as down:
         roomy = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
