@@ -6,13 +6,19 @@ completes, checked by an observer of its own (its own watches, none of the produ
 - never more than ``max_parallel`` (1) of the nodes out at once;
 - at the end: both nodes schedulable and free of our marks, the lock released, no process of the run
   left running;
-- the run completes within the attempts its schedule allows (one per fault, plus two).
+- the run completes within the attempts its schedule allows (one per fault, plus two); an attempt
+  after a run that stopped uses the resume command that run printed (the nodes that remain), an
+  attempt after a kill or an interrupt the same command again.
 
 The seed and the schedule are printed and written to tests/output/chaos/; ``make chaos SEED=<n>``
 replays a run.
 """
 
+import glob
+import json
 import os
+import re
+import subprocess
 import time
 import uuid
 
@@ -52,6 +58,20 @@ def world(k8s, lab):
     for node in pair:
         runs.module(lab.kubeconfig, "node_maintenance", {"name": node, "state": "absent"})
     workloads.delete_namespace(k8s, namespace)
+
+
+def resumed(extra, tmp_path, since):
+    """The extra vars of the next attempt: the resume command the last run printed (its report's
+    ``resume``: the nodes that remain) when it wrote one after ``since``, else the same command (a run
+    killed or interrupted wrote none)."""
+    reports = [p for p in glob.glob(str(tmp_path / "reports" / "rolling-maintenance-*" / "report.json"))
+               if os.path.getmtime(p) >= since]
+    if not reports:
+        return extra
+    with open(max(reports, key=os.path.getmtime)) as handle:
+        resume = json.load(handle).get("resume") or ""
+    found = re.search(r"-e '(\{.*\})'$", resume)
+    return dict(extra, **json.loads(found.group(1))) if found else extra
 
 
 def end_state(k8s, pair, lock):
@@ -97,6 +117,7 @@ def session(lab, k8s, world, seed, schedule, tmp_path):
     pair, namespace = world["pair"], world["namespace"]
     lock = "kvops-chaos-%d" % seed
     extra = runs.rolling_vars(pair, lock, tmp_path, rolling_maintenance_non_migratable="fail")
+    attempt_vars = extra
     injector = Injector(lab, k8s, namespace, VM_NAMES)
     vm_check = safety.VmSafety(k8s, [namespace])
     record = {"seed": seed, "schedule": schedule, "faults": [], "attempts": 0, "violations": []}
@@ -106,7 +127,8 @@ def session(lab, k8s, world, seed, schedule, tmp_path):
             finished = False
             for attempt in range(len(schedule) + 2):
                 record["attempts"] = attempt + 1
-                started = runs.Started(runs.playbook_argv(PLAYBOOK, extra), lab.kubeconfig, None)
+                began = time.time()
+                started = runs.Started(runs.playbook_argv(PLAYBOOK, attempt_vars), lab.kubeconfig, None)
                 started_all.append(started)
                 planned = schedule[attempt] if attempt < len(schedule) else None
                 if planned is not None:
@@ -117,11 +139,17 @@ def session(lab, k8s, world, seed, schedule, tmp_path):
                         record["faults"].append(dict(planned, at=round(time.time(), 1)))
                         injector.inject(planned["fault"], started)
                 if planned is None or planned["fault"] not in ENDS_ATTEMPT:
-                    started.wait(ATTEMPT_TIMEOUT)
+                    try:
+                        started.wait(ATTEMPT_TIMEOUT)
+                    except subprocess.TimeoutExpired:
+                        record["violations"].append("attempt %d did not end within %d s" % (
+                            attempt + 1, ATTEMPT_TIMEOUT))
+                        started.kill()
                 injector.undo()
                 if started.proc.returncode == 0:
                     finished = True
                     break
+                attempt_vars = resumed(extra, tmp_path, began)
             if not finished:
                 record["violations"].append("the run did not complete within %d attempts" % record["attempts"])
         report = vm_check.verify(timeout=300)
