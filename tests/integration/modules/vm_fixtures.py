@@ -201,6 +201,7 @@ class LocalModule:
     def __init__(self, kubeconfig, params, defaults, check_mode=False, diff_mode=False):
         from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.client import KubeClient
         from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.connection import resolve_settings
+        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.events import EventRecorder
 
         self.client = KubeClient(resolve_settings({"kubeconfig": kubeconfig}))
         self.params = dict(defaults)
@@ -208,6 +209,7 @@ class LocalModule:
         self.check_mode = check_mode
         self.diff_mode = diff_mode
         self.warnings = []
+        self.events = EventRecorder(self.client, warn=self.warn, enabled=not check_mode)
 
     def warn(self, text):
         self.warnings.append(text)
