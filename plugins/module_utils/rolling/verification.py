@@ -208,17 +208,20 @@ class _Verification(object):
         }
 
 
-def verify(client, params):
-    """Wait until the node (when named) is Ready and schedulable and every VM that ran runs again."""
+def _verified(client, params):
     verification = _Verification(client, params)
     verification.wait()
-    return verification.result()
+    return verification
+
+
+def verify(client, params):
+    """Wait until the node (when named) is Ready and schedulable and every VM that ran runs again."""
+    return _verified(client, params).result()
 
 
 def run(module):
     """maintenance_verify: the wait, and the node's Event once it is back (its maintenance story's end)."""
-    verification = _Verification(module.client, module.params)
-    verification.wait()
+    verification = _verified(module.client, module.params)
     result = verification.result()
     node = verification.node_informer.get(verification.name) if verification.name else None
     if node is not None:

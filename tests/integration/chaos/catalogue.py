@@ -11,6 +11,8 @@ import time
 
 from kubernetes import client
 
+import safety
+
 ROLE = "TASK [kubevirt_ops.maintenance.rolling_maintenance : %s]"
 FAIL_MIGRATION = "kubevirt-ops.lab/fail-migration"
 
@@ -67,8 +69,7 @@ class Moment:
             return any(core.read_node(n).spec.unschedulable for n in self.nodes)
         items = client.CustomObjectsApi(self.k8s).list_namespaced_custom_object(
             "kubevirt.io", "v1", self.namespace, "virtualmachineinstancemigrations")["items"]
-        return any((m.get("status") or {}).get("phase") in ("Scheduling", "Scheduled", "PreparingTarget",
-                                                            "TargetReady", "Running") for m in items)
+        return any((m.get("status") or {}).get("phase") in safety.MIGRATION_IN_FLIGHT for m in items)
 
 
 def annotate(k8s, namespace, name, value):
