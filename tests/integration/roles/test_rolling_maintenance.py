@@ -219,45 +219,73 @@ def test_closed_window_changes_nothing(lab, k8s, tmp_path, lock_name, workers_ba
     assert (node_marks(k8s), maintenances(k8s)) == before
 
 
-def test_a_node_that_would_outlast_the_window_is_not_started(lab, k8s, tmp_path, lock_name, task_files,
-                                                            workers_back):
+def test_a_node_that_would_outlast_the_window_is_not_started(lab, k8s, tmp_path, lock_name, workers_back):
     """The first node's time predicts the second's; inside the window, the second node is not started
     because the window closes before it could finish, and the run ends with the resume command.
 
-    The first node's task holds until the time it has taken exceeds the time left in the window by
-    20 s (the window closes two to three minutes after the start), so the prediction for the second
-    node (at least that long) cannot fit, while the window is still open when the second node is judged."""
+    Nothing here hangs on how fast the machine is. The first node's tasks take at least 60 s (from
+    the moment the test sees them start until it lets them end), and a prediction is never shorter
+    than the rest of a node (plugin_utils/duration.py), so the second node is predicted to take over
+    60 s. Its health gate holds it until the test lets it go: when less than 40 s of the window are
+    left. The product says how long the window had left when it judged; above 0 proves it judged
+    inside the window."""
     now = datetime.datetime.now(datetime.timezone.utc)
-    closes = (now + datetime.timedelta(minutes=3)).replace(second=0, microsecond=0)
+    # Five to six minutes from now: the first node's drain, its 60 s of tasks and the rest of it fit
+    # with minutes to spare even on a loaded machine; the test then waits for the window's last 40 s.
+    closes = (now + datetime.timedelta(minutes=6)).replace(second=0, microsecond=0)
     opens = now - datetime.timedelta(hours=1)
     window = {"start": opens.strftime("%H:%M"), "end": closes.strftime("%H:%M"), "timezone": "UTC"}
     first, second = WORKERS[:2]
-    gate = tmp_path / "gate"
+    working, gate, hold, tries = (tmp_path / name for name in ("working", "gate", "hold", "gate-tries"))
     gate.write_text("hold")
+    tasks = tmp_path / "work.yml"
+    tasks.write_text(
+        "- name: Say the work started\n"
+        "  ansible.builtin.copy:\n"
+        "    dest: \"%s\"\n"
+        "    content: started\n"
+        "  delegate_to: localhost\n"
+        "- name: Work until the test opens the gate\n"
+        "  ansible.builtin.wait_for:\n"
+        "    path: \"%s\"\n"
+        "    state: absent\n"
+        "    timeout: 600\n"
+        "  delegate_to: localhost\n" % (working, gate))
+    health_gate = {"command": ["sh", "-c", "echo try >> %s; test ! -e %s" % (tries, hold)],
+                   "timeout": 600, "delay": 1}
     core = client.CoreV1Api(k8s)
+
+    def now_utc():
+        return datetime.datetime.now(datetime.timezone.utc)
+
     run = runs.start_playbook(lab.kubeconfig, PLAYBOOK, base_vars(
         tmp_path, lock_name, rolling_maintenance_nodes=[first, second], rolling_maintenance_window=window,
-        rolling_maintenance_node_tasks=task_files["gated"], node_task_gate=str(gate)))
+        rolling_maintenance_node_tasks=str(tasks), rolling_maintenance_health_gate=health_gate))
     try:
-        wait_for(lambda: core.read_node(first).spec.unschedulable or not run.running(), 300,
-                 "the run to start %s" % first)
+        wait_for(lambda: working.exists() or not run.running(), 300, "the first node's tasks to start")
         assert run.running(), run.output()[-3000:]
-        started = datetime.datetime.now(datetime.timezone.utc)
-
-        def first_node_took_longer_than_the_window_has_left():
-            moment = datetime.datetime.now(datetime.timezone.utc)
-            return (moment - started).total_seconds() >= (closes - moment).total_seconds() + 20
-
-        wait_for(first_node_took_longer_than_the_window_has_left, 300, "the first node to take its time")
+        began = now_utc()
+        hold.write_text("hold")
+        wait_for(lambda: (now_utc() - began).total_seconds() >= 60, 120, "the first node's tasks to take 60 s")
         gate.unlink()
+        wait_for(lambda: len(tries.read_text().split()) >= 2 or not run.running(), 400,
+                 "the second node's health gate")
+        assert run.running(), run.output()[-3000:]
+        assert not core.read_node(second).spec.unschedulable
+        wait_for(lambda: (closes - now_utc()).total_seconds() < 40, 400, "the window's last 40 s")
+        hold.unlink()
         assert run.wait(600) == 0, run.output()[-3000:]
         output, results = run.output(), run.results()
     finally:
-        if gate.exists():
-            gate.unlink()
+        for name in (gate, hold):
+            if name.exists():
+                name.unlink()
         run.close()
-    assert datetime.datetime.now(datetime.timezone.utc) < closes, "the test ran past the window; it proves nothing"
-    assert "Node %s is not started: it is predicted to take" % second in output, output[-3000:]
+    judged = re.search(r"Node %s is not started: it is predicted to take (\d+) s .* and the maintenance window "
+                       r"closes at \S+, in (\d+) s\." % second, output)
+    assert judged, output[-3000:]
+    predicted, left = int(judged.group(1)), int(judged.group(2))
+    assert predicted >= 60 and 0 < left < predicted, judged.group(0)
     assert "Outside the maintenance window" not in output
     report = report_of(tmp_path)
     assert report["status"] == "window_closed" and report["untouched"] == [second], report["message"]
