@@ -1,9 +1,10 @@
-"""Command line of the lab: ``python -m lab up|down|status|env|node-fail|node-recover|restart``."""
+"""Command line of the lab: ``python -m lab up|down|status|env|node-fail|node-recover|restart|bmc``."""
 
 import argparse
 import sys
 
 from lab import cluster, scheduler
+from lab.machines import cli as bmc_cli
 from lab.errors import LabError
 from lab.paths import STATE_DIR_ENV, LabPaths, default_state_dir
 
@@ -81,6 +82,8 @@ def main(argv=None):
     restart = commands.add_parser("restart", help="restart a component on the same port")
     restart.add_argument("component", metavar="COMPONENT", help="apiserver (or any core component)")
 
+    bmc_cli.add_parser(commands)
+
     args = parser.parse_args(argv)
     paths = LabPaths(default_state_dir())
     try:
@@ -115,6 +118,8 @@ def main(argv=None):
             cluster.start_component(paths, args.component)
         elif args.command == "restart":
             cluster.restart(paths, args.component)
+        elif args.command == "bmc":
+            return bmc_cli.run(paths, args)
     except LabError as e:
         print(f"lab: error: {e}", file=sys.stderr)
         if e.detail:

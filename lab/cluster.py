@@ -20,6 +20,7 @@ from lab.errors import LabError
 from lab.kubeconfig import write_kubeconfig
 from lab.kubevirt import SUPPORTED_VERSIONS, VIRT_API, VIRT_CONTROLLER, control_plane
 from lab.kubevirt import normalize_version
+from lab.machines import bmc
 from lab.paths import REPO_ROOT
 from lab.wait import wait_for
 
@@ -103,6 +104,7 @@ def up(
         if kubevirt:
             control_plane.ensure(ctx, api, say)
             _ensure_standins(paths, hco)
+        bmc.ensure(ctx, [(n.name, n.ip) for n in planned if not n.control_plane], say)
     say(
         f"up in {time.monotonic() - started:.0f}s: {len(planned)} nodes"
         f"{'' if ctx.settings.profile == 'default' else f' ({ctx.settings.profile} profile)'},"
@@ -205,6 +207,12 @@ def status(paths):
     nmo_line = nmo.status_line(paths)
     if nmo_line:
         lines.append(nmo_line)
+    redfish = processes.tracked(paths, bmc.COMPONENT)
+    if redfish:
+        rss = processes.rss_bytes(redfish)
+        total_rss += rss
+        where = f"{settings.service_address}:{settings.ports.get(bmc.COMPONENT)}"
+        lines.append(f"  {'redfish BMCs':<24} {where:<16} pid {redfish.pid}{_mib(rss)}")
     print(f"lab at {paths.state_dir}: {'up' if healthy else 'DEGRADED'}")
     print("\n".join(lines))
     print(f"  total memory (RSS)       {total_rss / 2**20:.0f} MiB")

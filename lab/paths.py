@@ -92,6 +92,16 @@ class LabPaths:
         directory there at every start and leaves it, as a pod's filesystem would be discarded."""
         return self.state_dir / "tmp"
 
+    @property
+    def machines(self):
+        """The lab's machines: the Redfish emulator's configuration, credentials and state."""
+        return self.state_dir / "machines"
+
+    @property
+    def bmc_file(self):
+        """``bmc.json``: every worker's BMC (address, username, password, CA file), for tools."""
+        return self.state_dir / "bmc.json"
+
     def cluster_files(self):
         """What ``down`` deletes: the cluster and its credentials, not the logs.
 
@@ -110,4 +120,6 @@ class LabPaths:
             self.scheduler_config,
             self.sim_dir,
             self.tmp,
+            self.machines,
+            self.bmc_file,
         ]

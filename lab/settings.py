@@ -15,6 +15,7 @@ PORT_NAMES = (
     "kwok",
     "virt-api",
     "virt-controller",
+    "redfish",
 )
 
 

@@ -1,0 +1,59 @@
+"""``python -m lab bmc``: the lab's BMCs from the command line.
+
+- ``bmc list``: every machine's BMC (address, username, password, CA file), as ``bmc.json`` has it;
+- ``bmc show NODE``: its power state, boot count, BIOS version and BIOS attributes;
+- ``bmc power NODE on|off|graceful-off|cycle``: a ``ComputerSystem.Reset`` (On, ForceOff,
+  GracefulShutdown, PowerCycle), waiting until the BMC reports the state unless ``--no-wait``.
+"""
+
+import json
+
+from lab.errors import LabError
+from lab.machines.bmc import Bmc, load
+from lab.wait import wait_for
+
+RESETS = {"on": ("On", "On"), "off": ("ForceOff", "Off"), "graceful-off": ("GracefulShutdown", "Off"),
+          "cycle": ("PowerCycle", "On")}
+POWER_TIMEOUT = 60
+
+
+def add_parser(commands):
+    command = commands.add_parser("bmc", help="the machines' Redfish BMCs: list, show, power")
+    actions = command.add_subparsers(dest="bmc_command", required=True, metavar="ACTION")
+    actions.add_parser("list", help="every machine's BMC: address, username, password, CA file (JSON)")
+    show = actions.add_parser("show", help="a machine's power state and firmware")
+    show.add_argument("node", metavar="NODE")
+    power = actions.add_parser("power", help="power a machine on, off or through a cycle")
+    power.add_argument("node", metavar="NODE")
+    power.add_argument("action", choices=sorted(RESETS))
+    power.add_argument("--no-wait", action="store_true", help="return once the BMC took the action")
+
+
+def _bmc(paths, node):
+    bmcs = load(paths)
+    if node not in bmcs:
+        raise LabError(f"no machine named {node!r}; the lab's machines: {', '.join(sorted(bmcs))}")
+    return Bmc(bmcs[node])
+
+
+def run(paths, args):
+    if args.bmc_command == "list":
+        print(json.dumps(load(paths), indent=2, sort_keys=True))
+        return 0
+    bmc = _bmc(paths, args.node)
+    if args.bmc_command == "show":
+        system = bmc.get()
+        print(json.dumps({"node": args.node, "address": bmc.system, "power_state": system.get("PowerState"),
+                          "bios_version": system.get("BiosVersion"),
+                          "bios": bmc.get("/BIOS").get("Attributes")}, indent=2, sort_keys=True))
+        return 0
+    reset_type, final = RESETS[args.action]
+    before = bmc.power_state()
+    bmc.reset(reset_type)
+    if not args.no_wait:
+        if reset_type == "PowerCycle":
+            wait_for(lambda: bmc.power_state() == "Off" or before == "Off", POWER_TIMEOUT,
+                     f"{args.node} to power off")
+        wait_for(lambda: bmc.power_state() == final, POWER_TIMEOUT, f"{args.node} to be {final}")
+    print(f"{args.node}: {reset_type} ({'now ' + final if not args.no_wait else 'taken'})")
+    return 0

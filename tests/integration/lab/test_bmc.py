@@ -1,0 +1,123 @@
+"""The lab's Redfish BMCs (lab/machines): one per worker, the sushy-tools emulator over HTTPS with
+basic auth on the lab's own veth address, power actions that take effect after a delay, firmware
+and BIOS changes that take effect at the next power on."""
+
+import json
+import socket
+import stat
+
+import pytest
+import requests
+
+from lab import nodes, settings
+from lab.machines import bmc as lab_bmc
+from lab.paths import LabPaths
+from lab.wait import wait_for
+
+pytest_plugins = ["lab.pytest_plugin"]
+
+POWER_WAIT = 60
+
+
+@pytest.fixture(scope="module")
+def bmcs(lab):
+    return lab_bmc.load(LabPaths(lab.state_dir))
+
+
+@pytest.fixture
+def machine(lab, bmcs):
+    """The BMC of the last worker, powered on again at the end whatever the test did."""
+    name = sorted(bmcs)[-1]
+    yield name, lab_bmc.Bmc(bmcs[name])
+    again = lab_bmc.Bmc(bmcs[name])
+    if again.power_state() != "On":
+        again.reset("On")
+        wait_for(lambda: again.power_state() == "On", POWER_WAIT, f"{name} to power on")
+
+
+def _get(url, entry, **kwargs):
+    session = requests.Session()
+    session.trust_env = False
+    return session.get(url, verify=entry["ca_file"], timeout=10, **kwargs)
+
+
+def test_every_worker_has_a_bmc_that_answers_over_https_with_basic_auth(lab, bmcs):
+    workers = sorted(n.metadata.name for n in nodes.list_nodes(nodes.api_client(lab.kubeconfig))
+                     if n.metadata.name.startswith("lab-worker-"))
+    assert sorted(bmcs) == workers
+    lab_settings = settings.load(LabPaths(lab.state_dir))
+    for name, entry in bmcs.items():
+        assert entry["address"].startswith("https://%s:%d/redfish/v1/Systems/" % (
+            lab_settings.service_address, lab_settings.ports["redfish"])), entry["address"]
+        system = _get(entry["address"], entry, auth=(entry["username"], entry["password"]))
+        assert system.status_code == 200, system.text
+        assert system.json()["Name"] == name and system.json()["Id"] == lab_bmc.system_id(name)
+        assert system.json()["PowerState"] == "On"
+        assert _get(entry["address"], entry, auth=(entry["username"], "wrong")).status_code == 401
+        assert _get(entry["address"], entry).status_code == 401
+    entry = bmcs[workers[0]]
+    root = entry["address"].split("/Systems/")[0] + "/"
+    assert _get(root, entry).json()["Systems"]["@odata.id"] == "/redfish/v1/Systems"
+    # bmc.json holds passwords: its owner's only.
+    assert stat.S_IMODE(LabPaths(lab.state_dir).bmc_file.stat().st_mode) == 0o600
+
+
+def test_the_bmcs_listen_only_on_the_labs_own_address(lab, bmcs):
+    port = settings.load(LabPaths(lab.state_dir)).ports["redfish"]
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    plain = next(iter(bmcs.values()))["address"].replace("https://", "http://")
+    session = requests.Session()
+    session.trust_env = False
+    with pytest.raises(requests.ConnectionError):
+        session.get(plain, timeout=10)
+
+
+def test_power_off_and_on_take_effect_after_the_bmc_took_them(machine):
+    name, bmc = machine
+    assert bmc.power_state() == "On"
+    bmc.reset("ForceOff")
+    wait_for(lambda: bmc.power_state() == "Off", POWER_WAIT, f"{name} to power off")
+    bmc.reset("On")
+    wait_for(lambda: bmc.power_state() == "On", POWER_WAIT, f"{name} to power on")
+
+
+def test_a_power_action_the_bmc_does_not_know_is_refused_and_changes_nothing(machine):
+    name, bmc = machine
+    with pytest.raises(Exception) as refused:
+        bmc.reset("Hibernate")
+    assert "answered 4" in str(refused.value) or "answered 5" in str(refused.value), refused.value
+    assert bmc.power_state() == "On"
+
+
+def test_a_bios_update_takes_effect_at_the_next_power_cycle_only(machine):
+    name, bmc = machine
+    before = bmc.get()["BiosVersion"]
+    bmc.simple_update("https://firmware.example/%s-bios.bin" % name)
+    assert bmc.get()["BiosVersion"] == before
+    bmc.reset("ForceOff")
+    wait_for(lambda: bmc.power_state() == "Off", POWER_WAIT, f"{name} to power off")
+    # Off is not a boot: the flash runs when the machine powers on.
+    assert bmc.get()["BiosVersion"] == before
+    bmc.reset("On")
+    wait_for(lambda: bmc.power_state() == "On", POWER_WAIT, f"{name} to power on")
+    major, minor, patch = before.split(".")
+    assert bmc.get()["BiosVersion"] == "%s.%d.%s" % (major, int(minor) + 1, patch)
+
+
+def test_bios_settings_are_pending_until_the_machine_restarts(machine):
+    name, bmc = machine
+    current = bmc.get("/BIOS")["Attributes"]
+    wanted = "Disabled" if current["ProcTurboMode"] == "Enabled" else "Enabled"
+    bmc._request("PATCH", "/BIOS/Settings", {"Attributes": {"ProcTurboMode": wanted}})
+    assert bmc.get("/BIOS/Settings")["Attributes"]["ProcTurboMode"] == wanted
+    assert bmc.get("/BIOS")["Attributes"] == current
+    with pytest.raises(Exception) as refused:
+        bmc._request("PATCH", "/BIOS/Settings", {"Attributes": {"NoSuchSetting": "1"}})
+    assert "answered 400" in str(refused.value) and "NoSuchSetting" in str(refused.value)
+    bmc.reset("ForceRestart")
+    wait_for(lambda: bmc.get("/BIOS")["Attributes"]["ProcTurboMode"] == wanted, POWER_WAIT,
+             f"{name} to restart with the new setting")
+    assert bmc.power_state() == "On"
+    assert json.dumps(bmc.get("/BIOS")["Attributes"], sort_keys=True) == json.dumps(
+        dict(current, ProcTurboMode=wanted), sort_keys=True)
