@@ -79,6 +79,7 @@ def _config(ctx, workers, address, port):
         "SUSHY_EMULATOR_STATE_DIR": str(machines / "state"),
         "LAB_POWER_DELAY": list(POWER_DELAY),
         "LAB_POWER_LOG": str(machines / "power.jsonl"),
+        "LAB_FAULTS": str(machines / "faults.json"),
     }
     path = machines / "emulator.conf"
     path.write_text("".join(f"{name} = {value!r}\n" for name, value in values.items()))
@@ -128,6 +129,31 @@ def ensure(ctx, workers, say):
         handle.write("\n")
 
 
+FAULTS = ("unreachable", "slow", "refuse_power", "fail_update")
+
+
+def set_faults(paths, node, **faults):
+    """Make the BMC of ``node`` misbehave (lab/machines/redfish.py ``LAB_FAULTS``): ``unreachable``,
+    ``slow`` (seconds), ``refuse_power``, ``fail_update``; none clears them. Takes effect at the
+    next request."""
+    unknown = sorted(set(faults) - set(FAULTS))
+    if unknown:
+        raise LabError(f"unknown BMC fault {', '.join(unknown)}; one of: {', '.join(FAULTS)}")
+    path = paths.machines / "faults.json"
+    try:
+        current = json.loads(path.read_text())
+    except FileNotFoundError:
+        current = {}
+    wanted = dict((k, v) for k, v in faults.items() if v)
+    if wanted:
+        current[node] = wanted
+    else:
+        current.pop(node, None)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
 def load(paths):
     """``bmc.json`` of a running lab: {node: {address, username, password, ca_file}}."""
     try:
@@ -153,7 +179,7 @@ class Bmc:
         response = self.session.request(method, url, json=body, timeout=self.timeout, verify=self.entry["ca_file"],
                                     auth=(self.entry["username"], self.entry["password"]))
         if response.status_code >= 400:
-            raise LabError(f"{method} {url} answered {response.status_code}: {response.text.strip()[:300]}")
+            raise LabError(f"{method} {url} answered {response.status_code}: {response.text.strip()[:1000]}")
         return response.json() if response.content else {}
 
     def get(self, path=""):

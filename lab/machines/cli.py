@@ -3,13 +3,15 @@
 - ``bmc list``: every machine's BMC (address, username, password, CA file), as ``bmc.json`` has it;
 - ``bmc show NODE``: its power state, boot count, BIOS version and BIOS attributes;
 - ``bmc power NODE on|off|graceful-off|cycle``: a ``ComputerSystem.Reset`` (On, ForceOff,
-  GracefulShutdown, PowerCycle), waiting until the BMC reports the state unless ``--no-wait``.
+  GracefulShutdown, PowerCycle), waiting until the BMC reports the state unless ``--no-wait``;
+- ``bmc fault NODE [--unreachable] [--slow S] [--refuse-power] [--fail-update]``: make its BMC
+  misbehave; without a fault, clear them.
 """
 
 import json
 
 from lab.errors import LabError
-from lab.machines.bmc import Bmc, load
+from lab.machines.bmc import Bmc, load, set_faults
 from lab.wait import wait_for
 
 RESETS = {"on": ("On", "On"), "off": ("ForceOff", "Off"), "graceful-off": ("GracefulShutdown", "Off"),
@@ -27,6 +29,12 @@ def add_parser(commands):
     power.add_argument("node", metavar="NODE")
     power.add_argument("action", choices=sorted(RESETS))
     power.add_argument("--no-wait", action="store_true", help="return once the BMC took the action")
+    fault = actions.add_parser("fault", help="make a machine's BMC misbehave; with no fault, clear its faults")
+    fault.add_argument("node", metavar="NODE")
+    fault.add_argument("--unreachable", action="store_true", help="no answer at all until cleared")
+    fault.add_argument("--slow", type=float, default=0, metavar="S", help="answer after S seconds")
+    fault.add_argument("--refuse-power", action="store_true", help="refuse every power action (409)")
+    fault.add_argument("--fail-update", action="store_true", help="fail every firmware update (500)")
 
 
 def _bmc(paths, node):
@@ -41,6 +49,11 @@ def run(paths, args):
         print(json.dumps(load(paths), indent=2, sort_keys=True))
         return 0
     bmc = _bmc(paths, args.node)
+    if args.bmc_command == "fault":
+        set_faults(paths, args.node, unreachable=args.unreachable, slow=args.slow,
+                   refuse_power=args.refuse_power, fail_update=args.fail_update)
+        print(f"{args.node}: {'faults set' if any((args.unreachable, args.slow, args.refuse_power, args.fail_update)) else 'faults cleared'}")
+        return 0
     if args.bmc_command == "show":
         system = bmc.get()
         print(json.dumps({"node": args.node, "address": bmc.system, "power_state": system.get("PowerState"),

@@ -16,7 +16,11 @@ server's BMC does besides:
   version is the old one;
 - BIOS attributes (``get_bios``/``set_bios``/``reset_bios``): changes are pending until the machine
   next powers on; ``GET .../BIOS/Settings`` shows them (the emulator shows the current ones there);
-- ``LAB_POWER_LOG``: every power state a machine reaches, one JSON line each, for the lab.
+- ``LAB_POWER_LOG``: every power state a machine reaches, one JSON line each, for the lab;
+- ``LAB_FAULTS``: a JSON file keyed by node name, read at every request, that makes a BMC misbehave
+  as real ones do (lab/machines/bmc.py ``set_faults``): ``unreachable`` (no answer until the
+  fault is cleared), ``slow`` (seconds before every answer), ``refuse_power`` (a power action is
+  refused, 409), ``fail_update`` (a firmware update fails: the emulator's own 500).
 """
 
 import argparse
@@ -38,6 +42,20 @@ DEFAULT_BIOS = {
 }
 DEFAULT_VERSIONS = {"BiosVersion": "1.0.0", "BmcVersion": "5.10.0"}
 TICK_SECONDS = 0.25
+# How long an unreachable BMC holds a request before it drops the connection.
+UNREACHABLE_SECONDS = 600
+
+
+def faults(config, name):
+    """The faults set for the machine ``name`` (``LAB_FAULTS``), {} when none."""
+    path = config.get("LAB_FAULTS")
+    if not path:
+        return {}
+    try:
+        with open(path) as handle:
+            return json.load(handle).get(name) or {}
+    except (OSError, ValueError):
+        return {}
 
 
 class LabMachines(fakedriver.FakeDriver):
@@ -113,6 +131,9 @@ class LabMachines(fakedriver.FakeDriver):
     def set_power_state(self, identity, state):
         with self._lock:
             system = self._get(identity)
+            if faults(self._config, system["name"]).get("refuse_power"):
+                # As a BMC busy with another job answers: the emulator's Conflict (409).
+                raise error.Conflict(f"The BMC of {system['name']} refuses the power action {state} (a lab fault).")
             if "On" in state:
                 target = "On"
             elif state in ("ForceOff", "GracefulShutdown"):
@@ -147,6 +168,8 @@ class LabMachines(fakedriver.FakeDriver):
     def set_versions(self, identity, firmware_versions):
         with self._lock:
             system = self._get(identity)
+            if faults(self._config, system["name"]).get("fail_update"):
+                raise error.NotSupportedError(f"The firmware update of {system['name']} failed (a lab fault).")
             staged = dict(system.get("staged_versions") or {}, **firmware_versions)
             self._update(system, staged_versions=staged)
 
@@ -196,6 +219,35 @@ def _serve_pending_bios_settings(emulator):
     emulator.app.view_functions["bios_settings"] = bios_settings
 
 
+class Faults:
+    """WSGI middleware: an unreachable or slow BMC, per machine (``LAB_FAULTS``)."""
+
+    def __init__(self, app, config):
+        self.app = app
+        self.config = config  # read when a request comes: the emulator loads it after this is installed
+
+    def _name(self, identity):
+        for system in self.config.get("SUSHY_EMULATOR_FAKE_SYSTEMS") or []:
+            if identity in (system["uuid"], system["name"]):
+                return system["name"]
+        return None
+
+    def __call__(self, environ, start_response):
+        parts = environ.get("PATH_INFO", "").strip("/").split("/")
+        name = self._name(parts[3]) if len(parts) > 3 and parts[2] == "Systems" else None
+        if name:
+            deadline = time.monotonic() + UNREACHABLE_SECONDS
+            while faults(self.config, name).get("unreachable") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(float(faults(self.config, name).get("slow") or 0))
+        return self.app(environ, start_response)
+
+
+def _install_faults(emulator):
+    # Inside the emulator's basic auth (its configure() wraps the app it finds).
+    emulator.app.wsgi_app = Faults(emulator.app.wsgi_app, emulator.app.config)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser("lab.machines.redfish")
     parser.add_argument("--config", required=True)
@@ -205,6 +257,7 @@ def main(argv=None):
     from sushy_tools.emulator import main as emulator
 
     _serve_pending_bios_settings(emulator)
+    _install_faults(emulator)
     sys.argv = ["sushy-emulator", "--config", args.config, "--fake"]
     return emulator.main()
 

@@ -26,9 +26,11 @@ def bmcs(lab):
 
 @pytest.fixture
 def machine(lab, bmcs):
-    """The BMC of the last worker, powered on again at the end whatever the test did."""
+    """The BMC of the last worker, without faults and powered on again at the end whatever the test did."""
     name = sorted(bmcs)[-1]
+    paths = LabPaths(lab.state_dir)
     yield name, lab_bmc.Bmc(bmcs[name])
+    lab_bmc.set_faults(paths, name)
     again = lab_bmc.Bmc(bmcs[name])
     if again.power_state() != "On":
         again.reset("On")
@@ -121,3 +123,38 @@ def test_bios_settings_are_pending_until_the_machine_restarts(machine):
     assert bmc.power_state() == "On"
     assert json.dumps(bmc.get("/BIOS")["Attributes"], sort_keys=True) == json.dumps(
         dict(current, ProcTurboMode=wanted), sort_keys=True)
+
+
+def test_a_bmc_that_refuses_power_actions_or_fails_updates_changes_nothing(lab, machine):
+    name, bmc = machine
+    paths = LabPaths(lab.state_dir)
+    version = bmc.get()["BiosVersion"]
+    lab_bmc.set_faults(paths, name, refuse_power=True, fail_update=True)
+    with pytest.raises(Exception) as refused:
+        bmc.reset("ForceOff")
+    assert "answered 409" in str(refused.value) and "refuses the power action ForceOff" in str(refused.value)
+    with pytest.raises(Exception) as failed:
+        bmc.simple_update("https://firmware.example/%s-bios.bin" % name)
+    assert "answered 500" in str(failed.value) and "Failed updating BIOS version" in str(failed.value)
+    lab_bmc.set_faults(paths, name)
+    bmc.reset("PowerCycle")
+    wait_for(lambda: bmc.power_state() == "On", POWER_WAIT, f"{name} to power on again")
+    # Only the cycle after the faults happened: no staged version was left by the failed update.
+    assert bmc.get()["BiosVersion"] == version
+
+
+def test_an_unreachable_bmc_does_not_answer_until_it_is_back_and_a_slow_one_answers_late(lab, machine):
+    name, bmc = machine
+    paths = LabPaths(lab.state_dir)
+    lab_bmc.set_faults(paths, name, unreachable=True)
+    with pytest.raises(requests.Timeout):
+        lab_bmc.Bmc(bmc.entry, timeout=2).power_state()
+    # Another machine's BMC still answers.
+    other = sorted(lab_bmc.load(paths))[0]
+    assert lab_bmc.Bmc(lab_bmc.load(paths)[other]).power_state() == "On"
+    lab_bmc.set_faults(paths, name, slow=3)
+    with pytest.raises(requests.Timeout):
+        lab_bmc.Bmc(bmc.entry, timeout=1).power_state()
+    assert lab_bmc.Bmc(bmc.entry, timeout=60).power_state() == "On"
+    lab_bmc.set_faults(paths, name)
+    assert bmc.power_state() == "On"
