@@ -480,6 +480,8 @@ def _ensure_standins(paths, hco):
         if not hco:
             argv.append("--no-hco")
         argv.extend(nmo.STANDINS_FLAGS)
+        # The machines' power reaches their nodes (lab/standins/machines.py).
+        argv.extend(["--power-log", str(paths.machines / bmc.POWER_LOG)])
         say(
             "starting the virt-handler stand-in (and the HCO, storage, legacy NodeMaintenance "
             "and BareMetalHost stand-ins)"

@@ -27,6 +27,8 @@ from lab.paths import REPO_ROOT
 from lab.wait import wait_for
 
 COMPONENT = "redfish"
+# Every power state a machine reaches, one JSON line each (lab/standins/machines.py follows it).
+POWER_LOG = "power.jsonl"
 USERNAME = "admin"
 START_TIMEOUT = 60
 # How long a power action takes to take effect, in seconds (fewest, most).
@@ -78,7 +80,7 @@ def _config(ctx, workers, address, port):
         "SUSHY_EMULATOR_FAKE_SYSTEMS": systems,
         "SUSHY_EMULATOR_STATE_DIR": str(machines / "state"),
         "LAB_POWER_DELAY": list(POWER_DELAY),
-        "LAB_POWER_LOG": str(machines / "power.jsonl"),
+        "LAB_POWER_LOG": str(machines / POWER_LOG),
         "LAB_FAULTS": str(machines / "faults.json"),
     }
     path = machines / "emulator.conf"

@@ -17,7 +17,8 @@ no device plugin, so the stand-in writes them into the node status itself and pu
 back whenever something drops them.
 
 A node the lab fails (``lab/nodes.py fail``: its Lease handed to a holder that never
-renews) has a dead kubelet and so a dead virt-handler: no heartbeat, no VMI work.
+renews) or whose machine is off (machines.py) has a dead kubelet and so a dead virt-handler:
+no heartbeat, no VMI work.
 """
 
 import random
@@ -36,6 +37,9 @@ DEVICE_RESOURCES = {
 }
 # The Lease holder lab/nodes.py gives a failed node (FAILED_HOLDER there).
 FAILED_LEASE_HOLDER = "lab-node-fail"
+# The Lease holder of a node whose machine is powered off (machines.py).
+MACHINE_OFF_LEASE_HOLDER = "lab-machine-off"
+DEAD_LEASE_HOLDERS = (FAILED_LEASE_HOLDER, MACHINE_OFF_LEASE_HOLDER)
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASES = k.Resource("coordination.k8s.io", "v1", "leases", "Lease")
 # heartbeat.go: wait.JitterUntil(h.do, heartBeatInterval, 1.2, true, stopCh)
@@ -56,7 +60,7 @@ def handler_pod(sim, node_name):
 
 def node_failed(sim, node_name):
     lease = sim.leases.get_by(NODE_LEASE_NAMESPACE, node_name)
-    return bool(lease) and o.spec(lease).get("holderIdentity") == FAILED_LEASE_HOLDER
+    return bool(lease) and o.spec(lease).get("holderIdentity") in DEAD_LEASE_HOLDERS
 
 
 def handler_alive(sim, node_name):

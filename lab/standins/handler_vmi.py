@@ -233,8 +233,13 @@ class VMIHandler(Controller):
         launcher_stopping = pod is None or o.deleting(pod) or not pod_running(pod)
         if o.deleting(vmi) or (pod is not None and o.deleting(pod)):
             return self._shutdown(key, vmi)
+        if pod is None and self._launcher_ended(vmi):
+            # No domain and a launcher that does not answer: upstream's handler fails the VMI
+            # (pkg/virt-handler/vm.go calculateVmPhaseForStatusReason: domain nil, Running,
+            # IsLauncherClientUnresponsive). virt-controller does not: the pod still exists.
+            return self._end(vmi, "Failed", "its virt-launcher pod ended (no domain)")
         if launcher_stopping:
-            return None  # the pod is gone or down: virt-controller fails the VMI
+            return None  # the pod is gone or going: virt-controller fails the VMI
         changes = {}
         current = o.status(vmi)
         for field, value in self._reported(vmi, pod).items():
@@ -245,6 +250,17 @@ class VMIHandler(Controller):
         if changes:
             update_vmi(self.kube, vmi, changes)
         return None
+
+    def _launcher_ended(self, vmi):
+        """The VMI's newest launcher pod on its node ended (Failed or Succeeded) and is not being
+        deleted: an OOM-killed launcher, or one whose machine rebooted under it
+        (lab/standins/machines.py). An older pod there (a failed migration's target) does not count."""
+        node = o.status(vmi).get("nodeName")
+        here = [p for p in vmi_pods(self.sim, vmi) if o.pod_node(p) == node]
+        if not here:
+            return False
+        newest = max(here, key=lambda p: o.meta(p, "creationTimestamp") or "")
+        return o.pod_phase(newest) in ("Failed", "Succeeded") and not o.deleting(newest)
 
     def _shutdown(self, key, vmi):
         """ACPI shutdown of a cooperating guest (``processVmShutdown``); a grace period of

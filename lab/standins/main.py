@@ -31,6 +31,7 @@ from lab.standins.handler_node_labeller import HandlerNodeLabeller
 from lab.standins.handler_nodes import LEASES, NODE_LEASE_NAMESPACE, Heartbeat
 from lab.standins.handler_vmi import VMIHandler
 from lab.standins.hco import HyperConvergedController
+from lab.standins.machines import MachinePower
 from lab.standins.informer import Informer
 from lab.standins.nodemaintenance import NodeMaintenanceController
 from lab.standins.storage import Provisioner
@@ -118,6 +119,8 @@ def parse_args(argv):
         default=1.0,
         help="how long a guest takes to power off after an ACPI shutdown (default 1)",
     )
+    p.add_argument("--power-log", help="the BMCs' power log (lab/machines): machine power reaches the nodes")
+    p.add_argument("--boot-seconds", type=float, default=5.0, help="how long a machine takes to boot")
     p.add_argument("--log-level", default=os.environ.get("KUBEVIRT_SIM_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 
@@ -211,6 +214,8 @@ def run(args):
     ]
     controllers.append(NodeMaintenanceController(sim))
     controllers.append(BareMetalHostController(sim))
+    if args.power_log:
+        controllers.append(MachinePower(sim, args.power_log, args.boot_seconds))
     # virt-handler's own writes act as its ServiceAccount, so the RBAC virt-operator gives it and
     # virt-api's webhooks (which keep VMI status changes from anyone but KubeVirt's own
     # ServiceAccounts) judge them as they judge the real virt-handler.

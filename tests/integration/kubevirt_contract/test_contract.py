@@ -23,6 +23,9 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from lab import nodes as lab_nodes
+from lab.machines import bmc as lab_bmc
+from lab.paths import LabPaths
 from lab.wait import wait_for
 
 WAIT = 240
@@ -1516,3 +1519,101 @@ def test_vmis_keep_their_place_on_a_failed_node_until_it_is_deleted(lab, namespa
             == "true",
             "the node to be a KubeVirt node again",
         )
+
+
+@pytest.fixture
+def machine_of(lab):
+    """A worker's BMC (lab/machines); the machine is powered on again at the end, its node Ready."""
+    bmcs = lab_bmc.load(LabPaths(lab.state_dir))
+    touched = []
+
+    def machine(node):
+        touched.append(node)
+        return lab_bmc.Bmc(bmcs[node])
+
+    yield machine
+    api = lab_nodes.api_client(lab.kubeconfig)
+    for node in touched:
+        bmc = lab_bmc.Bmc(bmcs[node])
+        if bmc.power_state() != "On":
+            bmc.reset("On")
+        wait(lambda n=node: lab_nodes._all(api, [n], lab_nodes.is_recovered), f"node {node} Ready again")
+
+
+def _boot_id(lab, node):
+    return status(get(lab, None, "node", node)).get("nodeInfo", {}).get("bootID")
+
+
+def test_a_machine_powered_off_kills_its_guests_and_boots_with_a_new_boot_id(lab, namespace, machine_of):
+    """ForceOff through the BMC: the node goes NotReady while its VMIs stay Running in the API (nothing
+    tells KubeVirt the guests died). On: the node comes back Ready with a new bootID, virt-handler finds
+    no domain and fails the VMIs, and virt-controller starts Always and RerunOnFailure VMs again as new
+    VMIs while a Once VM stays down: the old VMIs never simply go on."""
+    node = "lab-worker-4"
+    pinned = {"kubernetes.io/hostname": node}
+    apply(lab, namespace, *(vm(name, run_strategy=strategy, memory="256Mi", node_selector=pinned)
+                            for name, strategy in (("always", "Always"), ("rerun", "RerunOnFailure"),
+                                                   ("once", "Once"))))
+    before = dict((name, wait_vmi_running(lab, namespace, name)["metadata"]["uid"])
+                  for name in ("always", "rerun", "once"))
+    boot_id = _boot_id(lab, node)
+    assert boot_id
+    bmc = machine_of(node)
+    bmc.reset("ForceOff")
+    api = lab_nodes.api_client(lab.kubeconfig)
+    wait(lambda: lab_nodes._all(api, [node], lab_nodes.is_failed), f"node {node} NotReady")
+    for name, uid in before.items():
+        vmi = get(lab, namespace, "vmi", name)
+        assert vmi["metadata"]["uid"] == uid and status(vmi)["phase"] == "Running", (name, status(vmi))
+    assert bmc.power_state() == "Off"
+    bmc.reset("On")
+    wait(lambda: lab_nodes._all(api, [node], lab_nodes.is_recovered), f"node {node} Ready after its boot")
+    assert _boot_id(lab, node) not in (None, boot_id)
+    for name in ("always", "rerun"):
+        again = wait_vmi_running(lab, namespace, name, other_than_uid=before[name])
+        assert again["metadata"]["uid"] != before[name]
+    once = wait(lambda: (lambda v: v if v and status(v).get("phase") == "Failed" else None)(
+        get(lab, namespace, "vmi", "once")), "the Once VM's VMI Failed")
+    assert once["metadata"]["uid"] == before["once"]
+
+
+OUT_OF_SERVICE = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+
+
+def test_a_fenced_node_whose_machine_is_off_gives_its_vms_up_at_once(lab, namespace, machine_of, k8s):
+    """Non-graceful node shutdown: with the machine off and the node tainted out-of-service, the
+    taint manager evicts the node's pods and the pod GC force-deletes them (kube-controller-manager),
+    virt-controller fails the VMIs whose launcher pods are gone, and an Always VM starts on another
+    node without waiting for the node."""
+    apply(lab, namespace, vm("fenced", memory="256Mi"))
+    before = wait_vmi_running(lab, namespace, "fenced")
+    node = status(before)["nodeName"]
+    bmc = machine_of(node)
+    bmc.reset("ForceOff")
+    api = lab_nodes.api_client(lab.kubeconfig)
+    wait(lambda: lab_nodes._all(api, [node], lab_nodes.is_failed), f"node {node} NotReady")
+    core = client.CoreV1Api(k8s)
+    taints = k8s.sanitize_for_serialization(core.read_node(node).spec.taints or [])
+    core.patch_node(node, {"spec": {"taints": taints + [OUT_OF_SERVICE]}})
+    try:
+        again = wait_vmi_running(lab, namespace, "fenced", other_than_uid=before["metadata"]["uid"])
+        assert status(again)["nodeName"] != node
+        assert bmc.power_state() == "Off"
+    finally:
+        kept = [t for t in k8s.sanitize_for_serialization(core.read_node(node).spec.taints or [])
+                if t["key"] != OUT_OF_SERVICE["key"]]
+        core.patch_node(node, {"spec": {"taints": kept}})
+
+
+def test_a_vmi_whose_launcher_pod_failed_fails_and_always_starts_it_again(lab, namespace, k8s):
+    """An OOM-killed virt-launcher (the pod ends Failed, as the kubelet writes it): virt-handler finds no
+    domain and a launcher that does not answer, and fails the VMI (pkg/virt-handler/vm.go
+    calculateVmPhaseForStatusReason); the Always VM starts again as a new VMI."""
+    apply(lab, namespace, vm("oom", memory="256Mi"))
+    before = wait_vmi_running(lab, namespace, "oom")
+    core = client.CoreV1Api(k8s)
+    pod = next(p for p in core.list_namespaced_pod(namespace, label_selector="kubevirt.io=virt-launcher").items
+               if p.metadata.labels.get("kubevirt.io/created-by") == before["metadata"]["uid"])
+    core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {"phase": "Failed"}})
+    again = wait_vmi_running(lab, namespace, "oom", other_than_uid=before["metadata"]["uid"])
+    assert again["metadata"]["uid"] != before["metadata"]["uid"]
