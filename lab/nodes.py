@@ -28,44 +28,6 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 FAILED_HOLDER = "lab-node-fail"
 FAILED_LEASE_SECONDS = 10 * 365 * 24 * 3600
 
-# A dead machine writes nothing, ever. Handing its Lease away stops kwok from taking up new
-# work for the node, but kwok decides that from its own cache and plays what it already took up
-# (lab/kwok.py); so the API server itself refuses kwok's status writes for a dead machine's node
-# and pods: a ValidatingAdmissionPolicy (GA since Kubernetes 1.30) over a ConfigMap that lists
-# the dead nodes (one key each), written before the Lease goes and cleared before it comes back.
-KWOK_USER = "kwok-controller"
-DEAD_MACHINES = "lab-dead-machines"
-DEAD_MACHINES_POLICY = {
-    "apiVersion": "admissionregistration.k8s.io/v1",
-    "kind": "ValidatingAdmissionPolicy",
-    "metadata": {"name": DEAD_MACHINES},
-    "spec": {
-        "failurePolicy": "Fail",
-        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
-        "matchConstraints": {"resourceRules": [{
-            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-            "resources": ["pods/status", "nodes/status"]}]},
-        "matchConditions": [{"name": "kwok", "expression": "request.userInfo.username == '%s'" % KWOK_USER}],
-        "validations": [{
-            "expression": "!has(params.data) || !("
-                          "(object.kind == 'Node' && object.metadata.name in params.data) || "
-                          "(object.kind == 'Pod' && has(object.spec.nodeName) && object.spec.nodeName in params.data))",
-            "message": "the node's machine is dead: its kubelet writes nothing (lab)",
-        }],
-    },
-}
-DEAD_MACHINES_BINDING = {
-    "apiVersion": "admissionregistration.k8s.io/v1",
-    "kind": "ValidatingAdmissionPolicyBinding",
-    "metadata": {"name": DEAD_MACHINES},
-    "spec": {
-        "policyName": DEAD_MACHINES,
-        "paramRef": {"name": DEAD_MACHINES, "namespace": NODE_LEASE_NAMESPACE,
-                     "parameterNotFoundAction": "Allow"},
-        "validationActions": ["Deny"],
-    },
-}
-
 CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "250", "ephemeral-storage": "900Gi"}
 # What a kubelet would leave for pods after system and kube reservations.
 ALLOCATABLE = {"cpu": "31500m", "memory": "250Gi", "pods": "250", "ephemeral-storage": "850Gi"}
@@ -207,29 +169,6 @@ def failed_names(api):
     )
 
 
-def ensure_dead_machine_policy(api):
-    """The policy that keeps a dead machine's kubelet (kwok) from writing, and its empty list."""
-    admission = client.AdmissionregistrationV1Api(api)
-    core = client.CoreV1Api(api)
-    for create, body in (
-        (admission.create_validating_admission_policy, DEAD_MACHINES_POLICY),
-        (admission.create_validating_admission_policy_binding, DEAD_MACHINES_BINDING),
-        (lambda b: core.create_namespaced_config_map(NODE_LEASE_NAMESPACE, b),
-         {"metadata": {"name": DEAD_MACHINES}}),
-    ):
-        try:
-            create(body)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-
-
-def set_machine_dead(api, name, dead):
-    """List (or strike) the node as one whose machine is dead (DEAD_MACHINES above)."""
-    client.CoreV1Api(api).patch_namespaced_config_map(
-        DEAD_MACHINES, NODE_LEASE_NAMESPACE, {"data": {name: "dead" if dead else None}})
-
-
 def fail(api, name, wait=True, timeout=FAIL_TIMEOUT):
     """Stop the node's heartbeat, as if its kubelet died.
 
@@ -242,7 +181,6 @@ def fail(api, name, wait=True, timeout=FAIL_TIMEOUT):
     (Unknown) and gets the ``node.kubernetes.io/unreachable`` taints.
     """
     _get_node(api, name)
-    set_machine_dead(api, name, True)
     lease_api = client.CoordinationV1Api(api)
     # renewTime is left alone: the failure counts from the last real heartbeat.
     patch = {
@@ -256,7 +194,6 @@ def fail(api, name, wait=True, timeout=FAIL_TIMEOUT):
 def recover(api, name, wait=True, timeout=READY_TIMEOUT):
     """Give the node back to kwok: it re-creates the Lease, marks the node Ready and renews."""
     _get_node(api, name)
-    set_machine_dead(api, name, False)
     if name in failed_names(api):
         try:
             client.CoordinationV1Api(api).delete_namespaced_lease(name, NODE_LEASE_NAMESPACE)

@@ -21,7 +21,7 @@ provisioning, inspection, BMC credentials, errors, reboot annotations.
 
 from lab.standins import kube as k
 from lab.standins import objects as o
-from lab.standins.handler_nodes import FAILED_LEASE_HOLDER, LEASES, NODE_LEASE_NAMESPACE, set_machine_dead
+from lab.standins.handler_nodes import FAILED_LEASE_HOLDER, LEASES, NODE_LEASE_NAMESPACE
 from lab.standins.workqueue import Controller
 
 NODE_ANNOTATION = "kubevirt-ops.lab/node"
@@ -84,7 +84,6 @@ class BareMetalHostController(Controller):
     def _switch_off(self, node):
         patch = {"spec": {"holderIdentity": FAILED_LEASE_HOLDER, "leaseDurationSeconds": OFF_LEASE_SECONDS}}
         try:
-            set_machine_dead(self.kube, node, True)
             self.kube.patch(LEASES, node, patch, namespace=NODE_LEASE_NAMESPACE)
             return True
         except k.ApiError as e:
@@ -95,5 +94,4 @@ class BareMetalHostController(Controller):
     def _switch_on(self, node):
         lease = self.kube.get_or_none(LEASES, node, namespace=NODE_LEASE_NAMESPACE)
         if lease and o.spec(lease).get("holderIdentity") == FAILED_LEASE_HOLDER:
-            set_machine_dead(self.kube, node, False)
             self.kube.delete(LEASES, node, namespace=NODE_LEASE_NAMESPACE)

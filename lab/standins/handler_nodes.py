@@ -42,15 +42,6 @@ MACHINE_OFF_LEASE_HOLDER = "lab-machine-off"
 DEAD_LEASE_HOLDERS = (FAILED_LEASE_HOLDER, MACHINE_OFF_LEASE_HOLDER)
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASES = k.Resource("coordination.k8s.io", "v1", "leases", "Lease")
-# The nodes whose machine is dead: the API server refuses their kubelet's (kwok's) status writes
-# (lab/nodes.py DEAD_MACHINES).
-DEAD_MACHINES = "lab-dead-machines"
-CONFIGMAPS = k.Resource("", "v1", "configmaps", "ConfigMap")
-
-
-def set_machine_dead(kube, node_name, dead):
-    kube.patch(CONFIGMAPS, DEAD_MACHINES, {"data": {node_name: "dead" if dead else None}},
-               namespace=NODE_LEASE_NAMESPACE)
 # heartbeat.go: wait.JitterUntil(h.do, heartBeatInterval, 1.2, true, stopCh)
 JITTER_FACTOR = 1.2
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from lab.standins import kube as k
 from lab.standins import objects as o
-from lab.standins.handler_nodes import LEASES, MACHINE_OFF_LEASE_HOLDER, NODE_LEASE_NAMESPACE, set_machine_dead
+from lab.standins.handler_nodes import LEASES, MACHINE_OFF_LEASE_HOLDER, NODE_LEASE_NAMESPACE
 from lab.standins.workqueue import Controller
 
 # As lab/nodes.py FAILED_LEASE_SECONDS: long enough that KWOK never takes the Lease back.
@@ -89,7 +89,6 @@ class MachinePower(Controller):
             if lease is None:
                 return 1.0  # KWOK has not created the node's Lease yet
             if o.spec(lease).get("holderIdentity") != MACHINE_OFF_LEASE_HOLDER:
-                set_machine_dead(self.kube, node, True)
                 # renewTime is left alone: the node's death counts from its last heartbeat.
                 self.kube.patch(LEASES, node, {"spec": {"holderIdentity": MACHINE_OFF_LEASE_HOLDER,
                                                         "leaseDurationSeconds": OFF_LEASE_SECONDS}},
@@ -111,7 +110,6 @@ class MachinePower(Controller):
             if (o.labels(pod).get(o.APP_LABEL) == o.LAUNCHER and not o.deleting(pod)
                     and o.pod_phase(pod) not in ("Succeeded", "Failed")):
                 self._end_pod(pod)
-        set_machine_dead(self.kube, node, False)
         self.kube.delete(LEASES, node, namespace=NODE_LEASE_NAMESPACE)
         self.log.info("node %s: booted (bootID %s), kubelet back", node, boot_id)
 

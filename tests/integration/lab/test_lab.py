@@ -507,35 +507,3 @@ def test_labs_started_side_by_side_never_choose_the_same_port(tmp_path):
              for _ in range(6)]
     chosen = [int(p) for proc in procs for p in proc.communicate(timeout=60)[0].split()]
     assert len(chosen) == 600 and len(set(chosen)) == 600
-
-
-def test_the_api_server_refuses_every_status_write_of_a_dead_machines_kubelet(lab, k8s, namespace, restore_nodes):
-    """A dead machine writes nothing, ever: from the node's failure until its recovery the API server
-    refuses kwok's status writes for the node and its pods (lab/nodes.py DEAD_MACHINES), whatever kwok
-    had already taken up. Afterwards they go through again."""
-    node = worker_names(k8s)[2]
-    core = client.CoreV1Api(k8s)
-    core.create_namespaced_pod(namespace, bare_pod("on-dead-machine", node))
-    wait_for(lambda: pod_ready(core, namespace, "on-dead-machine") == "True", WAIT, "the pod to be Ready")
-    kwok = client.CoreV1Api(nodes.api_client(lab.paths.component_kubeconfig("kwok")))
-    pod_status = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-    node_status = {"status": {"nodeInfo": {"bootID": "written-by-a-dead-kubelet"}}}
-    lab.cli("node-fail", node, "--no-wait")
-    for write in (lambda: kwok.patch_namespaced_pod_status("on-dead-machine", namespace, pod_status),
-                  lambda: kwok.patch_node_status(node, node_status)):
-        with pytest.raises(ApiException) as refused:
-            write()
-        assert refused.value.status == 422 and "its kubelet writes nothing" in refused.value.body
-    assert core.read_node(node).status.node_info.boot_id != "written-by-a-dead-kubelet"
-    lab.cli("node-recover", node)
-
-    def written():
-        try:
-            kwok.patch_namespaced_pod_status("on-dead-machine", namespace, pod_status)
-            return True
-        except ApiException as e:
-            if e.status == 422:  # the API server's copy of the list catches up
-                return False
-            raise
-
-    wait_for(written, WAIT, "a live kubelet's write to go through")
