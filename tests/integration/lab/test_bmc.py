@@ -8,6 +8,7 @@ import stat
 
 import pytest
 import requests
+from kubernetes import client
 
 from lab import nodes, settings
 from lab.machines import bmc as lab_bmc
@@ -17,6 +18,8 @@ from lab.wait import wait_for
 pytest_plugins = ["lab.pytest_plugin"]
 
 POWER_WAIT = 60
+# The Lease holder of a node whose machine is off (lab/standins/handler_nodes.py).
+MACHINE_OFF = "lab-machine-off"
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +38,21 @@ def machine(lab, bmcs):
     if again.power_state() != "On":
         again.reset("On")
         wait_for(lambda: again.power_state() == "On", POWER_WAIT, f"{name} to power on")
+    # The machine's power reaches its node (lab/standins/machines.py): the next test finds the node
+    # booted, its Lease back with kwok and Ready.
+    api = nodes.api_client(lab.kubeconfig)
+    leases = client.CoordinationV1Api(api)
+
+    def booted():
+        try:
+            lease = leases.read_namespaced_lease(name, nodes.NODE_LEASE_NAMESPACE)
+        except client.exceptions.ApiException as e:
+            if e.status == 404:  # given back at boot; kwok creates it again
+                return False
+            raise
+        return lease.spec.holder_identity != MACHINE_OFF and nodes._all(api, [name], nodes.is_recovered)
+
+    wait_for(booted, 300, f"node {name} to be back after its machine's power cycles")
 
 
 def _get(url, entry, **kwargs):
