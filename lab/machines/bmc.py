@@ -60,10 +60,9 @@ def _password(paths):
     return path.read_text().strip()
 
 
-def _config(ctx, workers, address, port):
+def _config(ctx, workers, address, port, password):
     """The emulator's configuration file (Python, read by Flask's ``from_pyfile``)."""
     machines = ctx.paths.machines
-    password = _password(ctx.paths)
     htpasswd = machines / "htpasswd"
     htpasswd.write_text(f"{USERNAME}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n")
     cert, key = certs.ensure_serving_cert(
@@ -85,7 +84,7 @@ def _config(ctx, workers, address, port):
     }
     path = machines / "emulator.conf"
     path.write_text("".join(f"{name} = {value!r}\n" for name, value in values.items()))
-    return path, password
+    return path
 
 
 def _mac(name):
@@ -105,7 +104,7 @@ def ensure(ctx, workers, say):
     record = processes.tracked(ctx.paths, COMPONENT)
     password = _password(ctx.paths)
     if record is None:
-        config, password = _config(ctx, workers, address, port)
+        config = _config(ctx, workers, address, port, password)
         say(f"starting the Redfish BMCs of {len(workers)} machines on https://{address}:{port}")
         record = processes.start(ctx.paths, COMPONENT, [sys.executable, "-m", "lab.machines.redfish",
                                                         "--config", str(config)],
@@ -193,9 +192,11 @@ class Bmc:
     def reset(self, reset_type):
         return self._request("POST", "/Actions/ComputerSystem.Reset", {"ResetType": reset_type})
 
-    def firmware(self):
-        """{BiosVersion, BIOS attributes} as the BMC reports them now."""
-        return {"BiosVersion": self.get().get("BiosVersion"), "Bios": self.get("/BIOS").get("Attributes")}
+    def show(self):
+        """The machine as its BMC reports it now: power state, BIOS version, BIOS attributes."""
+        system = self.get()
+        return {"address": self.system, "power_state": system.get("PowerState"),
+                "bios_version": system.get("BiosVersion"), "bios": self.get("/BIOS").get("Attributes")}
 
     def simple_update(self, image_uri):
         system_path = "/redfish/" + self.system.split("/redfish/", 1)[1]

@@ -55,10 +55,7 @@ def run(paths, args):
         print(f"{args.node}: {'faults set' if any((args.unreachable, args.slow, args.refuse_power, args.fail_update)) else 'faults cleared'}")
         return 0
     if args.bmc_command == "show":
-        system = bmc.get()
-        print(json.dumps({"node": args.node, "address": bmc.system, "power_state": system.get("PowerState"),
-                          "bios_version": system.get("BiosVersion"),
-                          "bios": bmc.get("/BIOS").get("Attributes")}, indent=2, sort_keys=True))
+        print(json.dumps(dict(bmc.show(), node=args.node), indent=2, sort_keys=True))
         return 0
     reset_type, final = RESETS[args.action]
     before = bmc.power_state()

@@ -21,12 +21,10 @@ provisioning, inspection, BMC credentials, errors, reboot annotations.
 
 from lab.standins import kube as k
 from lab.standins import objects as o
-from lab.standins.handler_nodes import FAILED_LEASE_HOLDER, LEASES, NODE_LEASE_NAMESPACE
+from lab.standins.handler_nodes import FAILED_LEASE_HOLDER, LEASES, NODE_LEASE_NAMESPACE, kill_kubelet
 from lab.standins.workqueue import Controller
 
 NODE_ANNOTATION = "kubevirt-ops.lab/node"
-# As lab/nodes.py FAILED_LEASE_SECONDS: long enough that KWOK never takes the Lease back.
-OFF_LEASE_SECONDS = 10 * 365 * 24 * 3600
 
 
 def names_host(provider_id, host):
@@ -82,14 +80,7 @@ class BareMetalHostController(Controller):
         return None
 
     def _switch_off(self, node):
-        patch = {"spec": {"holderIdentity": FAILED_LEASE_HOLDER, "leaseDurationSeconds": OFF_LEASE_SECONDS}}
-        try:
-            self.kube.patch(LEASES, node, patch, namespace=NODE_LEASE_NAMESPACE)
-            return True
-        except k.ApiError as e:
-            if e.not_found:
-                return False
-            raise
+        return kill_kubelet(self.kube, node, FAILED_LEASE_HOLDER)
 
     def _switch_on(self, node):
         lease = self.kube.get_or_none(LEASES, node, namespace=NODE_LEASE_NAMESPACE)

@@ -40,6 +40,8 @@ FAILED_LEASE_HOLDER = "lab-node-fail"
 # The Lease holder of a node whose machine is powered off (machines.py).
 MACHINE_OFF_LEASE_HOLDER = "lab-machine-off"
 DEAD_LEASE_HOLDERS = (FAILED_LEASE_HOLDER, MACHINE_OFF_LEASE_HOLDER)
+# As lab/nodes.py FAILED_LEASE_SECONDS: long enough that KWOK never takes the Lease back.
+DEAD_LEASE_SECONDS = 10 * 365 * 24 * 3600
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASES = k.Resource("coordination.k8s.io", "v1", "leases", "Lease")
 # heartbeat.go: wait.JitterUntil(h.do, heartBeatInterval, 1.2, true, stopCh)
@@ -61,6 +63,19 @@ def handler_pod(sim, node_name):
 def node_failed(sim, node_name):
     lease = sim.leases.get_by(NODE_LEASE_NAMESPACE, node_name)
     return bool(lease) and o.spec(lease).get("holderIdentity") in DEAD_LEASE_HOLDERS
+
+
+def kill_kubelet(kube, node_name, holder):
+    """The node's kubelet dies: its Lease goes to ``holder``, who never renews it (renewTime is left
+    alone: the death counts from the last heartbeat). False while KWOK has not created the Lease."""
+    try:
+        kube.patch(LEASES, node_name, {"spec": {"holderIdentity": holder, "leaseDurationSeconds": DEAD_LEASE_SECONDS}},
+                   namespace=NODE_LEASE_NAMESPACE)
+        return True
+    except k.ApiError as e:
+        if e.not_found:
+            return False
+        raise
 
 
 def handler_alive(sim, node_name):

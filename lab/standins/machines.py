@@ -32,11 +32,9 @@ from pathlib import Path
 
 from lab.standins import kube as k
 from lab.standins import objects as o
-from lab.standins.handler_nodes import LEASES, MACHINE_OFF_LEASE_HOLDER, NODE_LEASE_NAMESPACE
+from lab.standins.handler_nodes import LEASES, MACHINE_OFF_LEASE_HOLDER, NODE_LEASE_NAMESPACE, kill_kubelet
 from lab.standins.workqueue import Controller
 
-# As lab/nodes.py FAILED_LEASE_SECONDS: long enough that KWOK never takes the Lease back.
-OFF_LEASE_SECONDS = 10 * 365 * 24 * 3600
 TAIL_SECONDS = 0.2
 
 
@@ -50,11 +48,20 @@ class MachinePower(Controller):
         self.boot_seconds = float(boot_seconds)
         self._power = {}  # node -> (power state, monotonic time it was reached)
         self._lock = threading.Lock()
+        # The node's Lease is read from the cache: a change of it (a holder the cache had not seen
+        # yet) brings the node back here.
+        sim.leases.add_handler(self._on_lease)
         threading.Thread(target=self._follow, name="machine-power-log", daemon=True).start()
 
     def all_keys(self):
         with self._lock:
             return list(self._power)
+
+    def _on_lease(self, event, lease, old):
+        with self._lock:
+            ours = o.meta(lease, "name") in self._power
+        if ours and o.meta(lease, "namespace") == NODE_LEASE_NAMESPACE:
+            self.enqueue(o.meta(lease, "name"))
 
     def _follow(self):
         offset = 0
@@ -84,16 +91,13 @@ class MachinePower(Controller):
             power, since = self._power.get(node, (None, 0.0))
         if power is None or self.sim.nodes.get(node) is None:
             return None
-        lease = self.kube.get_or_none(LEASES, node, namespace=NODE_LEASE_NAMESPACE)
+        lease = self.sim.leases.get_by(NODE_LEASE_NAMESPACE, node)
         if power == "Off":
-            if lease is None:
+            if o.spec(lease or {}).get("holderIdentity") == MACHINE_OFF_LEASE_HOLDER:
+                return None
+            if not kill_kubelet(self.kube, node, MACHINE_OFF_LEASE_HOLDER):
                 return 1.0  # KWOK has not created the node's Lease yet
-            if o.spec(lease).get("holderIdentity") != MACHINE_OFF_LEASE_HOLDER:
-                # renewTime is left alone: the node's death counts from its last heartbeat.
-                self.kube.patch(LEASES, node, {"spec": {"holderIdentity": MACHINE_OFF_LEASE_HOLDER,
-                                                        "leaseDurationSeconds": OFF_LEASE_SECONDS}},
-                                namespace=NODE_LEASE_NAMESPACE)
-                self.log.info("node %s: machine off, kubelet and virt-handler dead", node)
+            self.log.info("node %s: machine off, kubelet and virt-handler dead", node)
             return None
         if lease is None or o.spec(lease).get("holderIdentity") != MACHINE_OFF_LEASE_HOLDER:
             return None  # never taken down here, or booted already
