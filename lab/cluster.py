@@ -89,6 +89,7 @@ def up(
         for component in CORE:
             _ensure_running(ctx, component)
         api = nodes.api_client(paths.kubeconfig)
+        nodes.ensure_dead_machine_policy(api)
         planned = nodes.plan(control_plane_nodes, workers)
         created = nodes.ensure(api, planned, binaries.kubernetes_version(ctx.settings.bin_dir))
         if created:

@@ -18,10 +18,9 @@ back. KubeVirt copies the launcher pod's Ready condition to the VMI
 this a VM stays not Ready after such a restart. kwok takes up pod events only for the
 nodes whose Lease it holds, so the pods of a node failed with ``node-fail`` stay not Ready,
 as a dead kubelet's would. A Stage kwok took up before the failure still plays after it
-(kwok does not look at the Lease again when the delay ends): a pod marked not Ready while
-its node still had its heartbeat may get Ready back up to 10 s after the node failed; the
-node-lifecycle controller marks it not Ready again once it sees the node not Ready (when
-the failure's grace period ends at the latest).
+(kwok does not look at the Lease again when the delay ends), and kwok judges the Lease from its
+own cache: so the API server itself refuses kwok's status writes for a failed node and its
+pods (lab/dead_machines.py).
 
 With the real virt-controller, virt-launcher pods are left out of that last stage
 (``launchers_by_handler``): a real launcher pod lives on after SIGTERM until

@@ -13,7 +13,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from lab import network
+from lab import dead_machines, network
 from lab.errors import LabError
 from lab.wait import wait_for
 
@@ -127,6 +127,9 @@ def ensure(api, nodes, kubelet_version):
     core = client.CoreV1Api(api)
     existing = {n.metadata.name for n in core.list_node().items}
     missing = [node for node in nodes if node.name not in existing]
+    # A dead machine's node deleted and now created again is a new machine.
+    listed = core.read_namespaced_config_map(dead_machines.NAME, dead_machines.NAMESPACE).data or {}
+    mark_dead(api, [node.name for node in missing if node.name in listed], False)
 
     def create(node):
         body = manifest(node, kubelet_version)
@@ -169,6 +172,42 @@ def failed_names(api):
     )
 
 
+def ensure_dead_machine_policy(api):
+    """The policy that keeps a dead machine's kubelet (kwok) from writing, and its empty list
+    (lab/dead_machines.py)."""
+    admission = client.AdmissionregistrationV1Api(api)
+    core = client.CoreV1Api(api)
+    for create, body in (
+        (admission.create_validating_admission_policy, dead_machines.POLICY),
+        (admission.create_validating_admission_policy_binding, dead_machines.BINDING),
+        (lambda b: core.create_namespaced_config_map(dead_machines.NAMESPACE, b), dead_machines.LIST),
+    ):
+        try:
+            create(body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+
+def mark_dead(api, names, dead):
+    """List (or strike) the nodes as ones whose machine is dead, effective on return."""
+    core = client.CoreV1Api(api)
+
+    def patch_list(patch):
+        core.patch_namespaced_config_map(dead_machines.NAME, dead_machines.NAMESPACE, patch)
+
+    def probe_admitted(body):
+        try:
+            core.create_namespaced_config_map(dead_machines.NAMESPACE, body, dry_run="All")
+            return True
+        except ApiException as e:
+            if dead_machines.refused(e.status, e.body):
+                return False
+            raise
+
+    dead_machines.mark(patch_list, probe_admitted, names, dead)
+
+
 def fail(api, name, wait=True, timeout=FAIL_TIMEOUT):
     """Stop the node's heartbeat, as if its kubelet died.
 
@@ -181,6 +220,7 @@ def fail(api, name, wait=True, timeout=FAIL_TIMEOUT):
     (Unknown) and gets the ``node.kubernetes.io/unreachable`` taints.
     """
     _get_node(api, name)
+    mark_dead(api, [name], True)
     lease_api = client.CoordinationV1Api(api)
     # renewTime is left alone: the failure counts from the last real heartbeat.
     patch = {
@@ -194,6 +234,7 @@ def fail(api, name, wait=True, timeout=FAIL_TIMEOUT):
 def recover(api, name, wait=True, timeout=READY_TIMEOUT):
     """Give the node back to kwok: it re-creates the Lease, marks the node Ready and renews."""
     _get_node(api, name)
+    mark_dead(api, [name], False)
     if name in failed_names(api):
         try:
             client.CoordinationV1Api(api).delete_namespaced_lease(name, NODE_LEASE_NAMESPACE)

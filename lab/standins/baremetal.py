@@ -21,7 +21,7 @@ provisioning, inspection, BMC credentials, errors, reboot annotations.
 
 from lab.standins import kube as k
 from lab.standins import objects as o
-from lab.standins.handler_nodes import FAILED_LEASE_HOLDER, LEASES, NODE_LEASE_NAMESPACE, kill_kubelet
+from lab.standins.handler_nodes import FAILED_LEASE_HOLDER, LEASES, NODE_LEASE_NAMESPACE, kill_kubelet, revive_kubelet
 from lab.standins.workqueue import Controller
 
 NODE_ANNOTATION = "kubevirt-ops.lab/node"
@@ -85,4 +85,4 @@ class BareMetalHostController(Controller):
     def _switch_on(self, node):
         lease = self.kube.get_or_none(LEASES, node, namespace=NODE_LEASE_NAMESPACE)
         if lease and o.spec(lease).get("holderIdentity") == FAILED_LEASE_HOLDER:
-            self.kube.delete(LEASES, node, namespace=NODE_LEASE_NAMESPACE)
+            revive_kubelet(self.kube, node)

@@ -23,6 +23,7 @@ no heartbeat, no VMI work.
 
 import random
 
+from lab import dead_machines
 from lab.standins import kube as k
 from lab.standins import objects as o
 from lab.standins.workqueue import Controller
@@ -65,9 +66,32 @@ def node_failed(sim, node_name):
     return bool(lease) and o.spec(lease).get("holderIdentity") in DEAD_LEASE_HOLDERS
 
 
+def mark_dead(kube, node_name, dead):
+    """List (or strike) the node as one whose machine is dead, effective on return
+    (lab/dead_machines.py)."""
+
+    def patch_list(patch):
+        kube.patch(k.CONFIGMAPS, dead_machines.NAME, patch, namespace=dead_machines.NAMESPACE)
+
+    def probe_admitted(body):
+        try:
+            kube.create(k.CONFIGMAPS, body, namespace=dead_machines.NAMESPACE, dry_run=True)
+            return True
+        except k.ApiError as e:
+            if dead_machines.refused(e.status, e.body):
+                return False
+            raise
+
+    dead_machines.mark(patch_list, probe_admitted, [node_name], dead)
+
+
 def kill_kubelet(kube, node_name, holder):
     """The node's kubelet dies: its Lease goes to ``holder``, who never renews it (renewTime is left
-    alone: the death counts from the last heartbeat). False while KWOK has not created the Lease."""
+    alone: the death counts from the last heartbeat), and the API server refuses whatever KWOK
+    still writes for the node and its pods. False while KWOK has not created the Lease."""
+    if kube.get_or_none(LEASES, node_name, namespace=NODE_LEASE_NAMESPACE) is None:
+        return False
+    mark_dead(kube, node_name, True)
     try:
         kube.patch(LEASES, node_name, {"spec": {"holderIdentity": holder, "leaseDurationSeconds": DEAD_LEASE_SECONDS}},
                    namespace=NODE_LEASE_NAMESPACE)
@@ -76,6 +100,21 @@ def kill_kubelet(kube, node_name, holder):
         if e.not_found:
             return False
         raise
+
+
+def forget_machine(kube, node_name):
+    """A deleted node's name is struck from the dead machines: a node registered under it again is
+    a new machine."""
+    listed = kube.get_or_none(k.CONFIGMAPS, dead_machines.NAME, namespace=dead_machines.NAMESPACE) or {}
+    if node_name in (listed.get("data") or {}):
+        mark_dead(kube, node_name, False)
+
+
+def revive_kubelet(kube, node_name):
+    """The node's kubelet starts again: the API server takes its writes, and KWOK gets the Lease back
+    (it creates a new one and renews it)."""
+    mark_dead(kube, node_name, False)
+    kube.delete(LEASES, node_name, namespace=NODE_LEASE_NAMESPACE)
 
 
 def handler_alive(sim, node_name):
@@ -127,6 +166,7 @@ class Heartbeat(Controller):
         node = self.sim.nodes.get(node_name)
         if node is None:
             self._beating.discard(node_name)
+            forget_machine(self.kube, node_name)
             return None
         if handler_pod(self.sim, node_name) is None:
             # The handler pod went away (not a node failure): upstream's Run() ends with

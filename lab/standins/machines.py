@@ -32,7 +32,7 @@ from pathlib import Path
 
 from lab.standins import kube as k
 from lab.standins import objects as o
-from lab.standins.handler_nodes import LEASES, MACHINE_OFF_LEASE_HOLDER, NODE_LEASE_NAMESPACE, kill_kubelet
+from lab.standins.handler_nodes import MACHINE_OFF_LEASE_HOLDER, NODE_LEASE_NAMESPACE, kill_kubelet, revive_kubelet
 from lab.standins.workqueue import Controller
 
 TAIL_SECONDS = 0.2
@@ -114,7 +114,7 @@ class MachinePower(Controller):
             if (o.labels(pod).get(o.APP_LABEL) == o.LAUNCHER and not o.deleting(pod)
                     and o.pod_phase(pod) not in ("Succeeded", "Failed")):
                 self._end_pod(pod)
-        self.kube.delete(LEASES, node, namespace=NODE_LEASE_NAMESPACE)
+        revive_kubelet(self.kube, node)
         self.log.info("node %s: booted (bootID %s), kubelet back", node, boot_id)
 
     def _end_pod(self, pod):
