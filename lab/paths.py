@@ -102,6 +102,11 @@ class LabPaths:
         """``bmc.json``: every worker's BMC (address, username, password, CA file), for tools."""
         return self.state_dir / "bmc.json"
 
+    @property
+    def bmc_inventory(self):
+        """``bmc-inventory.yml``: the workers as an Ansible inventory, each with its BMC (host var ``bmc``)."""
+        return self.state_dir / "bmc-inventory.yml"
+
     def cluster_files(self):
         """What ``down`` deletes: the cluster and its credentials, not the logs.
 
@@ -122,4 +127,5 @@ class LabPaths:
             self.tmp,
             self.machines,
             self.bmc_file,
+            self.bmc_inventory,
         ]

@@ -8,7 +8,10 @@ file) on everything but the ServiceRoot, as the emulator does.
 
 ``bmc.json`` (in the lab's state directory) is for tools: an object keyed by node name,
 ``{"address": "https://<host>:<port>/redfish/v1/Systems/<id>", "username": ..., "password": ...,
-"ca_file": ...}``.
+"ca_file": ...}``. ``bmc-inventory.yml`` beside it is the same as an Ansible inventory: every worker a
+host of group ``lab_machines`` whose host var ``bmc`` is the ``bmc`` option of the collection's modules
+(``address``, ``username``, ``password``, ``ca_path``), to use beside the nodes inventory plugin.
+Both are readable by their owner only.
 """
 
 import json
@@ -19,6 +22,7 @@ import uuid
 
 import bcrypt
 import requests
+import yaml
 
 from lab import certs, components, netif, processes
 from lab import settings as lab_settings
@@ -124,10 +128,27 @@ def ensure(ctx, workers, say):
             return False
 
     wait_for(serving, START_TIMEOUT, "the Redfish BMCs to serve")
-    fd = os.open(ctx.paths.bmc_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    _write_private(ctx.paths.bmc_file, json.dumps(bmcs, indent=2, sort_keys=True) + "\n")
+    _write_private(ctx.paths.bmc_inventory, inventory(bmcs))
+
+
+INVENTORY_GROUP = "lab_machines"
+
+
+def inventory(bmcs):
+    """``bmc-inventory.yml``: the machines as hosts named like their nodes, each with host var ``bmc``."""
+    hosts = {name: {"bmc": {"address": entry["address"], "username": entry["username"],
+                            "password": entry["password"], "ca_path": entry["ca_file"]}}
+             for name, entry in sorted(bmcs.items())}
+    return ("# The lab's machines, each with its BMC as the collection's modules take it (option bmc).\n"
+            "# Use beside the nodes inventory plugin: ansible-playbook -i <nodes.yml> -i bmc-inventory.yml ...\n"
+            + yaml.safe_dump({"all": {"children": {INVENTORY_GROUP: {"hosts": hosts}}}}, sort_keys=True))
+
+
+def _write_private(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
-        json.dump(bmcs, handle, indent=2, sort_keys=True)
-        handle.write("\n")
+        handle.write(text)
 
 
 FAULTS = ("unreachable", "slow", "refuse_power", "fail_update")

@@ -82,6 +82,29 @@ def test_every_worker_has_a_bmc_that_answers_over_https_with_basic_auth(lab, bmc
     assert stat.S_IMODE(LabPaths(lab.state_dir).bmc_file.stat().st_mode) == 0o600
 
 
+def test_the_bmc_inventory_joins_the_nodes_inventory_under_the_node_names(lab, bmcs, tmp_path):
+    """``bmc-inventory.yml`` is an inventory beside the collection's nodes inventory plugin: one host per
+    worker, named as its node, with host var ``bmc`` as the modules' option takes it; its owner's only."""
+    import os
+
+    import runs
+
+    paths = LabPaths(lab.state_dir)
+    assert stat.S_IMODE(paths.bmc_inventory.stat().st_mode) == 0o600
+    plugin = tmp_path / "lab.nodes.yml"
+    plugin.write_text("plugin: kubevirt_ops.maintenance.nodes\n")
+    listed = runs._run([os.path.join(runs.BIN, "ansible-inventory"), "-i", str(plugin), "-i", str(paths.bmc_inventory),
+                        "--list"], lab.kubeconfig, None, 300)
+    assert listed.returncode == 0, listed.output[-3000:]
+    inventory = json.loads(listed.stdout)
+    assert sorted(inventory[lab_bmc.INVENTORY_GROUP]["hosts"]) == sorted(bmcs)
+    for name, entry in bmcs.items():
+        host = inventory["_meta"]["hostvars"][name]
+        assert host["node_simulated"] is True  # the nodes plugin's host...
+        assert host["bmc"] == {"address": entry["address"], "username": entry["username"],  # ...is the machine's
+                               "password": entry["password"], "ca_path": entry["ca_file"]}
+
+
 def test_the_bmcs_listen_only_on_the_labs_own_address(lab, bmcs):
     port = settings.load(LabPaths(lab.state_dir)).ports["redfish"]
     with pytest.raises(OSError):
