@@ -69,11 +69,15 @@ options:
         the node's C(spec.providerID) names (C(metal3://<namespace>/<host>/<machine>) or C(metal3://<host uid>) of
         Cluster API Provider Metal3, C(baremetalhost:///<namespace>/<host>/<uid>) of OpenShift's machine API).
         A NotReady node is powered off this way before its pods are force-deleted.
+      - V(redfish) powers the machine off through its BMC (O(bmc)), with C(ComputerSystem.Reset): after the drain
+        C(GracefulShutdown), then C(ForceOff) if the machine is not off within half of the time left; a NotReady node
+        C(ForceOff) at once, before its pods are force-deleted. Then it waits for the BMC to report C(PowerState Off)
+        and for the heartbeat to stop.
       - V(manual) waits, after the drain and within O(wait_timeout), for the heartbeat to stop while the user
         powers the machine off.
       - Unset, a node that still heartbeats is refused unless O(assume_powered_off=true).
     type: str
-    choices: [bmh, manual]
+    choices: [bmh, manual, redfish]
   bmh:
     description:
       - The BareMetalHost of the node, for O(power_off=bmh) when the node's providerID does not name it.
@@ -130,6 +134,7 @@ extends_documentation_fragment:
   - kubevirt_ops.maintenance.drain.grouped
   - kubevirt_ops.maintenance.drain.owner
   - kubevirt_ops.maintenance.lock
+  - kubevirt_ops.maintenance.bmc
   - kubevirt_ops.maintenance.attributes
   - kubevirt_ops.maintenance.attributes.actiongroup
 attributes:
@@ -157,6 +162,16 @@ EXAMPLES = r"""
     bmh:
       name: rack2-host9
       namespace: openshift-machine-api
+
+- name: Retire worker-11, powering it off through its BMC (Redfish)
+  kubevirt_ops.maintenance.node_decommission:
+    name: worker-11
+    power_off: redfish
+    bmc:
+      address: https://bmc-worker-11.example.com/redfish/v1/Systems/1
+      username: "{{ bmc_user }}"
+      password: "{{ bmc_password }}"
+      ca_path: /etc/pki/bmc-ca.pem
 
 - name: Retire worker-10; the operator powers it off while the task waits
   kubevirt_ops.maintenance.node_decommission:
@@ -229,7 +244,8 @@ duration_seconds:
 powered_off_by:
   description:
     - How the machine was found powered off before the Node was deleted (in check mode, how it would be).
-    - C(bmh) (its BareMetalHost reported C(poweredOn=false) and the heartbeat stopped), C(heartbeat_stopped) (the
+    - C(bmh) (its BareMetalHost reported C(poweredOn=false) and the heartbeat stopped), C(redfish) (its BMC reported
+      C(PowerState Off) and the heartbeat stopped), C(heartbeat_stopped) (the
       heartbeat stopped while the module waited), C(assumed) (O(assume_powered_off=true)); null when nothing was
       deleted.
   returned: always
@@ -241,13 +257,20 @@ power_off:
   type: dict
   contains:
     method:
-      description: C(bmh), C(manual) or C(assumed) (null when the node was already gone).
+      description: C(bmh), C(redfish), C(manual) or C(assumed) (null when the node was already gone).
       type: str
       sample: bmh
     bmh:
       description: C(namespace/name) of the BareMetalHost powered off (null without O(power_off=bmh)).
       type: str
       sample: openshift-machine-api/rack2-host9
+    bmc:
+      description:
+        - The BMC of O(power_off=redfish) (null otherwise), never its credentials; C(power_state) as it last read,
+          C(resets) the C(ComputerSystem.Reset) types sent (empty when the machine was off already).
+      type: dict
+      sample: {road: redfish, address: "https://bmc-worker-11.example.com/redfish/v1/Systems/1", power_state: "Off",
+               resets: [GracefulShutdown]}
     heartbeat:
       description: The kubelet's heartbeat when last looked at.
       type: dict
@@ -316,10 +339,11 @@ def main():
             args.DRAIN_GROUPED,
             args.DRAIN_OWNER,
             args.LOCK,
+            args.BMC,
             dict(
                 name=dict(type="str", required=True),
                 assume_powered_off=dict(type="bool", default=False),
-                power_off=dict(type="str", choices=["bmh", "manual"]),
+                power_off=dict(type="str", choices=["bmh", "manual", "redfish"]),
                 bmh=dict(type="dict", options=dict(name=dict(type="str", required=True),
                                                    namespace=dict(type="str", required=True))),
                 reregistration_watch=dict(type="int", default=30),

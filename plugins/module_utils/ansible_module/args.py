@@ -92,6 +92,15 @@ LOCK = {"lock": lock_option()}
 # The run of the Events a module writes, for modules without a lock option (doc fragment run).
 RUN = {"run": {"type": "str"}}
 
+# A machine's BMC over Redfish (doc fragment bmc; module_utils/machine/redfish.py).
+BMC = {"bmc": {"type": "dict", "options": {
+    "address": {"type": "str", "required": True},
+    "username": {"type": "str", "required": True},
+    "password": {"type": "str", "required": True, "no_log": True},
+    "ca_path": {"type": "path"},
+    "validate_certs": {"type": "bool", "default": True},
+}}}
+
 AUTH_NAMES = tuple(AUTH)
 
 

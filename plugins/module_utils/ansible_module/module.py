@@ -102,6 +102,8 @@ class MaintenanceModule:
     def _all_secrets(self):
         """Every secret known so far (a renewed token joins the connection's list during the run)."""
         secrets = list(self._secrets)
+        # The values of no_log options (a BMC password) too: Events and messages are redacted here, not by Ansible.
+        secrets.extend(v for v in self.ansible.no_log_values if isinstance(v, str))
         if self._settings is not None:
             secrets.extend(self._settings.secrets)
         for secret in secrets:

@@ -62,6 +62,10 @@ class ConnectionFailedError(MaintenanceError):
     """The API server could not be reached (refused, reset, TLS, timeout)."""
 
 
+class MachineError(MaintenanceError):
+    """A machine's BMC could not be reached, refused a request or failed it."""
+
+
 class WaitTimeoutError(MaintenanceError):
     """A wait reached its deadline before the condition held."""
 

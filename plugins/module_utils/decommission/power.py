@@ -45,6 +45,7 @@ NODE_MONITOR_GRACE_SECONDS = 40
 
 # How the node's power-off was established (the result's powered_off_by).
 BY_BMH = "bmh"
+BY_REDFISH = "redfish"
 BY_HEARTBEAT = "heartbeat_stopped"
 BY_ASSUMPTION = "assumed"
 
@@ -98,7 +99,8 @@ def heartbeat(node, lease, now=None, grace=NODE_MONITOR_GRACE_SECONDS):
 class PowerDecision:
     """How node_decommission establishes that the machine is off.
 
-    ``method``: ``bmh`` (power it off through its BareMetalHost, then see the heartbeat stop),
+    ``method``: ``bmh`` (power it off through its BareMetalHost, then see the heartbeat stop), ``redfish``
+    (the same straight through its BMC, machine/redfish.py),
     ``manual`` (the user powers it off; wait for the heartbeat to stop) or ``assumed`` (the
     user's word). ``before_drain``: the machine is powered off before its pods are removed
     (a NotReady node cannot be drained; its pods are force-deleted once it is off).
@@ -112,33 +114,34 @@ class PowerDecision:
 
     @property
     def powered_off_by(self):
-        return {"bmh": BY_BMH, "manual": BY_HEARTBEAT, "assumed": BY_ASSUMPTION}[self.method]
+        return {"bmh": BY_BMH, "redfish": BY_REDFISH, "manual": BY_HEARTBEAT, "assumed": BY_ASSUMPTION}[self.method]
 
     @property
     def waits_for_heartbeat(self):
-        return self.method in ("bmh", "manual")
+        return self.method in ("bmh", "redfish", "manual")
 
 
 def decide(name, node, beat, power_off=None, assume_powered_off=False):
     """The PowerDecision for a node, or BlockedError (one sentence) when nothing says it will be off."""
     if not nodes_mod.is_ready(node):
-        if power_off == "bmh":
-            return PowerDecision("bmh", before_drain=True, force_delete=True)
+        if power_off in ("bmh", "redfish"):
+            return PowerDecision(power_off, before_drain=True, force_delete=True)
         if assume_powered_off:
             return PowerDecision("manual" if power_off == "manual" else "assumed", before_drain=True,
                                  force_delete=True)
         raise BlockedError(
             "Node %s is not Ready (%s), so its pods cannot be drained and its VMs may still run; make sure the "
             "machine is powered off, then re-run with assume_powered_off=true to force-delete its pods (or with "
-            "power_off=bmh to power it off through its BareMetalHost first)."
+            "power_off=bmh or power_off=redfish to power it off through its BareMetalHost or its BMC first)."
             % (name, nodes_mod.not_ready_reason(node)), node=name)
-    if power_off in ("bmh", "manual"):
+    if power_off in ("bmh", "redfish", "manual"):
         return PowerDecision(power_off)
     if assume_powered_off or not beat.alive:
         return PowerDecision("assumed" if assume_powered_off else "manual")
     raise BlockedError(
         "Node %s still heartbeats (%s): deleted now, its kubelet would register it again, schedulable, seconds "
         "later; say how the machine is powered off: power_off=bmh (through its Metal3 BareMetalHost), "
+        "power_off=redfish (through its BMC, given as bmc), "
         "power_off=manual (you power it off while the module waits for the heartbeat to stop) or "
         "assume_powered_off=true (it is off, or will be, for certain)." % (name, beat.describe()),
         node=name, heartbeat=beat.as_dict())

@@ -23,6 +23,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommission import power
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import redfish
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import story
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import restart_elsewhere
@@ -74,11 +75,21 @@ def _result(name):
             "remediation_paused": [], "remediation_restored": []}
 
 
-def _check_bmh_option(params, name):
+def _check_machine_options(params, name):
+    """The options that say how to reach the machine agree with power_off; the machine, or None."""
     if params.get("bmh") and params.get("power_off") != "bmh":
         given = "%s/%s" % (params["bmh"]["namespace"], params["bmh"]["name"])
         raise InvalidInputError("Option bmh names BareMetalHost %s, but power_off is not bmh: set power_off=bmh to "
                                 "power node %s off through it." % (given, name), option="bmh")
+    if params.get("bmc") and params.get("power_off") != "redfish":
+        raise InvalidInputError("Option bmc names the BMC at %s, but power_off is not redfish: set power_off=redfish "
+                                "to power node %s off through it." % (params["bmc"]["address"], name), option="bmc")
+    if params.get("power_off") == "redfish":
+        if not params.get("bmc"):
+            raise InvalidInputError("Option power_off=redfish needs the machine's BMC: give bmc={address, username, "
+                                    "password} for node %s." % name, option="bmc")
+        return redfish.RedfishMachine(params["bmc"])
+    return None
 
 
 def _refuse_blockers(name, plan, policy, powered_off):
@@ -165,7 +176,7 @@ def run(module):
     policy = params["non_migratable"]
     options = PlanOptions.from_params(params)
     result = _result(name)
-    _check_bmh_option(params, name)
+    machine = _check_machine_options(params, name)
     owner = run_owner(params, name)
     if client.get_or_none("Node", name) is None:
         return result  # already gone: nothing to do
@@ -185,7 +196,10 @@ def run(module):
     decision = decision or decide()
     host = power.find_bmh(client, name, node, params.get("bmh")) if decision.method == "bmh" else None
     result["power_off"] = {"method": decision.method, "bmh": power.bmh_key(host) if host else None,
-                           "heartbeat": beat.as_dict()}
+                           "bmc": None, "heartbeat": beat.as_dict()}
+    if machine is not None:
+        # Before anything changes: the BMC answers and takes the credentials.
+        result["power_off"]["bmc"] = dict(machine.as_dict(), power_state=machine.power_state())
     result["reregistration"]["watch_seconds"] = params["reregistration_watch"]
     shutdown = [] if powered_off else [vm for vm in plan.vms if vm["_fate"].shut_down_by_us]
     pauses = remediation.to_pause(client, node) if params["pause_remediation"] else []
@@ -201,7 +215,8 @@ def run(module):
     node = pause_remediation(client, node, pauses, progress, result)
     with restored_on_failure(module, name, progress, result, "Decommissioning"):
         node = _empty_and_delete(client, name, node, plan, options, policy, powered_off, shutdown, decision,
-                                 host, deadline, progress, result, owner=owner, events=module.events)
+                                 host, deadline, progress, result, owner=owner, events=module.events,
+                                 machine=machine)
     watch = _ReregistrationWatch(client, name, node["metadata"].get("uid"), params["reregistration_watch"])
     try:
         _restore_after_deletion(module, client, name, node, progress, result)
@@ -236,16 +251,16 @@ def _restore_after_deletion(module, client, name, node, progress, result):
 
 
 def _empty_and_delete(client, name, node, plan, options, policy, powered_off, shutdown, decision, host, deadline,
-                      progress, result, owner, events):
+                      progress, result, owner, events, machine=None):
     """Cordon and mark the node, see its machine off, drain it and delete it; returns the node as last read."""
     node_marks.update_node(client, name, lambda current: node_marks.enter_changes(current, "decommission"), node=node)
     story.began_decommission(events, node, len(plan.evict), len(plan.vms))
     with story.told_on_failure(events, node, story.FAILED_DECOMMISSION, "Decommissioning"):
         if decision.before_drain:
-            _confirm_powered_off(client, name, decision, host, deadline, progress, result, node, events)
+            _confirm_powered_off(client, name, decision, host, deadline, progress, result, node, events, machine)
         _drain(client, name, plan, options, policy, powered_off, shutdown, deadline, progress, result, owner=owner)
         if not decision.before_drain:
-            _confirm_powered_off(client, name, decision, host, deadline, progress, result, node, events)
+            _confirm_powered_off(client, name, decision, host, deadline, progress, result, node, events, machine)
         node = client.get_or_none("Node", name) or node
         client.delete("Node", name)
     result["deleted"] = True
@@ -280,11 +295,15 @@ def _after_deletion(module, client, name, snapshot, plan, powered_off, deadline,
         result["vms"]["rescheduled"] = _wait_for_vms(client, name, moving, deadline, params["wait_for_vms"], result)
 
 
-def _confirm_powered_off(client, name, decision, host, deadline, progress, result, node, events):
+def _confirm_powered_off(client, name, decision, host, deadline, progress, result, node, events, machine=None):
     """Return once the node's machine is off as ``decision`` says it must be established; else raise."""
     if decision.method == "bmh":
         _power_off_bmh(client, name, host, deadline, progress, result)
         story.powered_off(events, node, "BareMetalHost %s, spec.online=false" % power.bmh_key(host))
+    if decision.method == "redfish":
+        resets = _power_off_redfish(name, machine, decision, deadline, progress, result)
+        story.powered_off(events, node, "%s, ComputerSystem.Reset %s" % (
+            machine.describe(), " then ".join(resets) or "not needed (already off)"))
     if decision.waits_for_heartbeat:
         beat = _wait_heartbeat_stopped(client, name, decision.method == "manual", deadline, progress, result)
         if beat is not None:
@@ -309,6 +328,24 @@ def _power_off_bmh(client, name, host, deadline, progress, result):
         raise WaitTimeoutError("Node %s was not deleted: its BareMetalHost %s did not report poweredOn=false within "
                                "%ds of setting spec.online=false; the node stays drained and cordoned." % (
                                    name, key, round(deadline.seconds)), **result) from exc
+
+
+def _power_off_redfish(name, machine, decision, deadline, progress, result):
+    """Power the machine off through its BMC (gracefully when the node is drained and alive, ForceOff when it
+    is not Ready: its OS may not answer) and return the reset types sent."""
+    graceful = not decision.before_drain
+    progress.line("phase=Running powering off node %s through %s (%s)" % (
+        name, machine.describe(), "GracefulShutdown, ForceOff if it does not end" if graceful else "ForceOff"))
+    try:
+        resets = machine.power_off(deadline.remaining(), graceful=graceful)
+    except WaitTimeoutError as exc:
+        result["duration_seconds"] = round(deadline.elapsed(), 1)
+        raise WaitTimeoutError("Node %s was not deleted: %s did not report the machine Off within %ds (%s); the node "
+                               "stays drained and cordoned." % (name, machine.describe(), round(deadline.seconds),
+                                                                exc.details.get("pending") or "no answer"),
+                               **result) from exc
+    result["power_off"]["bmc"] = dict(machine.as_dict(), power_state=redfish.OFF, resets=resets)
+    return resets
 
 
 def _wait_heartbeat_stopped(client, name, manual, deadline, progress, result):

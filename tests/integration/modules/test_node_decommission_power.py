@@ -215,3 +215,84 @@ def test_remediation_is_paused_until_the_node_is_deleted(lab, k8s, namespace, ru
         assert read_node(k8s, node) is None
     finally:
         checks.delete_all()
+
+
+# -- power_off=redfish: the machine's own BMC (lab/machines: a Redfish System per worker) -----------------------
+
+@pytest.fixture
+def bmc_worker(lab, k8s):
+    """(node, its bmc.json entry) of the last worker; afterwards its machine is on and its node back: Ready and a
+    KubeVirt node again (``lab up`` registers a deleted one anew)."""
+    from lab.machines import bmc as lab_bmc
+    from lab.paths import LabPaths
+
+    bmcs = lab_bmc.load(LabPaths(lab.state_dir))
+    node = sorted(bmcs)[-1]
+    yield node, dict(bmcs[node])
+    machine = lab_bmc.Bmc(bmcs[node])
+    if machine.power_state() != "On":
+        machine.reset("On")
+        wait_for(lambda: machine.power_state() == "On", 60, "the machine of %s to be On" % node)
+    lab.cli("up")
+
+    def back():
+        current = read_node(k8s, node)
+        return (current is not None and lab_nodes.is_ready(current)
+                and (current.metadata.labels or {}).get("kubevirt.io/schedulable") == "true")
+
+    wait_for(back, 600, "node %s to be a Ready KubeVirt node again" % node)
+
+
+def bmc_option(entry, **changes):
+    option = {"address": entry["address"], "username": entry["username"], "password": entry["password"],
+              "ca_path": entry["ca_file"]}
+    option.update(changes)
+    return option
+
+
+def test_power_off_through_the_bmc_then_the_node_is_deleted(lab, k8s, run_module, bmc_worker, tmp_path):
+    from lab.machines import bmc as lab_bmc
+
+    node, entry = bmc_worker
+    machine = lab_bmc.Bmc(entry)
+    wait_stable()
+    versions = ResourceVersions(k8s)
+    checked = run_module("node_decommission", {"name": node, "power_off": "redfish", "bmc": bmc_option(entry)},
+                         check=True)
+    assert checked["changed"] and checked["powered_off_by"] == "redfish", checked
+    assert checked["power_off"]["bmc"] == {"road": "redfish", "address": entry["address"], "power_state": "On"}
+    assert versions.changes() == [] and machine.power_state() == "On"
+
+    progress = tmp_path / "progress.log"
+    result = run_module("node_decommission", {"name": node, "power_off": "redfish", "bmc": bmc_option(entry),
+                                              "reregistration_watch": 5, "progress_file": str(progress)})
+    assert not result.get("failed"), result
+    assert result["deleted"] and result["powered_off_by"] == "redfish", result
+    assert result["power_off"]["bmc"] == {"road": "redfish", "address": entry["address"], "power_state": "Off",
+                                          "resets": ["GracefulShutdown"]}
+    assert result["power_off"]["heartbeat"]["alive"] is False
+    assert machine.power_state() == "Off" and read_node(k8s, node) is None
+    events = core(k8s).list_event_for_all_namespaces(field_selector="involvedObject.name=%s" % node).items
+    assert any("ComputerSystem.Reset GracefulShutdown" in (e.note or e.message or "") for e in events), events
+    shown = json.dumps(result) + progress.read_text() + " ".join((e.note or e.message or "") for e in events)
+    assert "through the BMC at %s" % entry["address"] in progress.read_text()
+    assert entry["password"] not in shown
+
+
+def test_a_bmc_that_refuses_the_credentials_fails_the_task_and_nothing_changes(k8s, run_module, bmc_worker):
+    from lab.machines import bmc as lab_bmc
+
+    node, entry = bmc_worker
+    wrong = "not-the-password-%s" % uuid.uuid4().hex[:6]
+    wait_stable()
+    versions = ResourceVersions(k8s)
+    for check in (True, False):
+        refused = run_module("node_decommission", {"name": node, "power_off": "redfish",
+                                                   "bmc": bmc_option(entry, password=wrong)}, check=check)
+        assert refused.get("failed"), refused
+        assert refused["msg"] == ("The BMC at %s could not read the machine %s: it refused the credentials of user "
+                                  "%s (HTTP 401)." % (entry["address"], entry["address"].rsplit("/", 1)[-1],
+                                                      entry["username"])), refused["msg"]
+        assert wrong not in json.dumps(refused)
+    assert versions.changes() == []
+    assert lab_bmc.Bmc(entry).power_state() == "On" and not read_node(k8s, node).spec.unschedulable

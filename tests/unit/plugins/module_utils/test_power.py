@@ -75,9 +75,11 @@ SILENT = power.Heartbeat(False, NOW - 60, "node Lease", age=60)
     (True, ALIVE, "manual", False, "manual", False, "heartbeat_stopped"),
     (True, ALIVE, None, True, "assumed", False, "assumed"),
     (True, ALIVE, "bmh", True, "bmh", False, "bmh"),  # a BareMetalHost's word beats the user's
+    (True, ALIVE, "redfish", False, "redfish", False, "redfish"),
     (True, SILENT, None, False, "manual", False, "heartbeat_stopped"),  # already silent: nothing to wait for
     # A NotReady node cannot be drained: powered off first, its pods then force-deleted.
     (False, SILENT, "bmh", False, "bmh", True, "bmh"),
+    (False, SILENT, "redfish", False, "redfish", True, "redfish"),
     (False, SILENT, None, True, "assumed", True, "assumed"),
     (False, ALIVE, "manual", True, "manual", True, "heartbeat_stopped"),
 ])
@@ -85,14 +87,14 @@ def test_decide(ready, beat, power_off, assume, method, before_drain, by):
     decision = power.decide("worker-1", node("True" if ready else "Unknown"), beat, power_off, assume)
     assert (decision.method, decision.before_drain, decision.force_delete, decision.powered_off_by) == (
         method, before_drain, not ready, by)
-    assert decision.waits_for_heartbeat is (method in ("bmh", "manual"))
+    assert decision.waits_for_heartbeat is (method in ("bmh", "redfish", "manual"))
 
 
 def test_decide_refuses_a_heartbeating_node_nobody_powers_off():
     with pytest.raises(BlockedError) as caught:
         power.decide("worker-1", node("True"), ALIVE)
     assert caught.value.msg.startswith("Node worker-1 still heartbeats (its node Lease was renewed 3s ago)")
-    for choice in ("power_off=bmh", "power_off=manual", "assume_powered_off=true"):
+    for choice in ("power_off=bmh", "power_off=redfish", "power_off=manual", "assume_powered_off=true"):
         assert choice in caught.value.msg
 
 
