@@ -24,6 +24,7 @@ PACKAGES = (
     "common",            # the error family, time, the collection's names
     "k8s",               # the API: connection, transport, client, kinds, the waiter
     "cluster",           # nodes, selectors, quantities, what the scheduler says
+    "machine",           # the machine behind a node: its BMC over Redfish, its BareMetalHost
     "ansible_module",    # the module wrapper, its shared options and their checks
     "kubevirt",          # how KubeVirt treats a VM; the VM configuration runners
     "coordination",      # the cluster lock and the run that owns it
