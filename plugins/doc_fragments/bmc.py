@@ -15,7 +15,7 @@ options:
     description:
       - The BMC of the node's machine, reached over Redfish (DMTF) with the Python library C(sushy) on the host that
         runs the module.
-      - The BMC is read before anything changes: an address it does not answer on, or credentials it refuses, fail
+      - The BMC is read before anything changes, so an address it does not answer on, or credentials it refuses, fail
         the task with nothing changed.
     type: dict
     suboptions:

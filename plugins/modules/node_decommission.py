@@ -69,7 +69,7 @@ options:
         the node's C(spec.providerID) names (C(metal3://<namespace>/<host>/<machine>) or C(metal3://<host uid>) of
         Cluster API Provider Metal3, C(baremetalhost:///<namespace>/<host>/<uid>) of OpenShift's machine API).
         A NotReady node is powered off this way before its pods are force-deleted.
-      - V(redfish) powers the machine off through its BMC (O(bmc)), with C(ComputerSystem.Reset): after the drain
+      - V(redfish) powers the machine off through its BMC (O(bmc)), with C(ComputerSystem.Reset) - after the drain
         C(GracefulShutdown), then C(ForceOff) if the machine is not off within half of the time left; a NotReady node
         C(ForceOff) at once, before its pods are force-deleted. Then it waits for the BMC to report C(PowerState Off)
         and for the heartbeat to stop.
