@@ -44,6 +44,7 @@ SERVER_SIDE_RETRY_SECONDS = 2
 CONNECT_TIMEOUT = 10
 READ_TIMEOUT = 60
 
+
 def parse_address(address, option="bmc.address"):
     """(base URL, system path) of a Redfish System URL; InvalidInputError naming the option otherwise."""
     text = (address or "").strip()
@@ -208,9 +209,8 @@ def _sushy_system(machine):
     except ImportError:
         raise MachineError(
             "Reaching %s needs the Python library %s on the host that runs this module; install it with: pip install "
-            "'%s'." % (machine.describe(), REQUIREMENT.split(">")[0], REQUIREMENT), bmc=machine.as_dict())
-    connection = sushy.Sushy(machine.base_url, username=machine.username, password=machine.password,
-                             root_prefix=ROOT_PREFIX, verify=machine.verify,
+            "'%s'." % (machine.describe(), REQUIREMENT.partition(">")[0], REQUIREMENT), bmc=machine.as_dict())
+    connection = sushy.Sushy(machine.base_url, root_prefix=ROOT_PREFIX, verify=machine.verify,
                              auth=sushy_auth.BasicAuth(machine.username, machine.password),
                              server_side_retries=SERVER_SIDE_RETRIES,
                              server_side_retries_delay=SERVER_SIDE_RETRY_SECONDS,
