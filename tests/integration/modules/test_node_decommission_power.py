@@ -273,8 +273,8 @@ def test_power_off_through_the_bmc_then_the_node_is_deleted(lab, k8s, run_module
     assert result["power_off"]["heartbeat"]["alive"] is False
     assert machine.power_state() == "Off" and read_node(k8s, node) is None
     events = core(k8s).list_event_for_all_namespaces(field_selector="involvedObject.name=%s" % node).items
-    assert any("ComputerSystem.Reset GracefulShutdown" in (e.note or e.message or "") for e in events), events
-    shown = json.dumps(result) + progress.read_text() + " ".join((e.note or e.message or "") for e in events)
+    assert any("ComputerSystem.Reset GracefulShutdown" in (e.message or "") for e in events), events
+    shown = json.dumps(result) + progress.read_text() + " ".join((e.message or "") for e in events)
     assert "through the BMC at %s" % entry["address"] in progress.read_text()
     assert entry["password"] not in shown
 
