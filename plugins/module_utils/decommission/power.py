@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubevirt_ops.maintenance contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Whether a node's machine is off: its kubelet's heartbeat, and powering it off through Metal3.
+"""Whether a node's machine is off: its kubelet's heartbeat, and how its power-off is established.
 
 A deleted Node whose kubelet still runs comes back: the kubelet registers it again, schedulable,
 seconds later. So node_decommission deletes a node only once its machine is known to be off:
@@ -14,16 +14,8 @@ seconds later. So node_decommission deletes a node only once its machine is know
   ``cmd/kube-controller-manager/app/options/nodelifecyclecontroller.go``). The same rule is
   applied here against this host's clock: alive while the newest of the two is younger than
   the grace period, dead at once when the controller already set Ready ``Unknown``.
-- ``decide``: the one decision of how a node's power-off is established (a BareMetalHost, the
-  user powering it off while the module waits, or the user's word), or why it is refused.
-- BareMetalHost (metal3.io/v1alpha1, metal3-io/baremetal-operator ``apis/metal3.io/v1alpha1/
-  baremetalhost_types.go``): ``spec.online: false`` asks the operator to power the host off,
-  ``status.poweredOn`` is what its BMC last reported. A BareMetalHost does not name its node; the
-  node names it in ``spec.providerID``, set by the machine controller: Cluster API Provider
-  Metal3 writes ``metal3://<namespace>/<bmh>/<metal3machine>`` (``baremetal/metal3machine_manager.go``
-  ``SetDefaultProviderID``; older releases ``metal3://<bmh uid>``), OpenShift's machine-api
-  ``baremetalhost:///<namespace>/<bmh>[/<uid>]`` (openshift/cluster-api-provider-baremetal
-  ``ensureProviderID``). Any other node names its host with the ``bmh`` option.
+- ``decide``: the one decision of how a node's power-off is established (its BareMetalHost or its BMC,
+  machine/, the user powering it off while the module waits, or the user's word), or why it is refused.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -33,10 +25,7 @@ __metaclass__ = type
 import time
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
-    BlockedError,
-    InvalidInputError,
-)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import BlockedError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.timeutil import format_epoch, parse_epoch
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
@@ -145,67 +134,3 @@ def decide(name, node, beat, power_off=None, assume_powered_off=False):
         "power_off=manual (you power it off while the module waits for the heartbeat to stop) or "
         "assume_powered_off=true (it is off, or will be, for certain)." % (name, beat.describe()),
         node=name, heartbeat=beat.as_dict())
-
-
-# -- BareMetalHost ------------------------------------------------------------------------------
-
-def bmh_reference(node, given=None):
-    """(namespace, name, how) of the node's BareMetalHost, (None, uid, how) for a legacy
-    ``metal3://<uid>`` providerID, or None when nothing names one."""
-    if given:
-        return given["namespace"], given["name"], "the bmh option"
-    provider = (node.get("spec") or {}).get("providerID") or ""
-    how = "its providerID %s" % provider
-    if provider.startswith("metal3://"):
-        parts = [p for p in provider[len("metal3://"):].split("/") if p]
-        if len(parts) == 3:
-            return parts[0], parts[1], how
-        if len(parts) == 1:
-            return None, parts[0], how
-    if provider.startswith("baremetalhost:///"):
-        parts = [p for p in provider[len("baremetalhost:///"):].split("/") if p]
-        if len(parts) in (2, 3):
-            return parts[0], parts[1], how
-    return None
-
-
-def find_bmh(client, name, node, given=None):
-    """The node's BareMetalHost; InvalidInputError (one sentence) when there is none to use."""
-    if not client.kind_served("BareMetalHost"):
-        raise InvalidInputError(
-            "Option power_off=bmh needs Metal3's BareMetalHost API (metal3.io/v1alpha1), which this cluster does not "
-            "serve; power node %s off another way (power_off=manual)." % name, option="power_off")
-    ref = bmh_reference(node, given)
-    if ref is None:
-        raise InvalidInputError(
-            "Node %s names no BareMetalHost (providerID %s is neither metal3:// nor baremetalhost:///); give "
-            "bmh={name, namespace} with power_off=bmh." % (name, (node.get("spec") or {}).get("providerID") or "empty"),
-            option="bmh")
-    namespace, bmh_name, how = ref
-    if namespace is None:
-        found = [h for h in client.list("BareMetalHost")[0] if h["metadata"].get("uid") == bmh_name]
-        if not found:
-            raise InvalidInputError("Node %s names BareMetalHost uid %s by %s, and no BareMetalHost has it; give "
-                                    "bmh={name, namespace}." % (name, bmh_name, how), option="bmh")
-        return found[0]
-    host = client.get_or_none("BareMetalHost", bmh_name, namespace)
-    if host is None:
-        raise InvalidInputError("BareMetalHost %s/%s, named by %s of node %s, does not exist." % (
-            namespace, bmh_name, how, name), option="bmh")
-    return host
-
-
-def bmh_key(host):
-    return "%s/%s" % (host["metadata"].get("namespace"), host["metadata"]["name"])
-
-
-def powered_on(host):
-    """``status.poweredOn`` (None while the operator has not reported it)."""
-    return ((host or {}).get("status") or {}).get("poweredOn")
-
-
-def power_off_patch(host):
-    """The merge patch that asks the operator to power the host off, or None when it is asked already."""
-    if ((host.get("spec") or {}).get("online")) is False:
-        return None
-    return {"spec": {"online": False}}

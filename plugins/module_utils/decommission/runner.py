@@ -21,9 +21,8 @@ import time
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommission import power
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import redfish
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import metal3, redfish
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import story
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import restart_elsewhere
@@ -60,7 +59,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning.
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import (
     Deadline,
     Informer,
-    wait_for_object,
     wait_until,
 )
 
@@ -194,8 +192,10 @@ def run(module):
     decision = decide() if powered_off else None
     _refuse_blockers(name, plan, policy, powered_off)
     decision = decision or decide()
-    host = power.find_bmh(client, name, node, params.get("bmh")) if decision.method == "bmh" else None
-    result["power_off"] = {"method": decision.method, "bmh": power.bmh_key(host) if host else None,
+    host = metal3.find_bmh(client, name, node, params.get("bmh")) if decision.method == "bmh" else None
+    if host is not None:
+        metal3.Metal3Machine(client, host).refuse_power_off_if_disabled(node=name)
+    result["power_off"] = {"method": decision.method, "bmh": metal3.bmh_key(host) if host else None,
                            "bmc": None, "heartbeat": beat.as_dict()}
     if machine is not None:
         # Before anything changes: the BMC answers and takes the credentials.
@@ -292,14 +292,15 @@ def _after_deletion(module, client, name, snapshot, plan, powered_off, deadline,
         # RerunOnFailure VMs the drain shut down: KubeVirt does not start them again by itself.
         restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
     if moving:
-        result["vms"]["rescheduled"] = _wait_for_vms(client, name, moving, deadline, params["wait_for_vms"], result)
+        result["vms"]["rescheduled"] = restart_elsewhere.wait_running_elsewhere(
+            client, name, moving, deadline, params["wait_for_vms"], result, "Node %s was deleted" % name)
 
 
 def _confirm_powered_off(client, name, decision, host, deadline, progress, result, node, events, machine=None):
     """Return once the node's machine is off as ``decision`` says it must be established; else raise."""
     if decision.method == "bmh":
         _power_off_bmh(client, name, host, deadline, progress, result)
-        story.powered_off(events, node, "BareMetalHost %s, spec.online=false" % power.bmh_key(host))
+        story.powered_off(events, node, "BareMetalHost %s, spec.online=false" % metal3.bmh_key(host))
     if decision.method == "redfish":
         resets = _power_off_redfish(name, machine, decision, deadline, progress, result)
         story.powered_off(events, node, "%s, ComputerSystem.Reset %s" % (
@@ -312,22 +313,16 @@ def _confirm_powered_off(client, name, decision, host, deadline, progress, resul
 
 
 def _power_off_bmh(client, name, host, deadline, progress, result):
-    key = power.bmh_key(host)
-    namespace, host_name = host["metadata"]["namespace"], host["metadata"]["name"]
-    patch = power.power_off_patch(host)
-    if patch is not None:
-        client.patch("BareMetalHost", host_name, patch, namespace=namespace)
-    progress.line("phase=Running powering off node %s through BareMetalHost %s (spec.online=false)" % (name, key))
+    machine = metal3.Metal3Machine(client, host)
+    progress.line("phase=Running powering off node %s through BareMetalHost %s (spec.online=false)" % (
+        name, machine.key))
     try:
-        wait_for_object(client, "BareMetalHost", host_name, lambda h: h is not None and power.powered_on(h) is False,
-                        deadline.remaining(), "BareMetalHost %s to report poweredOn=false" % key, namespace=namespace,
-                        describe_pending=lambda: "it still reports poweredOn=%s" % power.powered_on(
-                            client.get_or_none("BareMetalHost", host_name, namespace)))
+        machine.power_off(deadline.remaining())
     except WaitTimeoutError as exc:
         result["duration_seconds"] = round(deadline.elapsed(), 1)
         raise WaitTimeoutError("Node %s was not deleted: its BareMetalHost %s did not report poweredOn=false within "
                                "%ds of setting spec.online=false; the node stays drained and cordoned." % (
-                                   name, key, round(deadline.seconds)), **result) from exc
+                                   name, machine.key, round(deadline.seconds)), **result) from exc
 
 
 def _power_off_redfish(name, machine, decision, deadline, progress, result):
@@ -433,51 +428,3 @@ class _ReregistrationWatch:
     def stop(self):
         if self.informer is not None:
             self.informer.stop()
-
-
-def _running_elsewhere(vmi, name):
-    return vmi is not None and kubevirt.vmi_node(vmi) not in (None, name) and kubevirt.vmi_is_running(vmi)
-
-
-def _wait_for_vms(client, name, moving, deadline, wait, result):
-    """Each moving VM as {namespace, name, node}; with ``wait``, once its VMI runs on another node."""
-    namespaces = sorted(set(vm["namespace"] for vm in moving))
-    if not wait:
-        current = {}
-        for namespace in namespaces:
-            for vmi in client.list("VirtualMachineInstance", namespace=namespace)[0]:
-                current[(namespace, vmi["metadata"]["name"])] = vmi
-        return [_entry(vm, current.get((vm["namespace"], vm["_vmi"]["metadata"]["name"])), name) for vm in moving]
-    informers = [Informer(client, "VirtualMachineInstance", namespace=ns) for ns in namespaces]
-
-    def locate():
-        found = []
-        for vm in moving:
-            vmi = None
-            for informer in informers:
-                vmi = vmi or informer.get(vm["_vmi"]["metadata"]["name"], vm["namespace"])
-            found.append((vm, vmi))
-        return found
-
-    def describe():
-        missing = ["%s/%s" % (vm["namespace"], vm["name"]) for vm, vmi in locate() if not _running_elsewhere(vmi, name)]
-        return "not yet Running on another node: %s" % ", ".join(missing)
-
-    try:
-        wait_until(lambda: all(_running_elsewhere(vmi, name) for _vm, vmi in locate()), informers,
-                   deadline.remaining(), "the VMs of node %s to run elsewhere" % name, describe_pending=describe,
-                   deadline=deadline)
-    except WaitTimeoutError as exc:
-        result["vms"]["rescheduled"] = [_entry(vm, vmi, name) for vm, vmi in locate() if _running_elsewhere(vmi, name)]
-        result["duration_seconds"] = round(deadline.elapsed(), 1)
-        raise WaitTimeoutError("Node %s was deleted, but its VMs did not all run elsewhere within %ds: %s." % (
-            name, round(deadline.seconds), describe()), **result) from exc
-    finally:
-        for informer in informers:
-            informer.stop()
-    return [_entry(vm, vmi, name) for vm, vmi in locate()]
-
-
-def _entry(vm, vmi, name):
-    return {"namespace": vm["namespace"], "name": vm["name"],
-            "node": kubevirt.vmi_node(vmi) if _running_elsewhere(vmi, name) else None}

@@ -173,3 +173,57 @@ def _start(client, key, vmi, served):
     except MaintenanceError as exc:
         raise MaintenanceError("Could not start %s again after the drain shut it down: %s"
                                % (describe_object("VirtualMachine", name, namespace), exc.msg))
+
+
+def running_elsewhere(vmi, node):
+    """Whether the VMI runs, on a node other than ``node``."""
+    return vmi is not None and kubevirt.vmi_node(vmi) not in (None, node) and kubevirt.vmi_is_running(vmi)
+
+
+def wait_running_elsewhere(client, node, vms, deadline, wait, result, done, key="rescheduled"):
+    """Each of ``vms`` (``namespace``, ``name``, ``_vmi``) as {namespace, name, node}, once its VMI runs on a node other
+    than ``node`` (``wait``), or as it is now. On timeout, WaitTimeoutError "<done>, but its VMs did not all run
+    elsewhere ..." with ``result`` (its ``vms[key]``: those that do)."""
+    namespaces = sorted(set(vm["namespace"] for vm in vms))
+
+    def vmi_name(vm):
+        return ((vm.get("_vmi") or {}).get("metadata") or {}).get("name") or vm["name"]
+
+    def entry(vm, vmi):
+        return {"namespace": vm["namespace"], "name": vm["name"],
+                "node": kubevirt.vmi_node(vmi) if running_elsewhere(vmi, node) else None}
+
+    if not wait:
+        current = {}
+        for namespace in namespaces:
+            for vmi in client.list("VirtualMachineInstance", namespace=namespace)[0]:
+                current[(namespace, vmi["metadata"]["name"])] = vmi
+        return [entry(vm, current.get((vm["namespace"], vmi_name(vm)))) for vm in vms]
+    informers = [Informer(client, "VirtualMachineInstance", namespace=ns) for ns in namespaces]
+
+    def locate():
+        found = []
+        for vm in vms:
+            vmi = None
+            for informer in informers:
+                vmi = vmi or informer.get(vmi_name(vm), vm["namespace"])
+            found.append((vm, vmi))
+        return found
+
+    def describe():
+        missing = ["%s/%s" % (vm["namespace"], vm["name"]) for vm, vmi in locate() if not running_elsewhere(vmi, node)]
+        return "not yet Running on another node: %s" % ", ".join(missing)
+
+    try:
+        wait_until(lambda: all(running_elsewhere(vmi, node) for _vm, vmi in locate()), informers,
+                   deadline.remaining(), "the VMs of node %s to run elsewhere" % node, describe_pending=describe,
+                   deadline=deadline)
+    except WaitTimeoutError as exc:
+        result["vms"][key] = [entry(vm, vmi) for vm, vmi in locate() if running_elsewhere(vmi, node)]
+        result["duration_seconds"] = round(deadline.elapsed(), 1)
+        raise WaitTimeoutError("%s, but its VMs did not all run elsewhere within %ds: %s." % (
+            done, round(deadline.seconds), describe()), **result) from exc
+    finally:
+        for informer in informers:
+            informer.stop()
+    return [entry(vm, vmi) for vm, vmi in locate()]

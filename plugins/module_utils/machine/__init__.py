@@ -5,6 +5,8 @@
 
 A node's machine is reached through its BMC, by one of two roads: Redfish, straight to the BMC
 (``redfish.py``), or Metal3, through the node's BareMetalHost, whose operator talks to the BMC
-(``decommission/power.py`` for now). Everything that powers a machine, reads its power state or
-services its firmware goes through this package.
+(``metal3.py``; which host is a node's: ``decommission/power.py``). ``road.py`` picks the road of a
+node. Both machines answer the same: ``describe``, ``as_dict``, ``power_state`` (On, Off),
+``power_off`` and ``power_on`` (each waits until the BMC reports the state and returns what it sent).
+Everything that powers a machine, reads its power state or services its firmware goes through this package.
 """

@@ -79,6 +79,13 @@ class RedfishMachine:
         """What a result may show of the BMC: never its credentials."""
         return {"road": "redfish", "address": self.address}
 
+    def permissions(self):
+        """What the Kubernetes user needs for this road: nothing (the BMC has its own credentials)."""
+        return []
+
+    def refuse_power_off_if_disabled(self, **details):
+        """A BMC has no such switch (a BareMetalHost's ``spec.disablePowerOff``)."""
+
     # -- reading -----------------------------------------------------------------------------
 
     def system(self):

@@ -33,6 +33,10 @@ BEGIN_DECOMMISSION = "BeginDecommission"
 DECOMMISSIONED = "Decommissioned"
 FAILED_DECOMMISSION = "FailedDecommission"
 POWERED_OFF = "PoweredOff"
+POWERED_ON = "PoweredOn"
+FENCED = "Fenced"
+UNFENCED = "Unfenced"
+FAILED_FENCING = "FailedFencing"
 
 
 def _plural(count, word):
@@ -119,6 +123,19 @@ def began_decommission(events, node, pods, vm_count):
 
 def powered_off(events, node, by):
     events.normal(node_ref(node), POWERED_OFF, "PowerOff", "Machine powered off: %s" % by)
+
+
+def powered_on(events, node, by):
+    events.normal(node_ref(node), POWERED_ON, "PowerOn", "Machine powered on: %s" % by)
+
+
+def fenced(events, node, taint):
+    events.normal(node_ref(node), FENCED, "Taint",
+                  "Fenced: machine off, tainted %s (its pods are deleted, its volumes detached)" % taint)
+
+
+def unfenced(events, node, taint):
+    events.normal(node_ref(node), UNFENCED, "Taint", "Unfenced: machine on, node Ready, taint %s removed" % taint)
 
 
 def decommissioned(events, node, result):

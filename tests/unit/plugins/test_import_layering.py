@@ -34,7 +34,8 @@ PACKAGES = (
     "notifications",     # webhook messages of a run
     "node_maintenance",  # entering and leaving maintenance
     "rolling",           # the rolling run: preflight, batches, verification
-    "decommission",      # removing a node for good, power
+    "decommission",      # removing a node for good, how its power-off is established
+    "fence",             # fencing a dead node: machine off, then out of service
 )
 
 

@@ -1,11 +1,12 @@
-"""The decisions of module_utils/decommission/power.py: when a kubelet still heartbeats, how a node's power-off is
-established (or why it is refused), and which BareMetalHost a node's providerID names."""
+"""The decisions of module_utils/decommission/power.py (when a kubelet still heartbeats, how a node's power-off is
+established, or why it is refused) and of machine/metal3.py (which BareMetalHost a node's providerID names)."""
 
 import time
 
 import pytest
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommission import power
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import metal3
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common import timeutil
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import BlockedError, InvalidInputError
 
@@ -117,13 +118,13 @@ def test_decide_refuses_a_not_ready_node_without_proof_it_is_off(power_off):
     (None, None),
 ])
 def test_bmh_reference_from_the_provider_id(provider_id, expected):
-    found = power.bmh_reference(node(provider_id=provider_id))
+    found = metal3.bmh_reference(node(provider_id=provider_id))
     assert (found[:2] if found else None) == expected
 
 
 def test_bmh_option_wins_over_the_provider_id():
     given = {"name": "rack2-host9", "namespace": "metal"}
-    assert power.bmh_reference(node(provider_id="metal3://a/b/c"), given) == ("metal", "rack2-host9", "the bmh option")
+    assert metal3.bmh_reference(node(provider_id="metal3://a/b/c"), given) == ("metal", "rack2-host9", "the bmh option")
 
 
 class _Client:
@@ -149,8 +150,8 @@ def host(name, namespace="metal", uid="uid-1", online=True, powered=True):
 
 def test_find_bmh_by_name_and_by_legacy_uid():
     client = _Client([host("h1", uid="u-1"), host("h2", uid="u-2")])
-    assert power.find_bmh(client, "worker-1", node(provider_id="metal3://metal/h2/m"))["metadata"]["name"] == "h2"
-    assert power.find_bmh(client, "worker-1", node(provider_id="metal3://u-1"))["metadata"]["name"] == "h1"
+    assert metal3.find_bmh(client, "worker-1", node(provider_id="metal3://metal/h2/m"))["metadata"]["name"] == "h2"
+    assert metal3.find_bmh(client, "worker-1", node(provider_id="metal3://u-1"))["metadata"]["name"] == "h1"
 
 
 @pytest.mark.parametrize("client, provider_id, start", [
@@ -161,11 +162,5 @@ def test_find_bmh_by_name_and_by_legacy_uid():
 ])
 def test_find_bmh_refuses_with_one_sentence(client, provider_id, start):
     with pytest.raises(InvalidInputError) as caught:
-        power.find_bmh(client, "worker-1", node(provider_id=provider_id))
+        metal3.find_bmh(client, "worker-1", node(provider_id=provider_id))
     assert caught.value.msg.startswith(start), caught.value.msg
-
-
-def test_power_off_patch_only_when_the_host_is_still_asked_to_be_on():
-    assert power.power_off_patch(host("h1")) == {"spec": {"online": False}}
-    assert power.power_off_patch(host("h1", online=False)) is None
-    assert power.powered_on(host("h1", powered=False)) is False and power.powered_on({}) is None
