@@ -18,7 +18,7 @@ description:
   - With O(state=present) the machine is powered off through its BMC (C(ComputerSystem.Reset ForceOff) over
     Redfish with O(bmc), or C(spec.online=false) on its Metal3 BareMetalHost), the module waits until the BMC
     reports it off, and only then taints the node C(node.kubernetes.io/out-of-service=nodeshutdown:NoExecute)
-    (Kubernetes non-graceful node shutdown): its pods are force-deleted and its volumes detached, and VMs with run
+    (Kubernetes non-graceful node shutdown), so that its pods are force-deleted and its volumes detached, and VMs with run
     strategy C(Always) or C(RerunOnFailure) start on other nodes at once. The module waits for them
     (O(wait_for_vms)) and reports the others in RV(vms.not_restarted) with the reason.
   - A node whose kubelet still heartbeats is refused with nothing changed (a live node is drained with
