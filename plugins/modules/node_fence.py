@@ -31,6 +31,8 @@ description:
     meanwhile; O(state=absent) restores it.
   - With O(state=absent) the machine is powered on, the module waits for the node to be Ready again (a new boot ID),
     then removes the taint.
+author:
+  - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
   name:
     description: Name of the node.

@@ -326,3 +326,17 @@ def failed_at(migration):
         if entry.get("phase") == "Failed":
             return entry.get("phaseTransitionTimestamp")
     return None
+
+
+def wait_node_pods_ready(k8s, node, timeout=300):
+    """Until every pod bound to ``node`` that has not ended is Ready: a node that came back (its kubelet
+    alive again, its machine booted) puts back the readiness the node-lifecycle controller took from its
+    pods within its status sync, after the node itself is Ready."""
+    core = client.CoreV1Api(k8s)
+
+    def ready():
+        pods = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % node).items
+        return all({c.type: c.status for c in p.status.conditions or []}.get("Ready") == "True"
+                   for p in pods if p.status.phase not in ("Succeeded", "Failed") and not p.metadata.deletion_timestamp)
+
+    wait_for(ready, timeout, "the pods of node %s to be Ready again" % node, interval=1)

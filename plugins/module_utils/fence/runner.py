@@ -104,9 +104,8 @@ def _fence(module, client, name, node, machine, deadline, result):
         result["vms"]["restarted"] = [{"namespace": vm["namespace"], "name": vm["name"], "node": None}
                                       for vm in restarting]
         return result
-    require(client, [Permission("patch", "nodes"), Permission("watch", "virtualmachineinstances",
-                                                               group="kubevirt.io")]
-            + machine.permissions(), "fence node %s" % name)
+    needed = [Permission("patch", "nodes"), Permission("watch", "virtualmachineinstances", group="kubevirt.io")]
+    require(client, needed + machine.permissions(), "fence node %s" % name)
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
     node = pause_remediation(client, node, pauses, progress, result)
     with restored_on_failure(module, name, progress, result, "Fencing"):
@@ -122,7 +121,7 @@ def _fence(module, client, name, node, machine, deadline, result):
             result["machine"].update(power_state="Off", actions=actions)
             story.powered_off(module.events, node, "%s, %s" % (
                 machine.describe(), ", ".join(actions) or "it was off already"))
-            node, _ = node_marks.update_node(client, name, _taint_change(True), node=node)
+            node = node_marks.update_node(client, name, _taint_change(True), node=node)[0]
             result["fenced"] = True
             story.fenced(module.events, node, TAINT_TEXT)
             progress.line("phase=Running machine off, node tainted %s" % TAINT_TEXT)
@@ -201,12 +200,12 @@ def _unfence(module, client, name, node, machine, deadline, result):
                                describe_pending=lambda: nodes_mod.not_ready_reason(
                                    client.get_or_none("Node", name) or {}))
     except WaitTimeoutError as exc:
+        pending = exc.details.get("pending") or "no answer"
         raise WaitTimeoutError("Node %s was not unfenced: its machine is on, but the node was not Ready within %ds "
-                               "(%s); the node stays tainted." % (name, round(deadline.seconds),
-                                                                 exc.details.get("pending") or "no answer"),
+                               "(%s); the node stays tainted." % (name, round(deadline.seconds), pending),
                                **result) from exc
     result["boot_id"] = {"before": boot_before, "after": _boot_id(node)}
-    node, _ = node_marks.update_node(client, name, _taint_change(False), node=node)
+    node = node_marks.update_node(client, name, _taint_change(False), node=node)[0]
     result["fenced"] = False
     story.unfenced(module.events, node, TAINT_TEXT)
     if params["pause_remediation"]:

@@ -241,6 +241,7 @@ def bmc_worker(lab, k8s):
                 and (current.metadata.labels or {}).get("kubevirt.io/schedulable") == "true")
 
     wait_for(back, 600, "node %s to be a Ready KubeVirt node again" % node)
+    workloads.wait_node_pods_ready(k8s, node, 600)
 
 
 def bmc_option(entry, **changes):

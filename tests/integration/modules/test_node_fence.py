@@ -38,6 +38,7 @@ def machine(lab, k8s):
     taints = [t for t in core.read_node(node).spec.taints or [] if t.key != OUT_OF_SERVICE]
     core.patch_node(node, {"spec": {"taints": [t.to_dict() for t in taints] or None}})
     wait_for(lambda: lab_nodes._all(k8s, [node], lab_nodes.is_recovered), WAIT, "node %s Ready again" % node)
+    workloads.wait_node_pods_ready(k8s, node, WAIT)
 
 
 def bmc_option(entry):
