@@ -11,9 +11,12 @@ What a real node does with a virt-launcher pod, beyond what KWOK's stages do:
   VMI) goes at once.
 - Exit: virt-launcher exits when its domain is gone: after the guest ended (VMI final),
   on the source once a migration completed, on the target once a migration failed
-  (``SignalTargetPodCleanup``). The pod then turns ``Succeeded`` (all containers
-  terminated with exit code 0, reason Completed), as ``kubectl get pods`` shows
-  ``Completed`` after a live migration.
+  (``SignalTargetPodCleanup``), or when the source's machine died mid-transfer (the
+  target's libvirt drops the source's connection after its keepalive and destroys the
+  incoming domain; virt-launcher's process monitor sees qemu gone and it exits:
+  ``cmd/virt-launcher/virt-launcher.go``; see handler_migration.py). The pod then turns
+  ``Succeeded`` (all containers terminated with exit code 0, reason Completed), as
+  ``kubectl get pods`` shows ``Completed`` after a live migration.
 
 - Image IDs: a kubelet reports each container's ``imageID`` (the image's digest);
   KWOK leaves it empty. virt-controller needs it to migrate a VMI with containerDisks
@@ -28,8 +31,8 @@ import hashlib
 
 from lab.standins import kube as k
 from lab.standins import objects as o
-from lab.standins.handler_migration import migration_done
-from lab.standins.handler_nodes import node_failed
+from lab.standins.handler_migration import connection_lost_in, holder_changed, migration_done
+from lab.standins.handler_nodes import NODE_LEASE_NAMESPACE, node_failed
 from lab.standins.handler_vmi import guest_pod
 from lab.standins.workqueue import Controller
 
@@ -63,6 +66,18 @@ def guest_runs_in(sim, vmi, pod):
     return held is not None and o.meta(held, "uid") == o.meta(pod, "uid")
 
 
+def incoming_migration_lost_in(sim, vmi, pod):
+    """For the target pod of a migration under way whose source machine died: seconds until the
+    target's libvirt drops the source's connection and destroys the incoming domain (0: done);
+    None for any other pod."""
+    if vmi is None or o.vmi_is_final(vmi) or not in_flight_target(vmi, pod):
+        return None
+    state = o.status(vmi).get("migrationState") or {}
+    if not state.get("startTimestamp") or state.get("endTimestamp") or guest_runs_in(sim, vmi, pod):
+        return None
+    return connection_lost_in(sim, state.get("sourceNode"))
+
+
 def launcher_exited(sim, vmi, pod):
     """Whether virt-launcher in this (not deleted) pod has exited."""
     if vmi is None:
@@ -71,8 +86,11 @@ def launcher_exited(sim, vmi, pod):
         return True
     state = o.status(vmi).get("migrationState") or {}
     if in_flight_target(vmi, pod) and not guest_runs_in(sim, vmi, pod):
-        # A target is told to clean up once its migration failed.
-        return migration_done(state) and bool(state.get("failed"))
+        # A target is told to clean up once its migration failed, and loses its incoming
+        # domain when the source's machine died.
+        if migration_done(state) and bool(state.get("failed")):
+            return True
+        return incoming_migration_lost_in(sim, vmi, pod) == 0
     if guest_runs_in(sim, vmi, pod):
         return False
     # A pod the guest has left: the source of the last migration, once it completed.
@@ -92,6 +110,15 @@ class LauncherPods(Controller):
         super().__init__(sim)
         sim.pods.add_handler(self._on_pod)
         sim.vmis.add_handler(self._on_vmi)
+        sim.leases.add_handler(self._on_lease)
+
+    def _on_lease(self, event, lease, old):
+        """A node died: the target pods of the migrations from it."""
+        if o.meta(lease, "namespace") != NODE_LEASE_NAMESPACE or not holder_changed(event, lease, old):
+            return
+        for vmi in self.sim.vmis.list():
+            if (o.status(vmi).get("migrationState") or {}).get("sourceNode") == o.meta(lease, "name"):
+                self._on_vmi(event, vmi, None)
 
     def _on_pod(self, event, pod, old):
         if event != "DELETED" and o.labels(pod).get(o.APP_LABEL) == o.LAUNCHER:
@@ -125,6 +152,7 @@ class LauncherPods(Controller):
             self._complete(pod)
         elif o.pod_phase(pod) == "Running":
             self._report_image_ids(pod)
+            return incoming_migration_lost_in(self.sim, vmi, pod) or None
         return None
 
     def _report_image_ids(self, pod):

@@ -35,15 +35,52 @@ of the transfer, reported by the source as a real failure; virt-controller then 
 the migration object and (for evacuations) retries with its own backoff. Another:
 ``kubevirt-ops.lab/hold-migration: "true"`` on the VMI or its VM holds every migration at the
 end of the transfer (the migration object stays Running) until the annotation is removed.
+
+A machine that dies mid-transfer (``lab/nodes.py fail``, or powered off through its BMC:
+handler_nodes.node_failed) runs nothing any more: its handler and launchers write nothing.
+What the side that lives on does (kubevirt v1.7 and v1.8 alike):
+
+- Target dead: the source's libvirt loses its connection to the destination libvirtd, by
+  libvirt's keepalive (qemu.conf ``keepalive_interval`` 5 s, ``keepalive_count`` 5: dropped
+  after interval * (count + 1) = 30 s of silence) or at once when the target's launcher
+  ended on a living host; ``MigrateToURI3`` fails with "Lost connection to destination
+  host" (libvirt ``qemuMigrationAnyCompleted``), virt-launcher records it as the result
+  (``migrateHelper`` -> ``setMigrationResult`` in
+  ``pkg/virt-launcher/virtwrap/live-migration-source.go``) and the source handler copies
+  ``failed``, ``failureReason`` and ``endTimestamp`` into ``migrationState``
+  (``setMigrationProgressStatus`` in ``pkg/virt-handler/migration-source.go``).
+  virt-controller then fails the migration ("source node reported migration failed",
+  ``updateStatus`` in ``pkg/virt-controller/watch/migration/migration.go``). The dead
+  target's pod stays Running in the API, so virt-controller's evacuation controller does
+  not retry an evacuation while it does (``VMIActivePodsCount`` > 1 in
+  ``pkg/virt-controller/watch/drain/evacuation/evacuation.go``): it retries once that pod
+  is down or gone (the machine boots, or the node is fenced or deleted).
+- Source dead: nothing more arrives on the target, whose handler reports nothing (no
+  ready domain, no completion: ``updateStatus`` in ``pkg/virt-handler/migration-target.go``
+  writes nothing while the migration runs). The target's libvirt drops the source's
+  connection after the same 30 s and destroys the incoming domain, and virt-launcher exits
+  with its qemu (``cmd/virt-launcher/virt-launcher.go``: the process monitor, then
+  ``waitForFinalNotify``): handler_launcher.py ends the target pod, and virt-controller
+  fails the migration ("target pod shutdown during migration", ``PodIsDown``). The VMI is
+  not moved: it keeps its dead source node, phase Running and a ``migrationState`` that
+  never ends (nobody writes its end: virt-controller only does while the migration had not
+  started, ``handleMarkMigrationFailedOnVMI``). When the source machine boots, its handler
+  finds no domain and, the migration still "in progress", leaves the VMI alone
+  (``isMigrationInProgress`` in ``pkg/virt-handler/vm.go`` ``execute`` and
+  ``pkg/virt-handler/controller.go``; ``processVMI`` in migration-source.go: domain not alive).
+
+The 30 s count from the dead node's last heartbeat (its Lease's ``renewTime``, which the
+death leaves alone), so they survive a restart of this process.
 """
 
+import datetime
 import hashlib
 import time
 
 from lab.standins import kube as k
 from lab.standins import objects as o
-from lab.standins.handler_nodes import handler_alive, migration_address
-from lab.standins.handler_vmi import update_vmi
+from lab.standins.handler_nodes import NODE_LEASE_NAMESPACE, handler_alive, migration_address, node_failed
+from lab.standins.handler_vmi import guest_pod, update_vmi
 from lab.standins.workqueue import Controller
 
 CREATE_MIGRATION_TARGET_ANNOTATION = "kubevirt.io/create-migration-target"
@@ -51,11 +88,45 @@ EVICTION_SOURCE_ANNOTATION = "kubevirt.io/eviction-source"
 OUTDATED_LAUNCHER_IMAGE_LABEL = "kubevirt.io/outdatedLauncherImage"
 FAILED_BY_KNOB = f"Live migration failed: the VM is annotated {o.FAIL_MIGRATION_ANNOTATION}"
 ABORTED = "Live migration aborted "  # sic, virt-launcher's live-migration-source.go
+# libvirt's keepalive on a migration's connections (qemu.conf and virtqemud.conf defaults:
+# keepalive_interval 5, keepalive_count 5): a silent peer is dropped after 5 * (5 + 1) s.
+CONNECTION_TIMEOUT_SECONDS = 30.0
+# MigrateToURI3's error as virt-launcher records it (err.Error() of libvirt-go's Error:
+# VIR_ERR_OPERATION_FAILED = 9, VIR_FROM_QEMU = 10).
+LOST_TARGET = "virError(Code=9, Domain=10, Message='operation failed: Lost connection to destination host')"
 
 
 def migration_done(state):
     """migration-source.go ``isMigrationDone``."""
     return not state or bool(state.get("endTimestamp") and (state.get("completed") or state.get("failed")))
+
+
+def _lease_time(value):
+    """A Lease's MicroTime ("2026-11-28T13:11:05.123456Z") as an aware datetime, or None."""
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
+def connection_lost_in(sim, node):
+    """Seconds until a migration's connection to ``node`` is dropped because its machine died
+    (0: dropped), or None while it lives. The death is dated by the node's last heartbeat."""
+    if not node or not node_failed(sim, node):
+        return None
+    lease = sim.leases.get_by(NODE_LEASE_NAMESPACE, node) or {}
+    died = _lease_time(o.spec(lease).get("renewTime"))
+    if died is None:
+        return 0.0
+    silent = (datetime.datetime.now(datetime.timezone.utc) - died).total_seconds()
+    return max(0.0, CONNECTION_TIMEOUT_SECONDS - silent)
+
+
+def holder_changed(event, lease, old):
+    """Whether a node Lease event is more than a renewal: created, deleted or handed over."""
+    if event != "MODIFIED" or old is None:
+        return True
+    return o.spec(old).get("holderIdentity") != o.spec(lease).get("holderIdentity")
 
 
 def target_pod(sim, vmi, state):
@@ -91,6 +162,18 @@ class MigrationHandler(Controller):
         sim.vmis.add_handler(self._on_vmi)
         sim.pods.add_handler(self._on_pod)
         sim.vms.add_handler(self._on_vm)
+        sim.leases.add_handler(self._on_lease)
+
+    def _on_lease(self, event, lease, old):
+        """A node died or came back (its Lease changed hands; renewals are not looked at): the
+        migrations from and to it."""
+        if o.meta(lease, "namespace") != NODE_LEASE_NAMESPACE or not holder_changed(event, lease, old):
+            return
+        node = o.meta(lease, "name")
+        for vmi in self.sim.vmis.list():
+            state = o.status(vmi).get("migrationState") or {}
+            if node in (state.get("sourceNode"), state.get("targetNode")):
+                self.enqueue(k.key_of(vmi))
 
     def _on_vmi(self, event, vmi, old):
         if o.status(vmi).get("migrationState") or (old and o.status(old).get("migrationState")):
@@ -167,6 +250,11 @@ class MigrationHandler(Controller):
                 return True, None
             return False, None
         # The source started: the incoming domain exists on the target.
+        if node_failed(self.sim, state.get("sourceNode")):
+            # Its machine died: nothing more arrives, nothing is reported here; the incoming
+            # domain goes with the source's connection and the target launcher with it
+            # (handler_launcher.py, ``incoming_migration_lost_in``).
+            return False, None
         new = dict(state)
         if not new.get("targetNodeDomainDetected"):
             new["targetNodeDomainDetected"] = True
@@ -222,6 +310,11 @@ class MigrationHandler(Controller):
 
     def _source(self, vmi, state):
         uid = state["migrationUid"]
+        if guest_pod(self.sim, vmi) is None:
+            # No domain here (its launcher ended, e.g. the machine rebooted under it): nothing
+            # to migrate and nothing to report (migration-source.go ``processVMI``,
+            # ``setMigrationProgressStatus`` without a domain).
+            return False, None
         if state.get("abortRequested"):
             return self._report_failure(vmi, state, ABORTED, abort=True)
         if not state.get("startTimestamp"):
@@ -241,6 +334,11 @@ class MigrationHandler(Controller):
                 state.get("targetNode"),
             )
             return True, None
+        lost = self._target_lost_in(vmi, state)
+        if lost is not None:
+            if lost > 0:
+                return False, lost  # libvirt's keepalive has not given up on the target yet
+            return self._report_failure(vmi, state, LOST_TARGET)
         left = self._transfer_left(vmi, state)
         if left > 0:
             return False, left
@@ -249,6 +347,15 @@ class MigrationHandler(Controller):
         if o.fails_migrations(vmi, self._vm(vmi)):
             return self._report_failure(vmi, state, FAILED_BY_KNOB)
         return False, None  # success is the target's to acknowledge
+
+    def _target_lost_in(self, vmi, state):
+        """Seconds until the source loses its connection to the target (0: lost), None while
+        the target lives: its machine died (libvirt's keepalive), or its launcher ended or went
+        away on a living host (the connection closes at once)."""
+        pod = target_pod(self.sim, vmi, state)
+        if pod is None or o.pod_phase(pod) in ("Succeeded", "Failed"):
+            return 0.0
+        return connection_lost_in(self.sim, state.get("targetNode") or o.pod_node(pod))
 
     def _report_failure(self, vmi, state, reason, abort=False):
         new = dict(state, failed=True, failureReason=reason, endTimestamp=o.now())

@@ -18,6 +18,7 @@ import json
 import re
 import subprocess
 import threading
+import time
 
 import pytest
 from kubernetes import client, watch
@@ -1617,3 +1618,145 @@ def test_a_vmi_whose_launcher_pod_failed_fails_and_always_starts_it_again(lab, n
     core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {"phase": "Failed"}})
     again = wait_vmi_running(lab, namespace, "oom", other_than_uid=before["metadata"]["uid"])
     assert again["metadata"]["uid"] != before["metadata"]["uid"]
+
+
+# -- a machine dies in the middle of a live migration -------------------------------------------
+
+HOLD_MIGRATION = "kubevirt-ops.lab/hold-migration"
+LOST_TARGET = "operation failed: Lost connection to destination host"
+
+
+# How long a refused retry is watched for: the evacuation controller acts on the failure's event.
+EVACUATION_QUIET = 20
+
+
+def stays(predicate, seconds, what):
+    """``predicate`` holds all along ``seconds`` (an absence can only be watched for a while)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert predicate(), f"no longer {what}"
+        time.sleep(1)
+
+
+def node_taints(k8s, node):
+    return k8s.sanitize_for_serialization(client.CoreV1Api(k8s).read_node(node).spec.taints or [])
+
+
+def migration_under_way(lab, namespace, vmi_name):
+    """The VMI's migration Running, its target holding the incoming domain: (migration, VMI)."""
+    def under_way():
+        vmi = get(lab, namespace, "vmi", vmi_name)
+        state = status(vmi).get("migrationState") or {}
+        for migration in items(lab, namespace, "vmim"):
+            if (status(migration).get("phase") == "Running" and state.get("targetNodeDomainDetected")
+                    and state.get("migrationUid") == migration["metadata"]["uid"]):
+                return migration, vmi
+        return None
+
+    return wait(under_way, f"the migration of {vmi_name} under way")
+
+
+def migration_ended(lab, namespace, uid):
+    return wait(lambda: next((m for m in items(lab, namespace, "vmim") if m["metadata"]["uid"] == uid
+                              and status(m).get("phase") in ("Succeeded", "Failed")), None),
+                "the migration to end")
+
+
+def test_a_live_migration_fails_when_its_source_machine_dies_mid_transfer(lab, namespace, machine_of,
+                                                                           restore_nodes):
+    """The source machine powered off while the guest's memory is on its way: nothing more reaches
+    the target, whose virt-handler reports nothing; its libvirt drops the source after its keepalive,
+    the incoming domain goes and the target's virt-launcher exits, so virt-controller fails the
+    migration (target pod down: pkg/virt-controller/watch/migration/migration.go updateStatus). The
+    VM is not reported migrated: the VMI keeps its dead source node and a migration state nobody ends
+    (page: silent)."""
+    source, target = "lab-worker-3", "lab-worker-4"
+    cordon_all_but(lab, [source])
+    apply(lab, namespace, vm("doomed", memory="256Mi", annotations={HOLD_MIGRATION: "true"}))
+    before = wait_vmi_running(lab, namespace, "doomed")
+    assert status(before)["nodeName"] == source
+    lab.kubectl("uncordon", target)
+    virtctl(lab, namespace, "doomed", "migrate")
+    migration, vmi = migration_under_way(lab, namespace, "doomed")
+    assert status(vmi)["migrationState"]["targetNode"] == target
+
+    machine_of(source).reset("ForceOff")
+    api = lab_nodes.api_client(lab.kubeconfig)
+    wait(lambda: lab_nodes._all(api, [source], lab_nodes.is_failed), f"node {source} NotReady")
+    # Nothing holds the transfer back any more but the dead source.
+    lab.kubectl("annotate", "vm", "doomed", f"{HOLD_MIGRATION}-", "-n", namespace)
+    ended = migration_ended(lab, namespace, migration["metadata"]["uid"])
+    assert status(ended)["phase"] == "Failed"
+    vmi = get(lab, namespace, "vmi", "doomed")
+    state = status(vmi)["migrationState"]
+    assert vmi["metadata"]["uid"] == before["metadata"]["uid"]
+    assert (status(vmi)["nodeName"], vmi["metadata"]["labels"]["kubevirt.io/nodeName"]) == (source, source)
+    assert status(vmi)["phase"] == "Running"  # its launcher pod is still Running in the API
+    assert not state.get("completed") and not state.get("targetNodeDomainReadyTimestamp"), state
+    assert state["migrationUid"] == migration["metadata"]["uid"] and not state.get("endTimestamp"), state
+    target_pod = get(lab, namespace, "pod", state["targetPod"])
+    assert target_pod["spec"]["nodeName"] == target and status(target_pod)["phase"] == "Succeeded"
+
+
+def test_a_live_migration_fails_when_its_target_machine_dies_mid_transfer(lab, namespace, k8s,
+                                                                           restore_nodes):
+    """The target node dies while an evacuation's transfer is under way: the source's libvirt loses
+    the destination (keepalive) and virt-handler reports the failure, so virt-controller fails the
+    migration ("source node reported migration failed"). The dead target's pod stays Running in the
+    API, and while it does the evacuation is not retried (VMIActivePodsCount > 1 in
+    pkg/virt-controller/watch/drain/evacuation/evacuation.go); once the node is fenced and the pod
+    gone, the evacuation is retried and the VM moves elsewhere, the same VMI (page: silent)."""
+    source, target, spare = "lab-worker-3", "lab-worker-4", "lab-worker-2"
+    cordon_all_but(lab, [source])
+    apply(lab, namespace, vm("stranded", memory="256Mi", eviction="LiveMigrate",
+                              annotations={HOLD_MIGRATION: "true"}))
+    before = wait_vmi_running(lab, namespace, "stranded")
+    assert status(before)["nodeName"] == source
+    lab.kubectl("uncordon", target)
+    core = client.CoreV1Api(k8s)
+    (pod,) = launcher_pods(lab, namespace, before["metadata"]["uid"])
+    name = pod["metadata"]["name"]
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod_eviction(
+            name, namespace, client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace)))
+    assert refused.value.status == 429
+    assert evacuation_triggered(namespace, "stranded") in json.loads(refused.value.body)["message"]
+    migration, vmi = migration_under_way(lab, namespace, "stranded")
+    assert migration["metadata"]["name"].startswith("kubevirt-evacuation-")
+    assert status(vmi)["migrationState"]["targetNode"] == target
+
+    lab.node_fail(target)
+    try:
+        ended = migration_ended(lab, namespace, migration["metadata"]["uid"])
+        assert status(ended)["phase"] == "Failed"
+        vmi = get(lab, namespace, "vmi", "stranded")
+        state = status(vmi)["migrationState"]
+        assert vmi["metadata"]["uid"] == before["metadata"]["uid"] and status(vmi)["nodeName"] == source
+        assert state["migrationUid"] == migration["metadata"]["uid"], state
+        assert state["failed"] is True and state.get("endTimestamp") and not state.get("completed"), state
+        assert LOST_TARGET in state["failureReason"], state
+        dead_pod = get(lab, namespace, "pod", state["targetPod"])
+        assert status(dead_pod)["phase"] == "Running"  # its kubelet is dead
+        # A node to go to and nothing holding the transfer: still no second try while the dead pod
+        # counts as active (the evacuation controller would create it at once, on the failure).
+        lab.kubectl("uncordon", spare)
+        lab.kubectl("annotate", "vm", "stranded", f"{HOLD_MIGRATION}-", "-n", namespace)
+        stays(lambda: [m["metadata"]["uid"] for m in items(lab, namespace, "vmim")] == [migration["metadata"]["uid"]]
+              and status(get(lab, namespace, "vmi", "stranded"))["nodeName"] == source,
+              EVACUATION_QUIET, "the failed evacuation alone, the VMI on its source")
+        # Fenced (non-graceful node shutdown): kube-controller-manager's pod GC deletes the dead pod.
+        core.patch_node(target, {"spec": {"taints": node_taints(k8s, target) + [OUT_OF_SERVICE]}})
+        moved = wait(lambda: (v := get(lab, namespace, "vmi", "stranded")) and status(v).get("nodeName") != source
+                     and v, "the evacuation retried once the dead target pod is gone")
+        assert moved["metadata"]["uid"] == before["metadata"]["uid"] and status(moved)["nodeName"] == spare
+        retried = [m for m in items(lab, namespace, "vmim") if m["metadata"]["uid"] != migration["metadata"]["uid"]]
+        assert [m["metadata"]["name"].startswith("kubevirt-evacuation-") for m in retried] == [True]
+        assert wait(lambda: status(get(lab, namespace, "vmim", retried[0]["metadata"]["name"])).get("phase")
+                    == "Succeeded", "the retried evacuation Succeeded")
+    finally:
+        kept = [t for t in node_taints(k8s, target) if t["key"] != OUT_OF_SERVICE["key"]]
+        core.patch_node(target, {"spec": {"taints": kept}})
+        lab.node_recover(target)
+        wait(lambda: any(p["spec"].get("nodeName") == target and status(p).get("phase") == "Running"
+                         for p in items(lab, "kubevirt", "pods", "kubevirt.io=virt-handler")),
+             f"virt-handler running on {target} again")

@@ -5,12 +5,14 @@ virt-controller; these pin down upstream's rules (pkg/virt-handler/vm.go) with t
 exact input that would break them.
 """
 
+import datetime
+
 import pytest
 import yaml
 
 from lab import kwok
 from lab.standins import handler_migratability as m
-from lab.standins.handler_migration import migration_done
+from lab.standins.handler_migration import CONNECTION_TIMEOUT_SECONDS, connection_lost_in, migration_done
 
 
 def vmi(devices=None, volumes=(), volume_status=(), networks=None, annotations=None, domain=None):
@@ -103,6 +105,33 @@ def test_migration_done_needs_an_end_and_an_outcome():
     assert not migration_done({"migrationUid": "u", "endTimestamp": "t"})
     assert migration_done({"migrationUid": "u", "endTimestamp": "t", "failed": True})
     assert migration_done({"migrationUid": "u", "endTimestamp": "t", "completed": True})
+
+
+class _Leases:
+    def __init__(self, **leases):
+        self.leases = leases
+
+    def get_by(self, namespace, name):
+        return self.leases.get(name) if namespace == "kube-node-lease" else None
+
+
+class _Sim:
+    def __init__(self, **leases):
+        self.leases = _Leases(**leases)
+
+
+def lease(holder, renewed_seconds_ago):
+    renewed = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=renewed_seconds_ago)
+    return {"spec": {"holderIdentity": holder, "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
+
+
+def test_a_dead_machine_drops_migration_connections_after_libvirts_keepalive():
+    sim = _Sim(alive=lease("alive", 60), dying=lease("lab-machine-off", 10), dead=lease("lab-node-fail", 31))
+    assert CONNECTION_TIMEOUT_SECONDS == 30  # keepalive_interval 5 * (keepalive_count 5 + 1)
+    assert connection_lost_in(sim, "alive") is None  # a live node, however old its last renewal
+    assert 15 < connection_lost_in(sim, "dying") <= 20
+    assert connection_lost_in(sim, "dead") == 0
+    assert connection_lost_in(sim, "") is None and connection_lost_in(sim, "unknown") is None
 
 
 def test_kwok_leaves_launcher_pods_to_the_handler_only_when_asked():
