@@ -17,6 +17,8 @@ options:
         runs the module.
       - The BMC is read before anything changes, so an address it does not answer on, or credentials it refuses, fail
         the task with nothing changed.
+      - Refused for a node whose C(spec.providerID) names an existing Metal3 BareMetalHost, whose operator would
+        power the machine back on behind the BMC; such a machine goes through its host.
     type: dict
     suboptions:
       address:

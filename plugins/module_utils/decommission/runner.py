@@ -22,7 +22,7 @@ import time
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.decommission import power
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import metal3, redfish
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import metal3, redfish, road
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import story
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import restart_elsewhere
@@ -192,6 +192,7 @@ def run(module):
     decision = decide() if powered_off else None
     _refuse_blockers(name, plan, policy, powered_off)
     decision = decision or decide()
+    road.refuse_bmc_of_a_managed_host(client, name, node, machine)
     host = metal3.find_bmh(client, name, node, params.get("bmh")) if decision.method == "bmh" else None
     if host is not None:
         metal3.Metal3Machine(client, host).refuse_power_off_if_disabled(node=name)

@@ -20,10 +20,27 @@ def check_options(params):
     return redfish.RedfishMachine(params["bmc"]) if params.get("bmc") else None
 
 
+def refuse_bmc_of_a_managed_host(client, name, node, machine):
+    """InvalidInputError when the task would power the machine straight through its BMC although the node's
+    providerID names a BareMetalHost: baremetal-operator powers a host back on while its ``spec.online`` is true
+    (``manageHostPower``), so the BMC road would be undone within a minute; such a machine goes through its host."""
+    if machine is None or metal3.bmh_reference(node) is None or not client.kind_served("BareMetalHost"):
+        return
+    namespace, host_name, how = metal3.bmh_reference(node)
+    if namespace is None:
+        return  # a legacy uid reference: found only by listing every host; left to the user
+    if client.get_or_none("BareMetalHost", host_name, namespace) is not None:
+        raise InvalidInputError(
+            "Node %s's machine is managed by BareMetalHost %s/%s (named by %s), whose operator would power it back on "
+            "behind the BMC; leave out bmc to go through the host." % (name, namespace, host_name, how),
+            option="bmc")
+
+
 def resolve(client, name, node, params, machine=None):
     """The machine of node ``name``: ``machine`` (check_options) or its BareMetalHost; InvalidInputError
     (one sentence) when the task names no road and the node names no host."""
     if machine is not None:
+        refuse_bmc_of_a_managed_host(client, name, node, machine)
         return machine
     if not params.get("bmh") and not client.kind_served("BareMetalHost"):
         raise InvalidInputError("Node %s has no road to its machine: give its BMC as bmc={address, username, "

@@ -164,3 +164,22 @@ def test_find_bmh_refuses_with_one_sentence(client, provider_id, start):
     with pytest.raises(InvalidInputError) as caught:
         metal3.find_bmh(client, "worker-1", node(provider_id=provider_id))
     assert caught.value.msg.startswith(start), caught.value.msg
+
+
+BMC = {"address": "https://bmc-1/redfish/v1/Systems/1", "username": "admin", "password": "hunter22"}
+
+
+def test_a_machine_its_bare_metal_host_manages_is_not_powered_through_its_bmc():
+    """baremetal-operator powers an online host back on behind the BMC: such a machine goes through its host."""
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import redfish, road
+
+    machine = redfish.RedfishMachine(BMC)
+    with pytest.raises(InvalidInputError) as caught:
+        road.resolve(_Client([host("h1")]), "worker-1", node(provider_id="metal3://metal/h1/m"), {}, machine)
+    assert caught.value.msg == (
+        "Node worker-1's machine is managed by BareMetalHost metal/h1 (named by its providerID metal3://metal/h1/m), "
+        "whose operator would power it back on behind the BMC; leave out bmc to go through the host.")
+    # No host to fear: the BMC is the road.
+    for client, provider_id in ((_Client([host("h1")]), "kwok://worker-1"), (_Client([]), "metal3://metal/h1/m"),
+                                (_Client([host("h1")], served=False), "metal3://metal/h1/m")):
+        assert road.resolve(client, "worker-1", node(provider_id=provider_id), {}, machine) is machine
