@@ -340,12 +340,11 @@ def main():
             args.DRAIN_OWNER,
             args.LOCK,
             args.BMC,
+            args.BMH,
             dict(
                 name=dict(type="str", required=True),
                 assume_powered_off=dict(type="bool", default=False),
                 power_off=dict(type="str", choices=["bmh", "manual", "redfish"]),
-                bmh=dict(type="dict", options=dict(name=dict(type="str", required=True),
-                                                   namespace=dict(type="str", required=True))),
                 reregistration_watch=dict(type="int", default=30),
                 wait_for_vms=dict(type="bool", default=True),
                 allow_last_schedulable_node=dict(type="bool", default=False),

@@ -204,11 +204,10 @@ def main():
         argument_spec=args.spec(
             args.LOCK,
             args.BMC,
+            args.BMH,
             dict(
                 name=dict(type="str", required=True),
                 state=dict(type="str", choices=["present", "absent"], default="present"),
-                bmh=dict(type="dict", options=dict(name=dict(type="str", required=True),
-                                                   namespace=dict(type="str", required=True))),
                 wait_for_vms=dict(type="bool", default=True),
                 pause_remediation=dict(type="bool", default=True),
                 progress_file=dict(type="path"),

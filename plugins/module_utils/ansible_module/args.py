@@ -101,6 +101,12 @@ BMC = {"bmc": {"type": "dict", "options": {
     "validate_certs": {"type": "bool", "default": True},
 }}}
 
+# A node's Metal3 BareMetalHost, when its providerID does not name it (module_utils/machine/metal3.py).
+BMH = {"bmh": {"type": "dict", "options": {
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+}}}
+
 AUTH_NAMES = tuple(AUTH)
 
 

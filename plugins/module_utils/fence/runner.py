@@ -136,14 +136,17 @@ def _fence(module, client, name, node, machine, deadline, result):
 
 def _vms_on(client, name):
     """The VMIs on the node, each {namespace, name, run_strategy, _vmi} (run_strategy None: no VM owns it)."""
+    vmis = [vmi for vmi in client.list("VirtualMachineInstance",
+                                       label_selector="%s=%s" % (kubevirt.NODE_NAME_LABEL, name))[0]
+            if kubevirt.vmi_node(vmi) == name and not kubevirt.vmi_is_final(vmi)]
+    owners = {}  # (namespace, VM name) -> VM, one list per namespace
+    for namespace in sorted(set(vmi["metadata"]["namespace"] for vmi in vmis)):
+        for vm in client.list("VirtualMachine", namespace=namespace)[0]:
+            owners[(namespace, vm["metadata"]["name"])] = vm
     vms = []
-    vmis = client.list("VirtualMachineInstance", label_selector="%s=%s" % (kubevirt.NODE_NAME_LABEL, name))[0]
     for vmi in vmis:
-        if kubevirt.vmi_node(vmi) != name or kubevirt.vmi_is_final(vmi):
-            continue
-        namespace = vmi["metadata"]["namespace"]
-        vm_name = kubevirt.vm_name_of(vmi)
-        vm = client.get_or_none("VirtualMachine", vm_name, namespace) if vm_name else None
+        namespace, vm_name = vmi["metadata"]["namespace"], kubevirt.vm_name_of(vmi)
+        vm = owners.get((namespace, vm_name)) if vm_name else None
         vms.append({"namespace": namespace, "name": vm_name or vmi["metadata"]["name"], "_vmi": vmi,
                     "run_strategy": kubevirt.vm_run_strategy(vm) if vm else None})
     return sorted(vms, key=lambda vm: (vm["namespace"], vm["name"]))

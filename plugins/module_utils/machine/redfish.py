@@ -88,12 +88,12 @@ class RedfishMachine:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def system(self):
-        """The sushy System, read afresh."""
+    def system(self, fresh=True):
+        """The sushy System: read afresh, or (``fresh=False``) as last read, for what a BMC does not change."""
         with self._errors("read"):
             if self._system is None:
                 self._system = self._connect(self)
-            else:
+            elif fresh:
                 self._system.refresh(force=True)
             return self._system
 
@@ -103,14 +103,14 @@ class RedfishMachine:
         return getattr(state, "value", state)
 
     def allowed_resets(self):
+        system = self.system(fresh=False)
         with self._errors("read the reset types of"):
-            return sorted(getattr(v, "value", v) for v in self.system().get_allowed_reset_system_values())
+            return sorted(getattr(v, "value", v) for v in system.get_allowed_reset_system_values())
 
     # -- acting ------------------------------------------------------------------------------
 
     def reset(self, reset_type):
         """``ComputerSystem.Reset`` with ``reset_type``; MachineError when the BMC does not accept it."""
-        system = self.system()
         allowed = self.allowed_resets()
         if allowed and reset_type not in allowed:
             raise MachineError("%s does not accept the reset type %s (it accepts %s)." % (
@@ -118,7 +118,7 @@ class RedfishMachine:
         from sushy.resources import constants
 
         with self._errors("reset (%s)" % reset_type):
-            system.reset_system(constants.ResetType(reset_type))
+            self.system(fresh=False).reset_system(constants.ResetType(reset_type))
 
     def wait_power(self, wanted, timeout, what=None):
         """Return once the BMC reports ``wanted`` (On or Off); WaitTimeoutError naming the last reading."""

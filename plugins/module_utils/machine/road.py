@@ -24,11 +24,11 @@ def refuse_bmc_of_a_managed_host(client, name, node, machine):
     """InvalidInputError when the task would power the machine straight through its BMC although the node's
     providerID names a BareMetalHost: baremetal-operator powers a host back on while its ``spec.online`` is true
     (``manageHostPower``), so the BMC road would be undone within a minute; such a machine goes through its host."""
-    if machine is None or metal3.bmh_reference(node) is None or not client.kind_served("BareMetalHost"):
+    reference = metal3.bmh_reference(node) if machine is not None else None
+    # A legacy uid reference (namespace None) is found only by listing every host: left to the user.
+    if reference is None or reference[0] is None or not client.kind_served("BareMetalHost"):
         return
-    namespace, host_name, how = metal3.bmh_reference(node)
-    if namespace is None:
-        return  # a legacy uid reference: found only by listing every host; left to the user
+    namespace, host_name, how = reference
     if client.get_or_none("BareMetalHost", host_name, namespace) is not None:
         raise InvalidInputError(
             "Node %s's machine is managed by BareMetalHost %s/%s (named by %s), whose operator would power it back on "
