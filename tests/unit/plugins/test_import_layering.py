@@ -3,6 +3,7 @@
 - Nothing under plugins/ imports the repository's lab, bench or tests: they are not shipped.
 - module_utils imports nothing of this collection but module_utils, and of Ansible only
   ansible.module_utils (module_utils travel to the managed node with the module).
+- Every __init__.py under plugins/ is empty (ansible-core 2.17 sanity: empty-init).
 - module_utils holds packages only, one concern each, in one order (PACKAGES, lowest first):
   a file imports its own package and the packages below it, never one above.
 """
@@ -116,6 +117,14 @@ def test_module_utils_holds_packages_in_the_order_only():
     top = sorted(name for name in os.listdir(MODULE_UTILS_DIR) if name != "__pycache__")
     assert [name for name in top if not os.path.isdir(os.path.join(MODULE_UTILS_DIR, name))] == []
     assert sorted(top) == sorted(PACKAGES)
+
+
+def test_every_package_init_is_empty():
+    """ansible-core 2.17's sanity test empty-init: a package says what it is in CONTRIBUTING.md, not in __init__.py."""
+    inits = [os.path.join(directory, "__init__.py") for directory, _dirs, files in os.walk(PLUGINS)
+             if "__init__.py" in files]
+    assert inits
+    assert [os.path.relpath(path, PLUGINS) for path in inits if os.path.getsize(path)] == []
 
 
 def test_no_package_imports_a_package_above_it():
