@@ -5,7 +5,9 @@
    PodDisruptionBudget. One VM would block a drain (LiveMigrate with a ReadWriteOnce disk);
    the demo's policy, ``non_migratable: shutdown``, shuts it down so that its run strategy
    (Always) starts it again on another node.
-3. Run ``playbooks/demo.yml`` (the rolling_maintenance role over every worker).
+3. Run ``playbooks/demo.yml`` (the rolling_maintenance role over every worker; while each is
+   drained, its machine gets a BIOS image and a BIOS setting through its Redfish BMC and restarts
+   through it), with the lab's ``bmc-inventory.yml`` beside ``localhost``.
 4. Check that every VM that ran before runs after, print the report's path and summary.
 5. Take the lab down, always, also when something failed.
 """
@@ -207,7 +209,8 @@ def main(argv=None):
         log("%d VMs running: %s" % (len(before), placement_table(before)))
         setup_done = time.monotonic()
 
-        rc = run([bin_dir / "ansible-playbook", REPO_ROOT / "playbooks" / "demo.yml",
+        rc = run([bin_dir / "ansible-playbook", "-i", state_dir / "bmc-inventory.yml",
+                  REPO_ROOT / "playbooks" / "demo.yml",
                   "-e", json.dumps({"rolling_maintenance_report_dir": args.reports})], env, check=False)
         playbook_seconds = time.monotonic() - setup_done
 
@@ -236,6 +239,10 @@ def main(argv=None):
             for node in data["nodes"]:
                 phases = ", ".join("%s %.0fs" % (name, p["seconds"] or 0) for name, p in node["phases"].items())
                 log("  %s %s in %.0fs (%s)" % (node["node"], node["status"], node["duration_seconds"] or 0, phases))
+                machine = node.get("machine")
+                if machine:
+                    log("    machine through %s: %s" % (machine.get("address") or machine.get("bmh"), ", ".join(
+                        "%s %.1fs" % (action["action"], action["seconds"] or 0) for action in machine["actions"])))
     except KeyboardInterrupt:
         rc = 130
     finally:

@@ -51,6 +51,10 @@ options:
     description: The node's host reboots next (V(drained)).
     type: bool
     default: false
+  machine:
+    description: The node's machine is serviced through its BMC next (V(drained)).
+    type: bool
+    default: false
   recorded_later:
     description: How many nodes of the node's batch are recorded after it, together (the host-based style; V(done),
       and for V(failed) whether the node is one of them).
@@ -81,7 +85,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_recor
 
 
 def run_progress(current, step, state=None, verify=None, outcome=None, with_batch=False, node_tasks=False,
-                 reboot=False, recorded_later=0, max_failures=0):
+                 reboot=False, recorded_later=0, max_failures=0, machine=False):
     if not isinstance(current, dict):
         raise AnsibleFilterError("run_progress: the input must be the entry of the node in flight (a dictionary).")
     if step == "failed":
@@ -91,7 +95,8 @@ def run_progress(current, step, state=None, verify=None, outcome=None, with_batc
                        recorded_later=bool(int(recorded_later or 0)))
     try:
         return progress(current, step, state=state, verify=verify, with_batch=bool(with_batch),
-                        node_tasks=bool(node_tasks), reboot=bool(reboot), recorded_later=int(recorded_later or 0))
+                        node_tasks=bool(node_tasks), reboot=bool(reboot), recorded_later=int(recorded_later or 0),
+                        machine=bool(machine))
     except ValueError as exc:
         raise AnsibleFilterError("run_progress: %s." % exc)
 

@@ -121,6 +121,8 @@ def record(state, node, current, now, method, verify=None, failed_task=None, fai
         "pods_evicted": drain.get("eviction_pods") or 0,
         "total_pods": drain.get("total_pods") or 0,
         "vms": drain.get("vms") or {},
+        # What node_machine did to the machine: its own result, or what its failure said of it.
+        "machine": current.get("machine") or (failed_result or {}).get("machine") if failed else current.get("machine"),
     }
     updated = dict(state)
     if failed:
@@ -185,12 +187,12 @@ def _count(value):
 
 
 def progress(current, step, state=None, verify=None, with_batch=False, node_tasks=False, reboot=False,
-             recorded_later=0):
+             recorded_later=0, machine=False):
     """The progress line of the node in flight (``current``) after ``step``:
 
     - ``enter``: it enters maintenance (pods and VMs on it at preflight);
     - ``drained``: its drain's figures (``with_batch``: the drain ran with its batch), then what comes
-      next (``node_tasks``, ``reboot``);
+      next (``node_tasks``, ``machine``: the machine serviced through its BMC, ``reboot``);
     - ``done``: Ready and schedulable, the VMs of the verification (``verify``), and the nodes of the
       run (``state``) left, less ``recorded_later`` nodes of the batch recorded after it.
     """
@@ -209,6 +211,8 @@ def progress(current, step, state=None, verify=None, with_batch=False, node_task
                                        _count(drain.get("pending_pods")), _count(vms.get("blocked")))]
         if node_tasks:
             words.append("Running the node tasks.")
+        if machine:
+            words.append("Servicing its machine through its BMC.")
         if reboot:
             words.append("Reboot simulated (a KWOK node has no machine): waiting for Ready." if detail.get("simulated")
                          else "Rebooting %s." % current.get("host"))

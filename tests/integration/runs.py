@@ -122,7 +122,11 @@ def _run(argv, kubeconfig, env, timeout):
 
 
 def playbook_argv(playbook, extra_vars=None, verbosity=0, inventory="localhost,"):
-    argv = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, "-c", "local", playbook]
+    """``inventory``: one source, or a list of them (each its own -i)."""
+    argv = [os.path.join(BIN, "ansible-playbook")]
+    for source in [inventory] if isinstance(inventory, str) else inventory:
+        argv += ["-i", str(source)]
+    argv += ["-c", "local", playbook]
     if extra_vars:
         argv += ["-e", json.dumps(extra_vars)]
     if verbosity:
@@ -130,9 +134,9 @@ def playbook_argv(playbook, extra_vars=None, verbosity=0, inventory="localhost,"
     return argv
 
 
-def playbook(kubeconfig, playbook_path, extra_vars=None, verbosity=0, env=None, timeout=1800):
+def playbook(kubeconfig, playbook_path, extra_vars=None, verbosity=0, env=None, timeout=1800, inventory="localhost,"):
     """Run a playbook to its end; returns a Run."""
-    return _run(playbook_argv(playbook_path, extra_vars, verbosity), kubeconfig, env, timeout)
+    return _run(playbook_argv(playbook_path, extra_vars, verbosity, inventory), kubeconfig, env, timeout)
 
 
 def _descendants(root):

@@ -151,3 +151,30 @@ class Metal3Machine:
                 describe_pending=lambda: "it still reports poweredOn=%s" % (
                     (self._read().get("status") or {}).get("poweredOn")))
         return asked
+
+    def restart(self, timeout, graceful=True):
+        """A power cycle through the host: ``spec.online=false``, ``poweredOn=false``, then ``spec.online=true``,
+        ``poweredOn=true`` (the operator's ``manageHostPower``); returns what was asked, as one text."""
+        asked = self.power_off(timeout / 2.0, graceful=graceful) + self.power_on(timeout / 2.0)
+        return ", ".join(asked) or "nothing (the host was on and asked to be)"
+
+    # -- firmware and BIOS: HostFirmwareComponents and HostFirmwareSettings, not yet taken --------
+
+    def _unsupported(self, what, option):
+        return InvalidInputError(
+            "Option %s: %s through a BareMetalHost (%s) are not supported by this version of the collection, and this "
+            "machine is reached through %s; nothing was changed." % (
+                option, what, "HostFirmwareComponents" if option == "firmware" else "HostFirmwareSettings",
+                self.describe()), option=option)
+
+    def firmware_versions(self):
+        raise self._unsupported("firmware updates", "firmware")
+
+    def update_firmware(self, component, image_uri, timeout):
+        raise self._unsupported("firmware updates", "firmware")
+
+    def bios_attributes(self, pending=False):
+        raise self._unsupported("BIOS settings", "bios")
+
+    def set_bios(self, attributes):
+        raise self._unsupported("BIOS settings", "bios")

@@ -9,6 +9,13 @@ the ``Systems`` links of a BMC's service root all give). Its power is ``PowerSta
 PoweringOff) and ``ComputerSystem.Reset`` (DMTF Redfish schema ``ComputerSystem.v1``); a BMC lists the
 reset types it accepts in ``ResetType@Redfish.AllowableValues``.
 
+Servicing (DMTF ``UpdateService.v1``, ``Bios.v1``): a firmware image is handed to the BMC with
+``UpdateService.SimpleUpdate`` (``ImageURI``, ``Targets``: the System for its BIOS, the inventory entry for any
+other component of ``UpdateService/FirmwareInventory``), whose task is followed until it ends; BIOS attributes
+are written to the System's ``Bios/Settings`` resource, pending until the machine restarts. Either takes
+effect when the machine next boots, as servers apply BIOS flashes and settings; the versions and attributes
+read after the restart say whether it did.
+
 Every error of the BMC or of the way to it becomes a ``MachineError`` of one sentence naming the BMC
 by its address; the password never appears in one. ``sushy`` is imported when a BMC is first
 reached, so the rest of the collection runs without it.
@@ -36,6 +43,11 @@ OFF = "Off"
 FORCE_OFF = "ForceOff"
 GRACEFUL_SHUTDOWN = "GracefulShutdown"
 POWER_ON = "On"
+GRACEFUL_RESTART = "GracefulRestart"
+FORCE_RESTART = "ForceRestart"
+POWER_CYCLE = "PowerCycle"
+# The component whose version the System itself reports (``BiosVersion``); others come from the inventory.
+BIOS = "bios"
 # How often a BMC is asked again while a power change takes effect (a BMC sends no events here).
 POLL_SECONDS = 1.0
 # A BMC answering 5xx is asked again this many times, this far apart, before it counts as failed.
@@ -69,7 +81,8 @@ class RedfishMachine:
         self.username = bmc["username"]
         self.password = bmc["password"]
         self.verify = (bmc.get("ca_path") or True) if bmc.get("validate_certs", True) else False
-        self._connect = connect or _sushy_system
+        self._connect = connect or _sushy_root
+        self._root = None
         self._system = None
 
     def describe(self, start=False):
@@ -92,7 +105,8 @@ class RedfishMachine:
         """The sushy System: read afresh, or (``fresh=False``) as last read, for what a BMC does not change."""
         with self._errors("read"):
             if self._system is None:
-                self._system = self._connect(self)
+                self._root = self._connect(self)
+                self._system = self._root.get_system(self.system_path)
             elif fresh:
                 self._system.refresh(force=True)
             return self._system
@@ -161,6 +175,89 @@ class RedfishMachine:
         self.wait_power(ON, timeout)
         return [POWER_ON]
 
+    def restart(self, timeout=None, graceful=True):
+        """``GracefulRestart`` when ``graceful`` and the BMC accepts it, else ``ForceRestart`` (``PowerCycle`` on a
+        BMC without it); returns the reset type sent, at once (``timeout`` is the other road's). Whether the
+        machine did restart is the node's to say (a new boot ID): a BMC may report On throughout."""
+        allowed = self.allowed_resets() or [GRACEFUL_RESTART, FORCE_RESTART]
+        for reset_type in ((GRACEFUL_RESTART,) if graceful else ()) + (FORCE_RESTART, POWER_CYCLE):
+            if reset_type in allowed:
+                self.reset(reset_type)
+                return reset_type
+        raise MachineError("%s accepts no restart (it accepts %s)." % (self.describe(start=True), ", ".join(allowed)),
+                           bmc=self.as_dict())
+
+    # -- firmware and BIOS ---------------------------------------------------------------------
+
+    def _inventory(self):
+        """{component: sushy SoftwareInventory} of the BMC's FirmwareInventory ({} when it keeps none)."""
+        from sushy import exceptions as sushy_errors
+
+        self.system(fresh=False)
+        with self._errors("read the firmware inventory of"):
+            try:
+                collection = self._root.get_update_service().firmware_inventory
+                return dict((item.identity, item) for item in collection.get_members())
+            except (sushy_errors.MissingAttributeError, sushy_errors.ResourceNotFoundError):
+                return {}
+
+    def firmware_versions(self):
+        """{component: version} of what the machine runs now: ``bios`` (the System's ``BiosVersion``) and every
+        entry of the BMC's FirmwareInventory."""
+        versions = dict((name, item.version) for name, item in self._inventory().items())
+        versions[BIOS] = self.system().bios_version
+        return versions
+
+    def update_firmware(self, component, image_uri, timeout):
+        """Hand ``image_uri`` to the BMC for ``component`` (``SimpleUpdate``) and follow its task until it ends;
+        MachineError when the task fails. The machine runs the new version after its next restart."""
+        if component == BIOS:
+            target = self.system_path
+        else:
+            target = self._inventory()[component].path
+        self.system(fresh=False)
+        with self._errors("update the firmware (%s) of" % component):
+            service = self._root.get_update_service()
+            monitor = service.simple_update(image_uri, targets=[target])
+        self._follow(monitor, timeout, "the firmware update (%s)" % component)
+
+    def _follow(self, monitor, timeout, what):
+        def done():
+            with self._errors("follow %s of" % what):
+                return not monitor.check_is_processing
+        wait_until(done, [], timeout, "%s to finish %s" % (self.describe(), what), recheck_every=POLL_SECONDS)
+        # The monitor's last answer holds no Task once it stops answering 202: read the Task itself. A BMC that
+        # keeps none any more leaves the verdict to the versions the machine reports after its restart.
+        from sushy import exceptions as sushy_errors
+
+        try:
+            task = monitor.get_task()
+            state = getattr(task.task_state, "value", task.task_state)
+            status = getattr(task.task_status, "value", task.task_status)
+            messages = "; ".join(m.message for m in (task.messages or []) if getattr(m, "message", None))
+        except sushy_errors.SushyError:
+            return
+        if state not in (None, "Completed") or status not in (None, "OK"):
+            raise MachineError("%s did not finish %s: its task ended %s (%s)%s." % (
+                self.describe(start=True), what, state, status, ": " + messages if messages else ""),
+                bmc=self.as_dict(), task_state=state, task_status=status)
+
+    def bios_attributes(self, pending=False):
+        """The BIOS attributes the machine runs with, or (``pending``) those it will run with after its next restart."""
+        system = self.system()
+        with self._errors("read the BIOS settings of"):
+            bios = system.bios
+            bios.refresh(force=True)
+            if pending:
+                return dict(bios.pending_attributes or {})
+            return dict(bios.attributes or {})
+
+    def set_bios(self, attributes):
+        """Write ``attributes`` to the pending BIOS settings (applied at the next restart)."""
+        system = self.system(fresh=False)
+        with self._errors("write the BIOS settings of"):
+            system.bios.set_attributes(dict(attributes))
+
     # -- errors ------------------------------------------------------------------------------
 
     def _errors(self, action):
@@ -208,8 +305,8 @@ def _first_line(exc):
     return text[0] if text else exc.__class__.__name__
 
 
-def _sushy_system(machine):
-    """The machine's System through a sushy connection to its BMC."""
+def _sushy_root(machine):
+    """A sushy connection to the machine's BMC (its service root)."""
     try:
         import sushy
         from sushy import auth as sushy_auth
@@ -222,4 +319,4 @@ def _sushy_system(machine):
                              server_side_retries=SERVER_SIDE_RETRIES,
                              server_side_retries_delay=SERVER_SIDE_RETRY_SECONDS,
                              read_timeout=READ_TIMEOUT, connect_timeout=CONNECT_TIMEOUT)
-    return connection.get_system(machine.system_path)
+    return connection

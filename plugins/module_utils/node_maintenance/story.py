@@ -37,6 +37,9 @@ POWERED_ON = "PoweredOn"
 FENCED = "Fenced"
 UNFENCED = "Unfenced"
 FAILED_FENCING = "FailedFencing"
+MACHINE_RESTARTED = "MachineRestarted"
+MACHINE_SERVICED = "MachineServiced"
+FAILED_MACHINE_SERVICE = "FailedMachineService"
 
 
 def _plural(count, word):
@@ -95,7 +98,7 @@ def succeeded(events, node, snapshot, result, reason=None):
 
 
 @contextlib.contextmanager
-def told_on_failure(events, node, reason, doing, changed=lambda: True):
+def told_on_failure(events, node, reason, doing, changed=lambda: True, action="Drain"):
     """A Warning Event on the node when the body fails with the collection's error (raised on) after
     it changed something (``changed()``; a failure that changed nothing leaves no trace):
     ``doing`` names the work, e.g. "Maintenance" or "Decommissioning"."""
@@ -103,7 +106,7 @@ def told_on_failure(events, node, reason, doing, changed=lambda: True):
         yield
     except MaintenanceError as failure:
         if changed():
-            events.warning(node_ref(node), reason, "Drain", "%s failed: %s" % (doing, failure.msg))
+            events.warning(node_ref(node), reason, action, "%s failed: %s" % (doing, failure.msg))
         raise
 
 
@@ -127,6 +130,14 @@ def powered_off(events, node, by):
 
 def powered_on(events, node, by):
     events.normal(node_ref(node), POWERED_ON, "PowerOn", "Machine powered on: %s" % by)
+
+
+def machine_restarted(events, node, by):
+    events.normal(node_ref(node), MACHINE_RESTARTED, "Restart", "Machine restarted, node Ready with a new boot: %s" % by)
+
+
+def machine_serviced(events, node, what):
+    events.normal(node_ref(node), MACHINE_SERVICED, "Service", "Machine serviced: %s" % what)
 
 
 def fenced(events, node, taint):

@@ -12,6 +12,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report.mo
     PHASE_NAMES,
     _vm_name,
     human_duration,
+    machine_text,
     seconds_between,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.timeutil import format_seconds
@@ -77,6 +78,10 @@ def _md_node_details(n):
     details = []
     if n["error"]:
         details.append("- **Failed:** %s" % _md(n["error"]))
+    if n["machine"]:
+        details.append("- machine (%s): %s" % (n["machine"].get("road"), _md(machine_text(n["machine"]))))
+        for action in n["machine"].get("actions") or []:
+            details.append("  - %s: %s" % (_md(action.get("action")), human_duration(action.get("seconds"))))
     for m in n["migrations"]:
         details.append("- migrated %s: %s -> %s%s" % (
             _vm_name(m), m["source"] or n["node"], m["target"] or "?",

@@ -170,7 +170,19 @@ def _node(record):
         "not_running": list(record.get("not_running") or []),
         "method": record.get("method"),
         "error": record.get("error"),
+        "machine": _machine(record.get("machine")),
     }
+
+
+MACHINE_KEYS = ("road", "address", "bmh", "boot_id_before", "boot_id_after", "firmware_before", "firmware_after",
+                "bios_changed", "actions")
+
+
+def _machine(summary):
+    """What node_machine did to a node's machine (its result's ``machine``), or None when nothing was asked of it."""
+    if not isinstance(summary, dict):
+        return None
+    return dict((key, summary.get(key)) for key in MACHINE_KEYS if key in summary)
 
 
 def _run_bound(recorded, moments, pick):
@@ -261,6 +273,7 @@ def to_json_data(model):
                 "not_running": n["not_running"],
             },
             "error": n["error"],
+            "machine": n["machine"],
         }
 
     return {
@@ -289,6 +302,19 @@ def to_json_data(model):
 # -- summary -------------------------------------------------------------------------------
 
 
+def machine_text(machine):
+    """'bios 1.0.0 -> 1.1.0, BIOS ProcTurboMode=Disabled, restarted (new boot)' of a node's machine."""
+    before = machine.get("firmware_before") or {}
+    parts = ["%s %s -> %s" % (name, before.get(name), version)
+             for name, version in sorted((machine.get("firmware_after") or {}).items()) if before.get(name) != version]
+    if machine.get("bios_changed"):
+        parts.append("BIOS %s" % ", ".join("%s=%s" % (key, (value or {}).get("after"))
+                                           for key, value in sorted(machine["bios_changed"].items())))
+    if machine.get("boot_id_after") and machine.get("boot_id_after") != machine.get("boot_id_before"):
+        parts.append("restarted (new boot)")
+    return ", ".join(parts) or "nothing to do"
+
+
 def summary_lines(model):
     t = model["totals"]
     lines = ["%s %s in %s: %d/%d nodes done, %d failed, %d untouched; %d pods evicted, %d VMs migrated, %d shut down." % (
@@ -304,6 +330,8 @@ def summary_lines(model):
         line = "%s %s: %s (%s); %d pods evicted, %d VMs migrated, %d shut down" % (
             n["node"], n["status"], human_duration(n["seconds"]), phases, n["pods_evicted"], len(n["migrations"]),
             len(n["shut_down"]))
+        if n["machine"]:
+            line += "; machine: %s" % machine_text(n["machine"])
         if n["error"]:
             line += "; error: %s" % n["error"]
         lines.append(line)

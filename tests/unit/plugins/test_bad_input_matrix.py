@@ -25,6 +25,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
     maintenance_preflight,
     node_decommission,
     node_fence,
+    node_machine,
     node_labeller,
     node_maintenance,
     node_maintenance_info,
@@ -71,6 +72,9 @@ def api(monkeypatch):
 
 
 # (case id, module, args, words the sentence must contain)
+# A BMC as the modules take it (the machine is never reached: every case fails before).
+BMC = {"address": "https://bmc-1/redfish/v1/Systems/1", "username": "admin", "password": "hunter22"}
+
 MODULE_CASES = [
     ("node_maintenance unknown method", node_maintenance, {"name": "worker-1", "method": "magic"}, ["method", "magic"]),
     ("node_maintenance unknown state", node_maintenance, {"name": "worker-1", "state": "gone"}, ["state", "gone"]),
@@ -188,6 +192,30 @@ MODULE_CASES = [
      {"name": "worker-1", "bmc": {"address": "https://bmc-1/redfish/v1/Systems/1", "username": "admin",
                                   "password": "hunter22"}}, ["worker-1", "heartbeats", "never fenced"]),
     ("node_fence negative wait_timeout", node_fence, {"name": "worker-1", "wait_timeout": -5}, ["wait_timeout", "-5"]),
+    ("node_machine without a node", node_machine, {}, ["name"]),
+    ("node_machine of a node that does not exist", node_machine, {"name": "worker-9", "reboot": True},
+     ["worker-9", "does not exist"]),
+    ("node_machine firmware without a version", node_machine,
+     {"name": "worker-1", "bmc": BMC, "firmware": [{"component": "bios", "url": "https://fw/bios.bin"}]},
+     ["firmware", "version"]),
+    ("node_machine firmware with an empty url", node_machine,
+     {"name": "worker-1", "bmc": BMC, "firmware": [{"component": "bios", "url": " ", "version": "1.2"}]},
+     ["firmware[0].url"]),
+    ("node_machine firmware url that is no URL", node_machine,
+     {"name": "worker-1", "bmc": BMC, "firmware": [{"component": "bios", "url": "bios.bin", "version": "1.2"}]},
+     ["firmware[0].url", "bios.bin"]),
+    ("node_machine firmware naming a component twice", node_machine,
+     {"name": "worker-1", "bmc": BMC, "firmware": [{"component": "bios", "url": "https://fw/a", "version": "1"},
+                                                   {"component": "bios", "url": "https://fw/b", "version": "2"}]},
+     ["firmware", "bios", "more than once"]),
+    ("node_machine bios that is no dict", node_machine, {"name": "worker-1", "bios": "SriovGlobalEnable"}, ["bios"]),
+    ("node_machine bmc and bmh both", node_machine,
+     {"name": "worker-1", "reboot": True, "bmh": {"name": "host-1", "namespace": "ns1"}, "bmc": BMC},
+     ["bmc", "bmh"]),
+    ("node_machine without a road to the machine", node_machine, {"name": "worker-1", "reboot": True},
+     ["worker-1", "bmc", "bmh"]),
+    ("node_machine negative wait_timeout", node_machine, {"name": "worker-1", "wait_timeout": -5},
+     ["wait_timeout", "-5"]),
     ("vm_eviction_strategy malformed label_selector", vm_eviction_strategy,
      {"namespace": "ns1", "label_selector": "tier in (", "strategy": "None"}, ["label_selector"]),
     ("vm_eviction_strategy empty name", vm_eviction_strategy,

@@ -37,6 +37,7 @@ PACKAGES = (
     "rolling",           # the rolling run: preflight, batches, verification
     "decommission",      # removing a node for good, how its power-off is established
     "fence",             # fencing a dead node: machine off, then out of service
+    "servicing",         # servicing a drained node's machine: firmware, BIOS, a restart
 )
 
 

@@ -52,10 +52,89 @@ class FakeSystem:
         self._pending = ["Off" if value.value in ("ForceOff", "GracefulShutdown") else "On", self.lag]
 
 
-def machine(system=None, **bmc):
+class FakeBios:
+    def __init__(self, attributes):
+        self.attributes = dict(attributes)
+        self.pending_attributes = dict(attributes)
+        self.writes = []
+
+    def refresh(self, force=False):
+        pass
+
+    def set_attributes(self, value):
+        self.writes.append(dict(value))
+        self.pending_attributes.update(value)
+
+
+class FakeTask:
+    def __init__(self, state="Completed", status="OK", message=None):
+        self.task_state = Value(state)
+        self.task_status = Value(status)
+        self.messages = [type("Message", (), {"message": message})()] if message else []
+
+
+class FakeMonitor:
+    """A task monitor that answers 202 ``polls`` times, then the task."""
+
+    def __init__(self, task, polls=1):
+        self.polls = polls
+        self.task_monitor_uri = "/redfish/v1/TaskService/Tasks/7"
+        self._task = task
+
+    @property
+    def check_is_processing(self):
+        self.polls -= 1
+        return self.polls >= 0
+
+    def get_task(self):
+        return self._task
+
+
+class FakeInventoryItem:
+    def __init__(self, identity, version):
+        self.identity = identity
+        self.version = version
+        self.path = "/redfish/v1/UpdateService/FirmwareInventory/" + identity
+
+
+class FakeUpdateService:
+    def __init__(self, inventory=(), task=None):
+        self.inventory = list(inventory)
+        self.updates = []
+        self.task = task or FakeTask()
+
+    @property
+    def firmware_inventory(self):
+        if self.inventory is None:
+            raise sushy_errors.MissingAttributeError(attribute="FirmwareInventory/@odata.id", resource="/redfish/v1/UpdateService")
+        return type("Collection", (), {"get_members": lambda _self: self.inventory})()
+
+    def simple_update(self, image_uri, targets=None):
+        self.updates.append((image_uri, targets))
+        return FakeMonitor(self.task)
+
+
+class FakeRoot:
+    """A sushy connection: the System at the machine's path, and the UpdateService."""
+
+    def __init__(self, system, update_service=None):
+        self.system = system
+        self.update_service = update_service or FakeUpdateService()
+        self.paths = []
+
+    def get_system(self, path):
+        self.paths.append(path)
+        return self.system
+
+    def get_update_service(self):
+        return self.update_service
+
+
+def machine(system=None, root=None, **bmc):
     fields = dict(address=ADDRESS, username="admin", password=SECRET, ca_path=None, validate_certs=True)
     fields.update(bmc)
-    return redfish.RedfishMachine(fields, connect=lambda m: system)
+    root = root or FakeRoot(system)
+    return redfish.RedfishMachine(fields, connect=lambda m: root)
 
 
 @pytest.mark.parametrize("address, base, path", [
@@ -153,3 +232,70 @@ def test_sushy_errors_become_one_sentence_naming_the_bmc(error, cause):
     assert caught.value.msg.startswith("The BMC at %s could not read the machine 437XR1138R2: %s" % (ADDRESS, cause))
     assert caught.value.msg.endswith(".") and SECRET not in caught.value.msg
     assert caught.value.details["bmc"] == {"road": "redfish", "address": ADDRESS}
+
+
+# -- restart, firmware, BIOS ---------------------------------------------------------------------
+
+def test_the_system_is_read_at_the_path_of_the_address():
+    root = FakeRoot(FakeSystem())
+    machine(root=root).power_state()
+    assert root.paths == ["/redfish/v1/Systems/437XR1138R2"]
+
+
+def test_restart_is_graceful_when_allowed_else_forced_else_a_power_cycle():
+    system = FakeSystem(allowed=("On", "ForceOff", "GracefulRestart", "ForceRestart"))
+    assert machine(system).restart(graceful=True) == "GracefulRestart"
+    assert machine(system).restart(graceful=False) == "ForceRestart"
+    system = FakeSystem(allowed=("On", "ForceOff", "ForceRestart"))
+    assert machine(system).restart(graceful=True) == "ForceRestart"
+    system = FakeSystem(allowed=("On", "ForceOff", "PowerCycle"))
+    assert machine(system).restart() == "PowerCycle"
+    assert system.resets == ["PowerCycle"]
+
+
+def test_a_bmc_without_any_restart_is_refused_in_one_sentence():
+    system = FakeSystem(allowed=("On", "ForceOff"))
+    with pytest.raises(MachineError) as caught:
+        machine(system).restart()
+    assert caught.value.msg == "The BMC at %s accepts no restart (it accepts ForceOff, On)." % ADDRESS
+    assert system.resets == []
+
+
+def test_firmware_versions_are_the_bios_version_and_the_inventory():
+    system = FakeSystem()
+    system.bios_version = "1.0.0"
+    service = FakeUpdateService(inventory=[FakeInventoryItem("BMC", "5.10.0"), FakeInventoryItem("NIC.1", "22.5")])
+    versions = machine(root=FakeRoot(system, service)).firmware_versions()
+    assert versions == {"bios": "1.0.0", "BMC": "5.10.0", "NIC.1": "22.5"}
+    service.inventory = None
+    assert machine(root=FakeRoot(system, service)).firmware_versions() == {"bios": "1.0.0"}
+
+
+def test_a_bios_update_targets_the_system_and_follows_its_task():
+    system = FakeSystem()
+    service = FakeUpdateService(inventory=[FakeInventoryItem("NIC.1", "22.5")])
+    target = machine(root=FakeRoot(system, service))
+    target.update_firmware("bios", "https://fw.example.com/bios-1.1.0.bin", timeout=10)
+    target.update_firmware("NIC.1", "https://fw.example.com/nic-22.6.bin", timeout=10)
+    assert service.updates == [
+        ("https://fw.example.com/bios-1.1.0.bin", ["/redfish/v1/Systems/437XR1138R2"]),
+        ("https://fw.example.com/nic-22.6.bin", ["/redfish/v1/UpdateService/FirmwareInventory/NIC.1"])]
+
+
+def test_a_failed_update_task_is_one_sentence_with_the_bmc_messages():
+    service = FakeUpdateService(task=FakeTask("Exception", "Critical", "Image signature invalid"))
+    with pytest.raises(MachineError) as caught:
+        machine(root=FakeRoot(FakeSystem(), service)).update_firmware("bios", "https://fw/b.bin", timeout=10)
+    assert caught.value.msg == ("The BMC at %s did not finish the firmware update (bios): its task ended Exception "
+                                "(Critical): Image signature invalid." % ADDRESS)
+    assert SECRET not in caught.value.msg
+
+
+def test_bios_settings_are_written_pending_and_read_back():
+    system = FakeSystem()
+    system.bios = FakeBios({"SriovGlobalEnable": "Disabled", "ProcTurboMode": "Enabled"})
+    target = machine(system)
+    target.set_bios({"SriovGlobalEnable": "Enabled"})
+    assert system.bios.writes == [{"SriovGlobalEnable": "Enabled"}]
+    assert target.bios_attributes() == {"SriovGlobalEnable": "Disabled", "ProcTurboMode": "Enabled"}
+    assert target.bios_attributes(pending=True)["SriovGlobalEnable"] == "Enabled"

@@ -61,7 +61,7 @@ def test_a_done_node_is_recorded_with_every_phase_and_the_verification():
                    "ready": {"start": T[5], "end": T[7]}, "uncordon": {"start": T[7], "end": T[8]},
                    "verify": {"start": T[8], "end": T[10]}},
         "pods_evicted": 7, "total_pods": 9, "vms": {"migrated": ["ns/a"]}, "migrations": [{"vm": "ns/a"}],
-        "not_running": [], "stopped_as_expected": ["ns/b"], "error": None}
+        "not_running": [], "stopped_as_expected": ["ns/b"], "error": None, "machine": None}
     assert (after["failures"], after["stop"], after["stop_reason"]) == (0, False, None)
 
 
@@ -244,3 +244,18 @@ def test_run_progress_refuses_what_it_cannot_say():
         run_progress({}, "reboot")
     with pytest.raises(AnsibleFilterError, match="needs the run's state and the node's outcome"):
         run_progress({}, "failed", state={})
+
+
+MACHINE = {"road": "redfish", "address": "https://bmc/redfish/v1/Systems/1", "boot_id_before": "a", "boot_id_after": "b",
+           "firmware_before": {"bios": "1.0.0"}, "firmware_after": {"bios": "1.1.0"}, "bios_changed": {},
+           "actions": [{"action": "restart (GracefulRestart)", "started": T[5], "seconds": 12.5}]}
+
+
+def test_a_node_records_what_was_done_to_its_machine_done_or_failed():
+    done = record(state(), "w1", dict(in_flight("verify"), machine=MACHINE), T[10], "auto", verify=VERIFY)
+    assert done["records"][0]["machine"] == MACHINE
+    # A servicing that failed says what it did in its result: the node's record keeps it.
+    failed = record(state(), "w1", in_flight("tasks"), T[10], "auto", failed_task={"name": "Service the node's machine"},
+                    failed_result={"msg": "Node w1's machine booted again but did not take what was asked",
+                                   "machine": MACHINE})
+    assert failed["records"][0]["machine"] == MACHINE and failed["records"][0]["status"] == "failed"

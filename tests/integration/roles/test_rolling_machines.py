@@ -1,0 +1,131 @@
+"""rolling_maintenance servicing the lab's machines through their Redfish BMCs (lab/machines), the BMCs given as
+the lab's ``bmc-inventory.yml`` gives them (host var ``bmc`` of a host named after its node): each node is
+drained, its machine gets a BIOS image and a BIOS setting and restarts through its BMC, the node comes back
+with a new boot ID, and the report says what was done to each machine. A machine that cannot be serviced is
+found by the preflight, before anything changes."""
+
+import json
+import uuid
+
+import pytest
+import yaml
+from kubernetes import client
+
+import runs
+import workloads
+from test_rolling_maintenance import PLAYBOOK, base_vars, failure_messages, node_marks, report_of
+
+from lab.machines import bmc as lab_bmc
+from lab.paths import LabPaths
+
+NODES = ["lab-worker-2", "lab-worker-3"]
+
+
+@pytest.fixture
+def lock_name(k8s):
+    name = "test-machines-%s" % uuid.uuid4().hex[:8]
+    yield name
+    try:
+        client.CoordinationV1Api(k8s).delete_namespaced_lease(name, "kube-system")
+    except client.exceptions.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+@pytest.fixture
+def machines(lab):
+    """bmc.json of the lab, and the nodes put back in service afterwards."""
+    paths = LabPaths(lab.state_dir)
+    yield paths, lab_bmc.load(paths)
+    for name in NODES:
+        runs.module(lab.kubeconfig, "node_maintenance", {"name": name, "state": "absent"})
+    lab.restore_nodes()
+
+
+def next_minor(version):
+    major, minor, patch = version.split(".")
+    return "%s.%d.%s" % (major, int(minor) + 1, patch)
+
+
+def boot_ids(k8s):
+    return dict((name, client.CoreV1Api(k8s).read_node(name).status.node_info.boot_id) for name in NODES)
+
+
+def test_each_node_is_drained_its_machine_serviced_through_its_bmc_and_the_report_says_what_was_done(
+        lab, k8s, namespace, tmp_path, lock_name, machines):
+    paths, bmcs = machines
+    shown = dict((name, lab_bmc.Bmc(bmcs[name]).show()) for name in NODES)
+    running = set(s["bios_version"] for s in shown.values())
+    assert len(running) == 1, "the machines run different BIOS versions: %s" % shown
+    version = next_minor(running.pop())
+    # The VMs start on worker-2 and may only go to worker-1 (cordoned meanwhile), a node outside the run.
+    vms = ["vm-%d" % i for i in range(1, 4)]
+    core = client.CoreV1Api(k8s)
+    core.patch_node("lab-worker-1", {"spec": {"unschedulable": True}})
+    try:
+        for name in vms:
+            workloads.create_vm(k8s, namespace, name, memory="256Mi", nodes=[NODES[0], "lab-worker-1"])
+        workloads.wait_vms_running(k8s, namespace, vms)
+    finally:
+        core.patch_node("lab-worker-1", {"spec": {"unschedulable": None}})
+    assert set(workloads.vm_nodes(k8s, namespace).values()) == {NODES[0]}
+    before = boot_ids(k8s)
+
+    extra = base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=NODES, rolling_maintenance_method="drain",
+        rolling_maintenance_reboot="bmc", rolling_maintenance_bios={"SriovGlobalEnable": "Enabled"},
+        rolling_maintenance_machine_timeout=600,
+        rolling_maintenance_firmware=[{"component": "bios", "url": "https://firmware.example/bios-%s.bin" % version,
+                                       "version": version}])
+    run = runs.playbook(lab.kubeconfig, PLAYBOOK, extra, inventory=["localhost,", str(paths.bmc_inventory)])
+    assert run.returncode == 0, run.output[-4000:]
+
+    report = report_of(tmp_path)
+    assert [n["node"] for n in report["nodes"]] == NODES and all(n["status"] == "done" for n in report["nodes"])
+    after = boot_ids(k8s)
+    for entry in report["nodes"]:
+        name, machine = entry["node"], entry["machine"]
+        assert machine["road"] == "redfish" and machine["address"] == bmcs[name]["address"], machine
+        assert machine["boot_id_before"] == before[name] and machine["boot_id_after"] == after[name] != before[name]
+        assert machine["firmware_before"] == {"bios": shown[name]["bios_version"]}
+        assert machine["firmware_after"] == {"bios": version}
+        assert [a["action"] for a in machine["actions"]][-1] == "restart (GracefulRestart)", machine
+        now = lab_bmc.Bmc(bmcs[name]).show()
+        assert now["bios_version"] == version and now["bios"]["SriovGlobalEnable"] == "Enabled"
+    # The VMs left worker-2 before its machine restarted, and all run.
+    assert len(report["nodes"][0]["vms"]["migrated"]) == len(vms)
+    assert workloads.vm_nodes(k8s, namespace) == dict((name, "lab-worker-1") for name in vms)
+    assert "machine: bios %s -> %s" % (shown[NODES[0]]["bios_version"], version) in run.output
+    reports = sorted((tmp_path / "reports").glob("rolling-maintenance-*/*"))
+    written = run.output + "".join(p.read_text() for p in reports if p.suffix in (".json", ".md", ".svg"))
+    assert all(bmcs[name]["password"] not in written for name in NODES)
+
+
+def test_a_machine_that_cannot_be_serviced_stops_the_run_before_anything_changes(
+        lab, k8s, tmp_path, lock_name, machines):
+    paths, bmcs = machines
+    inventory = yaml.safe_load(paths.bmc_inventory.read_text())
+    hosts = inventory["all"]["children"][lab_bmc.INVENTORY_GROUP]["hosts"]
+    hosts[NODES[1]]["bmc"]["password"] = "not-" + bmcs[NODES[1]]["password"]
+    wrong = tmp_path / "bmc-inventory.yml"
+    wrong.write_text(yaml.safe_dump(inventory))
+    marks = node_marks(k8s)
+    shown = dict((name, lab_bmc.Bmc(bmcs[name]).show()) for name in NODES)
+
+    extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=NODES, rolling_maintenance_reboot="bmc",
+                      rolling_maintenance_machine_timeout=600,
+                      rolling_maintenance_bios={"SriovGlobalEnable": "Enabled", "NoSuchSetting": "1"})
+    run = runs.playbook(lab.kubeconfig, PLAYBOOK, extra, inventory=["localhost,", str(wrong)])
+    assert run.returncode != 0
+    (message,) = set(m for m in failure_messages(run) if "of the machines to service cannot be" in m)
+    assert message.startswith("2 of the machines to service cannot be, and nothing was changed: "), message
+    assert ("%s: Option bios names attribute NoSuchSetting, which node %s's machine does not have; nothing was "
+            "changed." % (NODES[0], NODES[0])) in message
+    assert "%s: The BMC at %s could not read the machine" % (NODES[1], bmcs[NODES[1]]["address"]) in message
+    assert "refused the credentials of user %s (HTTP 401)" % bmcs[NODES[1]]["username"] in message
+    assert node_marks(k8s) == marks
+    assert dict((name, lab_bmc.Bmc(bmcs[name]).show()) for name in NODES) == shown
+    assert all(bmcs[name]["password"] not in run.output for name in NODES)
+    assert "not-" + bmcs[NODES[1]]["password"] not in run.output
+    assert json.dumps(client.CoordinationV1Api(k8s).list_namespaced_lease("kube-system").to_dict(), default=str).count(
+        lock_name) == 0
