@@ -13,15 +13,17 @@ is a KWOK node, found the way the collection finds a node's host, from the other
 ``online: false`` powers the machine off as ``lab/nodes.py fail`` stops a kubelet: the node's Lease
 goes to a holder that never renews it, so KWOK stops renewing it and updating the node, and the
 node lifecycle controller turns the node NotReady after its grace period; then
-``status.poweredOn: false``. ``online: true`` powers on again what this stand-in powered off
-(the Lease is deleted, KWOK takes the node back) and reports ``poweredOn: true``. A host whose
+``status.poweredOn: false``. ``online: true`` boots again what this stand-in powered off, as a machine
+does (machines.py ``boot``: a new ``bootID``, its virt-launcher pods Failed, the kubelet back) and
+reports ``poweredOn: true``. A host whose
 node does not exist (a decommissioned one) just reports what it was asked. Not modelled:
 provisioning, inspection, BMC credentials, errors, reboot annotations.
 """
 
 from lab.standins import kube as k
 from lab.standins import objects as o
-from lab.standins.handler_nodes import FAILED_LEASE_HOLDER, LEASES, NODE_LEASE_NAMESPACE, kill_kubelet, revive_kubelet
+from lab.standins.handler_nodes import FAILED_LEASE_HOLDER, LEASES, NODE_LEASE_NAMESPACE, kill_kubelet
+from lab.standins.machines import boot
 from lab.standins.workqueue import Controller
 
 NODE_ANNOTATION = "kubevirt-ops.lab/node"
@@ -85,4 +87,4 @@ class BareMetalHostController(Controller):
     def _switch_on(self, node):
         lease = self.kube.get_or_none(LEASES, node, namespace=NODE_LEASE_NAMESPACE)
         if lease and o.spec(lease).get("holderIdentity") == FAILED_LEASE_HOLDER:
-            revive_kubelet(self.kube, node)
+            boot(self.kube, self.sim, node, self.log)

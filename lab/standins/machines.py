@@ -108,25 +108,32 @@ class MachinePower(Controller):
         return None
 
     def _boot(self, node):
-        boot_id = str(uuid.uuid4())
-        self.kube.patch(k.NODES, node, {"status": {"nodeInfo": {"bootID": boot_id}}}, subresource="status")
-        for pod in self.sim.pods.by_index("node", node):
-            if (o.labels(pod).get(o.APP_LABEL) == o.LAUNCHER and not o.deleting(pod)
-                    and o.pod_phase(pod) not in ("Succeeded", "Failed")):
-                self._end_pod(pod)
-        revive_kubelet(self.kube, node)
-        self.log.info("node %s: booted (bootID %s), kubelet back", node, boot_id)
+        boot(self.kube, self.sim, node, self.log)
 
-    def _end_pod(self, pod):
-        """What a kubelet that lost a ``restartPolicy: Never`` pod's containers to a reboot writes."""
-        now = o.now()
-        statuses = [dict(c, ready=False, started=False, state={"terminated": {
-            "exitCode": 137, "reason": "ContainerStatusUnknown", "finishedAt": now,
-            "message": "The container could not be located when the pod was terminated"}})
-            for c in o.status(pod).get("containerStatuses") or []]
-        conditions = [dict(c, status="False", lastTransitionTime=now) if c.get("type") in ("Ready", "ContainersReady")
-                      else c for c in o.status(pod).get("conditions") or []]
-        self.kube.patch(k.PODS, o.meta(pod, "name"), {"status": {
-            "phase": "Failed", "conditions": conditions, "containerStatuses": statuses}},
-            namespace=o.meta(pod, "namespace"), subresource="status")
-        self.log.info("pod %s: Failed (its machine rebooted)", k.key_of(pod))
+
+def boot(kube, sim, node, log):
+    """The machine of ``node`` boots: a new ``bootID``, the virt-launcher pods its kubelet finds no container of
+    end Failed, and the kubelet is back. Also the BareMetalHost stand-in's power-on (baremetal.py)."""
+    boot_id = str(uuid.uuid4())
+    kube.patch(k.NODES, node, {"status": {"nodeInfo": {"bootID": boot_id}}}, subresource="status")
+    for pod in sim.pods.by_index("node", node):
+        if (o.labels(pod).get(o.APP_LABEL) == o.LAUNCHER and not o.deleting(pod)
+                and o.pod_phase(pod) not in ("Succeeded", "Failed")):
+            _end_pod(kube, pod, log)
+    revive_kubelet(kube, node)
+    log.info("node %s: booted (bootID %s), kubelet back", node, boot_id)
+
+
+def _end_pod(kube, pod, log):
+    """What a kubelet that lost a ``restartPolicy: Never`` pod's containers to a reboot writes."""
+    now = o.now()
+    statuses = [dict(c, ready=False, started=False, state={"terminated": {
+        "exitCode": 137, "reason": "ContainerStatusUnknown", "finishedAt": now,
+        "message": "The container could not be located when the pod was terminated"}})
+        for c in o.status(pod).get("containerStatuses") or []]
+    conditions = [dict(c, status="False", lastTransitionTime=now) if c.get("type") in ("Ready", "ContainersReady")
+                  else c for c in o.status(pod).get("conditions") or []]
+    kube.patch(k.PODS, o.meta(pod, "name"), {"status": {
+        "phase": "Failed", "conditions": conditions, "containerStatuses": statuses}},
+        namespace=o.meta(pod, "namespace"), subresource="status")
+    log.info("pod %s: Failed (its machine rebooted)", k.key_of(pod))

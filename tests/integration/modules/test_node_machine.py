@@ -168,3 +168,44 @@ def test_a_machine_is_never_restarted_under_a_vm(k8s, namespace, run_module, mac
     assert not checked.get("failed") and checked["running_vms"] == ["%s/guest" % namespace], checked
     assert versions.changes() == [] and len(power_lines(log, node)) == powered
     assert workloads.vm_nodes(k8s, namespace) == {"guest": node}
+
+
+METAL3 = ("metal3.io", "v1alpha1", "baremetalhosts")
+
+
+def test_through_a_bare_metal_host_a_restart_is_a_power_cycle_and_firmware_is_refused(
+        k8s, namespace, run_module, machine):
+    node, _entry, _log = machine
+    host = "host-%s" % node
+    custom = client.CustomObjectsApi(k8s)
+    # A lab node's providerID (kwok://) cannot name its host: the stand-in finds the node by annotation.
+    custom.create_namespaced_custom_object(*METAL3[:2], namespace, METAL3[2], {
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+        "metadata": {"name": host, "namespace": namespace, "annotations": {"kubevirt-ops.lab/node": node}},
+        "spec": {"online": True}})
+
+    def bmh():
+        return custom.get_namespaced_custom_object(*METAL3[:2], namespace, METAL3[2], host)
+
+    wait_for(lambda: (bmh().get("status") or {}).get("poweredOn") is True, 60, "BareMetalHost %s powered on" % host)
+    wait_stable()
+    versions = ResourceVersions(k8s)
+    refused = run_module("node_machine", {"name": node, "bmh": {"name": host, "namespace": namespace},
+                                          "firmware": [{"component": "bios", "url": "https://firmware.example/b.bin",
+                                                        "version": "2.0.0"}]})
+    assert refused.get("failed"), refused
+    assert refused["msg"] == (
+        "Option firmware: firmware updates through a BareMetalHost (HostFirmwareComponents) are not supported by this "
+        "version of the collection, and this machine is reached through the BareMetalHost %s/%s; nothing was changed."
+        % (namespace, host))
+    assert versions.changes() == []
+
+    before = boot_id(k8s, node)
+    done = run_module("node_machine", {"name": node, "bmh": {"name": host, "namespace": namespace}, "reboot": True})
+    assert not done.get("failed"), done
+    summary = done["machine"]
+    assert summary["road"] == "metal3" and summary["bmh"] == "%s/%s" % (namespace, host)
+    assert summary["boot_id_before"] == before and summary["boot_id_after"] not in (None, before)
+    assert [a["action"] for a in summary["actions"]] == ["restart (spec.online=false, spec.online=true)"], summary
+    assert bmh()["spec"]["online"] is True and bmh()["status"]["poweredOn"] is True
+    assert lab_nodes.is_ready(client.CoreV1Api(k8s).read_node(node))
