@@ -129,3 +129,32 @@ def test_a_machine_that_cannot_be_serviced_stops_the_run_before_anything_changes
     assert "not-" + bmcs[NODES[1]]["password"] not in run.output
     assert json.dumps(client.CoordinationV1Api(k8s).list_namespaced_lease("kube-system").to_dict(), default=str).count(
         lock_name) == 0
+
+
+def test_a_machine_that_did_not_take_its_firmware_fails_its_node_which_stays_cordoned(
+        lab, k8s, tmp_path, lock_name, machines):
+    paths, bmcs = machines
+    running = lab_bmc.Bmc(bmcs[NODES[0]]).show()["bios_version"]
+    untouched = lab_bmc.Bmc(bmcs[NODES[1]]).show()
+    # The image claims 9.9.9; the machine will report the next minor version (the emulator's flash).
+    extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=NODES, rolling_maintenance_method="drain",
+                      rolling_maintenance_machine_timeout=600, rolling_maintenance_firmware=[
+                          {"component": "bios", "url": "https://firmware.example/bios-9.9.9.bin", "version": "9.9.9"}])
+    run = runs.playbook(lab.kubeconfig, PLAYBOOK, extra, inventory=["localhost,", str(paths.bmc_inventory)])
+    assert run.returncode != 0
+    final = failure_messages(run)[-1]
+    assert "Failed and left cordoned (in maintenance): %s." % NODES[0] in final, final
+    assert "Not started: %s." % NODES[1] in final
+    assert '"rolling_maintenance_nodes": ["%s", "%s"]' % tuple(NODES) in final
+    assert client.CoreV1Api(k8s).read_node(NODES[0]).spec.unschedulable
+    assert not client.CoreV1Api(k8s).read_node(NODES[1]).spec.unschedulable
+    report = report_of(tmp_path)
+    (failed,) = report["nodes"]
+    assert failed["status"] == "failed" and failed["phases"]["tasks"]["failed"], failed
+    assert failed["error"].startswith("Service the node's machine: Node %s's machine booted again but did not take "
+                                      "what was asked: firmware bios reports version %s, not 9.9.9" % (
+                                          NODES[0], next_minor(running))), failed["error"]
+    machine = failed["machine"]
+    assert machine["firmware_before"] == {"bios": running} and machine["firmware_after"] == {"bios": next_minor(running)}
+    assert machine["boot_id_after"] not in (None, machine["boot_id_before"])
+    assert lab_bmc.Bmc(bmcs[NODES[1]]).show() == untouched
