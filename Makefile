@@ -11,7 +11,7 @@ PYTEST_ENV := PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COL
 LAB := $(BIN)/python -m lab
 PYTEST_WORKERS ?= 1
 
-.PHONY: help venv collection test checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-releases lab-lane-roles sanity sanity-run lint docs-lint ee-context test-versions integration-core-edges changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-awx test-security bench-smoke test-faults chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-releases lab-lane-roles sanity sanity-run lint docs-lint ee-context test-versions integration-core-edges changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-machines test-awx test-security bench-smoke test-faults chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
@@ -61,6 +61,7 @@ lab-lane-releases: venv collection
 	$(MAKE) lab-binaries-other
 	$(MAKE) integration-kubevirt-other
 	$(MAKE) test-faults
+	$(MAKE) test-machines
 
 lab-lane-roles: venv collection
 	$(MAKE) test-roles
@@ -225,7 +226,16 @@ ee-context: $(DOCS_VENV)/.installed collection
 INTEGRATION_SUITES := tests/integration/lab tests/integration/kubevirt_contract tests/integration/modules
 
 integration: venv collection
-	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(INTEGRATION_SUITES)
+	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(INTEGRATION_SUITES) $(addprefix --ignore=,$(MACHINE_TESTS))
+
+# The lab's machines through their BMCs: node_machine and the rolling role servicing them
+# (rolling_maintenance_reboot=bmc, firmware, BIOS), node_fence powering a dead node's machine off;
+# on a lab of their own, in the lane with the most room.
+MACHINE_TESTS := tests/integration/modules/test_node_machine.py tests/integration/modules/test_node_fence.py \
+  tests/integration/roles/test_rolling_machines.py
+
+test-machines: venv collection
+	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(MACHINE_TESTS)
 
 # The KubeVirt contract and the node_maintenance module tests once more, on the other KubeVirt
 # release the lab builds (the default lab runs 1.7.0; 1.9.0 is not buildable from the module
@@ -238,7 +248,7 @@ integration-kubevirt-other: venv collection
 	  -k "not failed_node" tests/integration/kubevirt_contract tests/integration/modules/test_node_maintenance.py
 
 test-roles: venv collection
-	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/roles
+	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/roles $(addprefix --ignore=,$(MACHINE_TESTS))
 
 # The rolling maintenance playbook run through ansible-runner as an AWX / AAP job template runs
 # it (extra vars, a bearer-token credential's environment, no kubeconfig), asserting on the job
