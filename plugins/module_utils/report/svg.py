@@ -18,9 +18,16 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report.mo
     UNTOUCHED_COLOUR,
     _vm_name,
     human_duration,
+    machine_text,
     seconds_between,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.timeutil import format_seconds, utc_now
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.timeutil import (
+    format_seconds,
+    parse_time_utc,
+    utc_now,
+)
+
+MACHINE_COLOUR = "#222222"
 
 
 def _esc(text):
@@ -181,6 +188,20 @@ def _svg_shutdowns(n, g, strip_y):
     return out
 
 
+def _svg_machine_actions(n, g, bar_y):
+    # Over the top of the bar, a dark stripe while something was done to the machine (firmware, BIOS, restart).
+    out = []
+    for action in (n["machine"] or {}).get("actions") or []:
+        start = parse_time_utc(action.get("started"))
+        if start is None:
+            continue
+        x1 = g.x(start)
+        w = max(2.0, g.scale * float(action.get("seconds") or 0))
+        out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="5" fill="%s"><title>machine: %s, %s</title></rect>' % (
+            x1, bar_y - 6, w, MACHINE_COLOUR, _esc(action.get("action")), human_duration(action.get("seconds"))))
+    return out
+
+
 def _svg_node_summary(n, g, bar_y, label_colour):
     first = human_duration(n["seconds"])
     if n["status"] == "failed":
@@ -189,11 +210,15 @@ def _svg_node_summary(n, g, bar_y, label_colour):
     if n["shut_down"]:
         second += ", %d shut down" % len(n["shut_down"])
     tx = g.left + g.plot_w + 14
-    return [
+    lines = [
         '<text x="%d" y="%.1f" fill="%s" font-size="13" font-weight="bold">%s</text>' % (
             tx, bar_y + 12, label_colour, _esc(first)),
         '<text x="%d" y="%.1f" fill="#444444" font-size="12">%s</text>' % (tx, bar_y + 29, _esc(second)),
     ]
+    if n["machine"]:
+        lines.append('<text x="%d" y="%.1f" fill="#444444" font-size="11">%s</text>' % (
+            tx, bar_y + 45, _esc("machine: " + machine_text(n["machine"]))))
+    return lines
 
 
 def _svg_node_row(n, g, bar_y):
@@ -204,6 +229,7 @@ def _svg_node_row(n, g, bar_y):
     strip_y = bar_y + g.bar_h + 5
     out += _svg_migrations(n, g, strip_y)
     out += _svg_shutdowns(n, g, strip_y)
+    out += _svg_machine_actions(n, g, bar_y)
     out += _svg_node_summary(n, g, bar_y, label_colour)
     return out
 

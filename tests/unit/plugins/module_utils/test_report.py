@@ -214,3 +214,31 @@ def test_nodes_outside_the_run_count_as_done():
     records = rolling([("a", "infra-1")], [("b", "worker-1")])
     moves = report.build({"nodes": ["worker-1", "worker-2"]}, records)["moves"]
     assert (moves["total"], moves["minimum"], moves["avoidable"]) == (2, 2, 0)
+
+
+MACHINE = {"road": "redfish", "address": "https://bmc-1/redfish/v1/Systems/1", "boot_id_before": "a",
+           "boot_id_after": "b", "firmware_before": {"bios": "1.0.0"}, "firmware_after": {"bios": "1.1.0"},
+           "bios_changed": {"SriovGlobalEnable": {"before": "Disabled", "after": "Enabled"}},
+           "actions": [{"action": "firmware bios 1.1.0", "started": "2024-05-04T22:00:12Z", "seconds": 0.4},
+                       {"action": "restart (GracefulRestart)", "started": "2024-05-04T22:00:13Z", "seconds": 14.2}],
+           "power_state": "On"}
+
+
+def test_what_was_done_to_a_machine_is_in_every_rendering():
+    model = report.build({}, [{"node": "n1", "phases": phases(0, 10, 20), "machine": MACHINE}])
+    (node,) = report.to_json_data(model)["nodes"]
+    assert node["machine"] == dict((k, v) for k, v in MACHINE.items() if k != "power_state")
+    assert report.summary_lines(model)[1].endswith(
+        "; machine: bios 1.0.0 -> 1.1.0, BIOS SriovGlobalEnable=Enabled, restarted (new boot)")
+    text = report_markdown.to_markdown(model)
+    assert "- machine (redfish): bios 1.0.0 -> 1.1.0, BIOS SriovGlobalEnable=Enabled, restarted (new boot)" in text
+    assert "  - restart (GracefulRestart): 14s" in text
+    root = ET.fromstring(report_svg.to_svg(model))
+    titles = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")]
+    assert "machine: restart (GracefulRestart), 14s" in titles
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "machine: bios 1.0.0 -> 1.1.0, BIOS SriovGlobalEnable=Enabled, restarted (new boot)" in texts
+    # A node nothing was asked of its machine: no machine in any rendering.
+    plain = report.build({}, [{"node": "n1", "phases": phases(0, 10, 20)}])
+    assert report.to_json_data(plain)["nodes"][0]["machine"] is None
+    assert "machine" not in report.summary_lines(plain)[1]
