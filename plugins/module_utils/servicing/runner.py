@@ -126,6 +126,10 @@ def run(module):
             progress.line("phase=Running BIOS settings %s through %s" % (", ".join(sorted(settings)), machine.describe()))
             with _action(summary, "bios %s" % ", ".join(sorted(settings))):
                 machine.set_bios(settings)
+        if summary["actions"]:
+            # The firmware tasks took their time: the node is checked again right before the restart.
+            node = client.get("Node", name)
+            _refuse_unless_drained(client, name, node, False, staged=True)
         node = _restart(module, client, name, node, machine, summary, deadline, progress)
         _verify(module, name, machine, firmware, bios, summary)
     story.machine_serviced(module.events, node, _told(summary))
@@ -150,9 +154,12 @@ def _refuse_unknown(name, firmware, versions, bios, attributes):
                                 option="firmware" if problems[0].startswith("option firmware") else "bios")
 
 
-def _refuse_unless_drained(client, name, node, check_mode):
+def _refuse_unless_drained(client, name, node, check_mode, staged=False):
     """The VMs still on the node (check mode), or BlockedError when the node is not cordoned, a VM runs there or a
-    migration goes from or to it: a machine is never restarted under a guest."""
+    migration goes from or to it: a machine is never restarted under a guest. ``staged``: firmware or BIOS
+    changes were handed to the BMC already (they wait for the machine's next restart)."""
+    left = ("the firmware and BIOS changes handed to the BMC wait for the machine's next restart" if staged
+            else "nothing was changed")
     vmis = [vmi for vmi in client.list("VirtualMachineInstance",
                                        label_selector="%s=%s" % (kubevirt.NODE_NAME_LABEL, name))[0]
             if kubevirt.vmi_node(vmi) == name and not kubevirt.vmi_is_final(vmi)]
@@ -161,18 +168,26 @@ def _refuse_unless_drained(client, name, node, check_mode):
         return running
     if not (node.get("spec") or {}).get("unschedulable"):
         raise BlockedError("Node %s is not cordoned: a machine is serviced only while its node is in maintenance "
-                           "(node_maintenance state=present); nothing was changed." % name, node=name)
+                           "(node_maintenance state=present); %s." % (name, left), node=name)
     migrating = []
     for migration in client.list("VirtualMachineInstanceMigration")[0]:
-        state = (migration.get("status") or {}).get("migrationState") or {}
-        if kubevirt.migration_in_flight(migration) and name in (state.get("sourceNode"), state.get("targetNode")):
-            migrating.append("%s/%s" % (migration["metadata"]["namespace"], migration["metadata"]["name"]))
+        if not kubevirt.migration_in_flight(migration):
+            continue
+        # Its nodes as the migration and its VMI say them (the VMI's node is the source until it completes).
+        namespace = migration["metadata"]["namespace"]
+        vmi_name = (migration.get("spec") or {}).get("vmiName")
+        vmi = client.get_or_none("VirtualMachineInstance", vmi_name, namespace) if vmi_name else None
+        states = [(migration.get("status") or {}).get("migrationState") or {}, kubevirt.migration_state(vmi or {})]
+        nodes = set([kubevirt.vmi_node(vmi or {})] + [state.get(key) for state in states
+                                                      for key in ("sourceNode", "targetNode")])
+        if name in nodes:
+            migrating.append("%s/%s" % (namespace, migration["metadata"]["name"]))
     if running or migrating:
-        raise BlockedError("Node %s's machine was not restarted: %s; drain the node first (node_maintenance); nothing "
-                           "was changed." % (name, "; ".join(
+        raise BlockedError("Node %s's machine was not restarted: %s; drain the node first (node_maintenance); %s." % (
+                           name, "; ".join(
                                part for part in ("VMs still run there: %s" % ", ".join(running) if running else "",
                                                  "migrations from or to it are in flight: %s" % ", ".join(migrating)
-                                                 if migrating else "") if part)),
+                                                 if migrating else "") if part), left),
                            node=name, running_vms=running, migrations=migrating)
     return running
 
