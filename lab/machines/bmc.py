@@ -135,11 +135,22 @@ def ensure(ctx, workers, say):
 INVENTORY_GROUP = "lab_machines"
 
 
+def module_option(entry, **changes):
+    """A ``bmc.json`` entry as the collection's modules take it (option ``bmc``), with ``changes``."""
+    return dict({"address": entry["address"], "username": entry["username"], "password": entry["password"],
+                 "ca_path": entry["ca_file"]}, **changes)
+
+
+def flashed_version(version):
+    """The BIOS version a machine runs after a flash, whatever the image: the emulator raises the minor number
+    (sushy-tools ``emulator/controllers/update_service.py``)."""
+    major, minor, patch = version.split(".")
+    return "%s.%d.%s" % (major, int(minor) + 1, patch)
+
+
 def inventory(bmcs):
     """``bmc-inventory.yml``: the machines as hosts named like their nodes, each with host var ``bmc``."""
-    hosts = {name: {"bmc": {"address": entry["address"], "username": entry["username"],
-                            "password": entry["password"], "ca_path": entry["ca_file"]}}
-             for name, entry in sorted(bmcs.items())}
+    hosts = {name: {"bmc": module_option(entry)} for name, entry in sorted(bmcs.items())}
     return ("# The lab's machines, each with its BMC as the collection's modules take it (option bmc).\n"
             "# Use beside the nodes inventory plugin: ansible-playbook -i <nodes.yml> -i bmc-inventory.yml ...\n"
             + yaml.safe_dump({"all": {"children": {INVENTORY_GROUP: {"hosts": hosts}}}}, sort_keys=True))

@@ -122,7 +122,7 @@ def record(state, node, current, now, method, verify=None, failed_task=None, fai
         "total_pods": drain.get("total_pods") or 0,
         "vms": drain.get("vms") or {},
         # What node_machine did to the machine: its own result, or what its failure said of it.
-        "machine": current.get("machine") or (failed_result or {}).get("machine") if failed else current.get("machine"),
+        "machine": current.get("machine") or ((failed_result or {}).get("machine") if failed else None),
     }
     updated = dict(state)
     if failed:

@@ -55,6 +55,11 @@ def not_ready_reason(node):
     return text
 
 
+def boot_id(node):
+    """``status.nodeInfo.bootID``: the kernel's boot id, as the kubelet read it when it started."""
+    return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
+
+
 def is_cordoned(node):
     return bool((node.get("spec") or {}).get("unschedulable"))
 

@@ -35,6 +35,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.acces
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Deadline, wait_for_object
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import restart_elsewhere
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import vms as vms_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.fates import RESTARTING
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import road
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
@@ -136,9 +137,7 @@ def _fence(module, client, name, node, machine, deadline, result):
 
 def _vms_on(client, name):
     """The VMIs on the node, each {namespace, name, run_strategy, _vmi} (run_strategy None: no VM owns it)."""
-    vmis = [vmi for vmi in client.list("VirtualMachineInstance",
-                                       label_selector="%s=%s" % (kubevirt.NODE_NAME_LABEL, name))[0]
-            if kubevirt.vmi_node(vmi) == name and not kubevirt.vmi_is_final(vmi)]
+    vmis = vms_mod.vmis_on_node(client, name)
     owners = {}  # (namespace, VM name) -> VM, one list per namespace
     for namespace in sorted(set(vmi["metadata"]["namespace"] for vmi in vmis)):
         for vm in client.list("VirtualMachine", namespace=namespace)[0]:
@@ -185,7 +184,7 @@ def _unfence(module, client, name, node, machine, deadline, result):
     require(client, [Permission("patch", "nodes"), Permission("watch", "nodes")]
             + machine.permissions(), "unfence node %s" % name)
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
-    boot_before = _boot_id(node)
+    boot_before = nodes_mod.boot_id(node)
     progress.line("phase=Running powering on the machine of node %s through %s" % (name, machine.describe()))
     try:
         actions = machine.power_on(deadline.remaining())
@@ -207,7 +206,7 @@ def _unfence(module, client, name, node, machine, deadline, result):
         raise WaitTimeoutError("Node %s was not unfenced: its machine is on, but the node was not Ready within %ds "
                                "(%s); the node stays tainted." % (name, round(deadline.seconds), pending),
                                **result) from exc
-    result["boot_id"] = {"before": boot_before, "after": _boot_id(node)}
+    result["boot_id"] = {"before": boot_before, "after": nodes_mod.boot_id(node)}
     node = node_marks.update_node(client, name, _taint_change(False), node=node)[0]
     result["fenced"] = False
     story.unfenced(module.events, node, TAINT_TEXT)
@@ -216,7 +215,3 @@ def _unfence(module, client, name, node, machine, deadline, result):
     result["duration_seconds"] = round(deadline.elapsed(), 1)
     progress.line("phase=Succeeded node unfenced: machine on, node Ready, taint removed")
     return result
-
-
-def _boot_id(node):
-    return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")

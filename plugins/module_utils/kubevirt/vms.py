@@ -16,6 +16,7 @@ __metaclass__ = type
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_key
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     InvalidInputError,
     MaintenanceError,
@@ -114,6 +115,13 @@ def select(client, selection, warn):
     if not items:
         warn("No VirtualMachine matched (%s); nothing to do." % selection.describe())
     return sorted(items, key=object_key)
+
+
+def vmis_on_node(client, name):
+    """The VMIs not final on node ``name`` (listed by virt-controller's node label, checked against the status)."""
+    return [vmi for vmi in client.list("VirtualMachineInstance",
+                                       label_selector="%s=%s" % (kubevirt.NODE_NAME_LABEL, name))[0]
+            if kubevirt.vmi_node(vmi) == name and not kubevirt.vmi_is_final(vmi)]
 
 
 def index_by_key(objects):

@@ -84,6 +84,7 @@ class RedfishMachine:
         self._connect = connect or _sushy_root
         self._root = None
         self._system = None
+        self._inventory_paths = {}
 
     def describe(self, start=False):
         return "%s BMC at %s" % ("The" if start else "the", self.address)
@@ -197,9 +198,11 @@ class RedfishMachine:
         with self._errors("read the firmware inventory of"):
             try:
                 collection = self._root.get_update_service().firmware_inventory
-                return dict((item.identity, item) for item in collection.get_members())
+                inventory = dict((item.identity, item) for item in collection.get_members())
             except (sushy_errors.MissingAttributeError, sushy_errors.ResourceNotFoundError):
-                return {}
+                inventory = {}
+        self._inventory_paths = dict((name, item.path) for name, item in inventory.items())
+        return inventory
 
     def firmware_versions(self):
         """{component: version} of what the machine runs now: ``bios`` (the System's ``BiosVersion``) and every
@@ -214,7 +217,10 @@ class RedfishMachine:
         if component == BIOS:
             target = self.system_path
         else:
-            target = self._inventory()[component].path
+            # Where the inventory entry lives, as firmware_versions last read it (read now when it was not).
+            if component not in self._inventory_paths:
+                self._inventory()
+            target = self._inventory_paths[component]
         self.system(fresh=False)
         with self._errors("update the firmware (%s) of" % component):
             service = self._root.get_update_service()

@@ -7,12 +7,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import summary as machine_summary
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report.model import (
     PHASE_LABELS,
     PHASE_NAMES,
     _vm_name,
     human_duration,
-    machine_text,
     seconds_between,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.timeutil import format_seconds
@@ -79,7 +79,7 @@ def _md_node_details(n):
     if n["error"]:
         details.append("- **Failed:** %s" % _md(n["error"]))
     if n["machine"]:
-        details.append("- machine (%s): %s" % (n["machine"].get("road"), _md(machine_text(n["machine"]))))
+        details.append("- machine (%s): %s" % (n["machine"].get("road"), _md(machine_summary.text(n["machine"]))))
         for action in n["machine"].get("actions") or []:
             details.append("  - %s: %s" % (_md(action.get("action")), human_duration(action.get("seconds"))))
     for m in n["migrations"]:

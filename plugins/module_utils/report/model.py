@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import summary as machine_summary
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.timeutil import format_seconds, parse_time_utc
 
 # Phases of one node, in order, with their label and colour in the timeline.
@@ -302,19 +303,6 @@ def to_json_data(model):
 # -- summary -------------------------------------------------------------------------------
 
 
-def machine_text(machine):
-    """'bios 1.0.0 -> 1.1.0, BIOS ProcTurboMode=Disabled, restarted (new boot)' of a node's machine."""
-    before = machine.get("firmware_before") or {}
-    parts = ["%s %s -> %s" % (name, before.get(name), version)
-             for name, version in sorted((machine.get("firmware_after") or {}).items()) if before.get(name) != version]
-    if machine.get("bios_changed"):
-        parts.append("BIOS %s" % ", ".join("%s=%s" % (key, (value or {}).get("after"))
-                                           for key, value in sorted(machine["bios_changed"].items())))
-    if machine.get("boot_id_after") and machine.get("boot_id_after") != machine.get("boot_id_before"):
-        parts.append("restarted (new boot)")
-    return ", ".join(parts) or "nothing to do"
-
-
 def summary_lines(model):
     t = model["totals"]
     lines = ["%s %s in %s: %d/%d nodes done, %d failed, %d untouched; %d pods evicted, %d VMs migrated, %d shut down." % (
@@ -331,7 +319,7 @@ def summary_lines(model):
             n["node"], n["status"], human_duration(n["seconds"]), phases, n["pods_evicted"], len(n["migrations"]),
             len(n["shut_down"]))
         if n["machine"]:
-            line += "; machine: %s" % machine_text(n["machine"])
+            line += "; machine: %s" % machine_summary.text(n["machine"])
         if n["error"]:
             line += "; error: %s" % n["error"]
         lines.append(line)

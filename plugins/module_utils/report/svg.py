@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import summary as machine_summary
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report.model import (
     FAILED_COLOUR,
     MIGRATION_COLOUR,
@@ -18,7 +19,6 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.report.mo
     UNTOUCHED_COLOUR,
     _vm_name,
     human_duration,
-    machine_text,
     seconds_between,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.timeutil import (
@@ -217,7 +217,7 @@ def _svg_node_summary(n, g, bar_y, label_colour):
     ]
     if n["machine"]:
         lines.append('<text x="%d" y="%.1f" fill="#444444" font-size="11">%s</text>' % (
-            tx, bar_y + 45, _esc("machine: " + machine_text(n["machine"]))))
+            tx, bar_y + 45, _esc("machine: " + machine_summary.text(n["machine"]))))
     return lines
 
 

@@ -32,7 +32,9 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pro
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.access import Permission, require
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Deadline, wait_for_object
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import vms as vms_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import road
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import summary as machine_summary
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import story
 
 _URL = re.compile(r"^(https?|ftp|sftp|nfs|cifs|tftp)://[^\s/]+\S*$", re.IGNORECASE)
@@ -67,10 +69,6 @@ def same_value(wanted, reported):
     return str(wanted).strip().lower() == str(reported).strip().lower()
 
 
-def boot_id(node):
-    return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
-
-
 def run(module):
     params = module.params
     name = params["name"]
@@ -84,7 +82,7 @@ def run(module):
         raise InvalidInputError("Node %s does not exist." % name, option="name")
     refuse_while_held(client, params.get("lock"), "Node %s's machine was not serviced" % name, node=name)
     machine = road.resolve(client, name, node, params, given)
-    summary = dict(machine.as_dict(), boot_id_before=boot_id(node), boot_id_after=None, firmware_before={},
+    summary = dict(machine.as_dict(), boot_id_before=nodes_mod.boot_id(node), boot_id_after=None, firmware_before={},
                    firmware_after={}, bios_changed={}, actions=[])
     result = {"changed": False, "node": name, "machine": summary, "running_vms": []}
 
@@ -132,9 +130,9 @@ def run(module):
             _refuse_unless_drained(client, name, node, False, staged=True)
         node = _restart(module, client, name, node, machine, summary, deadline, progress)
         _verify(module, name, machine, firmware, bios, summary)
-    story.machine_serviced(module.events, node, _told(summary))
+    story.machine_serviced(module.events, node, machine_summary.text(summary))
     result["duration_seconds"] = round(deadline.elapsed(), 1)
-    progress.line("phase=Succeeded machine serviced: %s" % _told(summary))
+    progress.line("phase=Succeeded machine serviced: %s" % machine_summary.text(summary))
     return result
 
 
@@ -160,10 +158,8 @@ def _refuse_unless_drained(client, name, node, check_mode, staged=False):
     changes were handed to the BMC already (they wait for the machine's next restart)."""
     left = ("the firmware and BIOS changes handed to the BMC wait for the machine's next restart" if staged
             else "nothing was changed")
-    vmis = [vmi for vmi in client.list("VirtualMachineInstance",
-                                       label_selector="%s=%s" % (kubevirt.NODE_NAME_LABEL, name))[0]
-            if kubevirt.vmi_node(vmi) == name and not kubevirt.vmi_is_final(vmi)]
-    running = sorted("%s/%s" % (vmi["metadata"]["namespace"], vmi["metadata"]["name"]) for vmi in vmis)
+    running = sorted("%s/%s" % (vmi["metadata"]["namespace"], vmi["metadata"]["name"])
+                     for vmi in vms_mod.vmis_on_node(client, name))
     if check_mode:
         return running
     if not (node.get("spec") or {}).get("unschedulable"):
@@ -213,7 +209,7 @@ class _action:
 def _restart(module, client, name, node, machine, summary, deadline, progress):
     """Restart the machine and wait until the node is Ready with a new boot ID. A graceful restart that has not
     brought a new boot within half of what is left is followed by a forced one."""
-    before = boot_id(node)
+    before = nodes_mod.boot_id(node)
     graceful = module.params["graceful"]
     with _action(summary, "restart") as entry:
         sent = [machine.restart(deadline.remaining(), graceful=graceful)]
@@ -228,18 +224,18 @@ def _restart(module, client, name, node, machine, summary, deadline, progress):
             progress.line("phase=Running no new boot after %s, %s sent" % (sent[0], sent[-1]))
             node = _wait_boot(client, name, before, deadline.remaining())
         entry["action"] = "restart (%s)" % ", ".join(sent)
-    summary["boot_id_after"] = boot_id(node)
+    summary["boot_id_after"] = nodes_mod.boot_id(node)
     story.machine_restarted(module.events, node, "%s, %s" % (machine.describe(), ", ".join(sent)))
     return node
 
 
 def _wait_boot(client, name, before, timeout):
     def booted(current):
-        return current is not None and boot_id(current) not in (None, before) and nodes_mod.is_ready(current)
+        return current is not None and nodes_mod.boot_id(current) not in (None, before) and nodes_mod.is_ready(current)
 
     def pending():
         current = client.get_or_none("Node", name) or {}
-        if boot_id(current) in (None, before):
+        if nodes_mod.boot_id(current) in (None, before):
             return "its boot ID is still %s" % before
         return "booted again, but %s" % nodes_mod.not_ready_reason(current)
 
@@ -265,13 +261,3 @@ def _verify(module, name, machine, firmware, bios, summary):
     if problems:
         raise MachineError("Node %s's machine booted again but did not take what was asked: %s." % (
             name, "; ".join(problems)), node=name, machine=summary)
-
-
-def _told(summary):
-    parts = ["%s %s -> %s" % (component, summary["firmware_before"].get(component), version)
-             for component, version in sorted(summary["firmware_after"].items())
-             if summary["firmware_before"].get(component) != version]
-    if summary["bios_changed"]:
-        parts.append("BIOS %s" % ", ".join("%s=%s" % (k, v["after"]) for k, v in sorted(summary["bios_changed"].items())))
-    parts.append("restarted (boot %s)" % (summary["boot_id_after"] or "unknown"))
-    return ", ".join(parts)

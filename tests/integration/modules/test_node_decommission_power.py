@@ -19,6 +19,8 @@ import workloads
 from safety import ResourceVersions, wait_stable
 
 from lab import nodes as lab_nodes
+from lab.machines import bmc as lab_bmc
+from lab.paths import LabPaths
 from lab.wait import wait_for
 
 METAL3 = ("metal3.io", "v1alpha1", "baremetalhosts")
@@ -223,9 +225,6 @@ def test_remediation_is_paused_until_the_node_is_deleted(lab, k8s, namespace, ru
 def bmc_worker(lab, k8s):
     """(node, its bmc.json entry) of the last worker; afterwards its machine is on and its node back: Ready and a
     KubeVirt node again (``lab up`` registers a deleted one anew)."""
-    from lab.machines import bmc as lab_bmc
-    from lab.paths import LabPaths
-
     bmcs = lab_bmc.load(LabPaths(lab.state_dir))
     node = sorted(bmcs)[-1]
     yield node, dict(bmcs[node])
@@ -244,28 +243,19 @@ def bmc_worker(lab, k8s):
     workloads.wait_node_pods_ready(k8s, node, 600)
 
 
-def bmc_option(entry, **changes):
-    option = {"address": entry["address"], "username": entry["username"], "password": entry["password"],
-              "ca_path": entry["ca_file"]}
-    option.update(changes)
-    return option
-
-
 def test_power_off_through_the_bmc_then_the_node_is_deleted(lab, k8s, run_module, bmc_worker, tmp_path):
-    from lab.machines import bmc as lab_bmc
-
     node, entry = bmc_worker
     machine = lab_bmc.Bmc(entry)
     wait_stable()
     versions = ResourceVersions(k8s)
-    checked = run_module("node_decommission", {"name": node, "power_off": "redfish", "bmc": bmc_option(entry)},
+    checked = run_module("node_decommission", {"name": node, "power_off": "redfish", "bmc": lab_bmc.module_option(entry)},
                          check=True)
     assert checked["changed"] and checked["powered_off_by"] == "redfish", checked
     assert checked["power_off"]["bmc"] == {"road": "redfish", "address": entry["address"], "power_state": "On"}
     assert versions.changes() == [] and machine.power_state() == "On"
 
     progress = tmp_path / "progress.log"
-    result = run_module("node_decommission", {"name": node, "power_off": "redfish", "bmc": bmc_option(entry),
+    result = run_module("node_decommission", {"name": node, "power_off": "redfish", "bmc": lab_bmc.module_option(entry),
                                               "reregistration_watch": 5, "progress_file": str(progress)})
     assert not result.get("failed"), result
     assert result["deleted"] and result["powered_off_by"] == "redfish", result
@@ -281,15 +271,13 @@ def test_power_off_through_the_bmc_then_the_node_is_deleted(lab, k8s, run_module
 
 
 def test_a_bmc_that_refuses_the_credentials_fails_the_task_and_nothing_changes(k8s, run_module, bmc_worker):
-    from lab.machines import bmc as lab_bmc
-
     node, entry = bmc_worker
     wrong = "not-the-password-%s" % uuid.uuid4().hex[:6]
     wait_stable()
     versions = ResourceVersions(k8s)
     for check in (True, False):
         refused = run_module("node_decommission", {"name": node, "power_off": "redfish",
-                                                   "bmc": bmc_option(entry, password=wrong)}, check=check)
+                                                   "bmc": lab_bmc.module_option(entry, password=wrong)}, check=check)
         assert refused.get("failed"), refused
         assert refused["msg"] == ("The BMC at %s could not read the machine %s: it refused the credentials of user "
                                   "%s (HTTP 401)." % (entry["address"], entry["address"].rsplit("/", 1)[-1],

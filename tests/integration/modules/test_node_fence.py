@@ -41,11 +41,6 @@ def machine(lab, k8s):
     workloads.wait_node_pods_ready(k8s, node, WAIT)
 
 
-def bmc_option(entry):
-    return {"address": entry["address"], "username": entry["username"], "password": entry["password"],
-            "ca_path": entry["ca_file"]}
-
-
 def taints(k8s, node):
     return [t.key for t in client.CoreV1Api(k8s).read_node(node).spec.taints or []]
 
@@ -55,7 +50,7 @@ def test_a_node_that_still_heartbeats_is_refused_and_nothing_changes(k8s, run_mo
     wait_stable()
     versions = ResourceVersions(k8s)
     for check in (True, False):
-        refused = run_module("node_fence", {"name": node, "bmc": bmc_option(entry)}, check=check)
+        refused = run_module("node_fence", {"name": node, "bmc": lab_bmc.module_option(entry)}, check=check)
         assert refused.get("failed"), refused
         assert refused["msg"].startswith("Node %s still heartbeats (its node Lease was renewed" % node), refused["msg"]
         assert refused["msg"].endswith("never fenced; nothing was changed."), refused["msg"]
@@ -81,12 +76,12 @@ def test_a_dead_node_is_fenced_through_its_bmc_its_vms_restart_elsewhere_and_it_
 
     lab.node_fail(node)  # the kubelet died: the node turns NotReady, its VMIs stay Running in the API
     assert workloads.vm_nodes(k8s, namespace) == {"always": node, "once": node}
-    checked = run_module("node_fence", {"name": node, "bmc": bmc_option(entry)}, check=True)
+    checked = run_module("node_fence", {"name": node, "bmc": lab_bmc.module_option(entry)}, check=True)
     assert checked["changed"] and checked["fenced"], checked
     assert bmc.power_state() == "On" and OUT_OF_SERVICE not in taints(k8s, node)
 
     progress = tmp_path / "progress.log"
-    fenced = run_module("node_fence", {"name": node, "bmc": bmc_option(entry), "progress_file": str(progress)})
+    fenced = run_module("node_fence", {"name": node, "bmc": lab_bmc.module_option(entry), "progress_file": str(progress)})
     assert not fenced.get("failed"), fenced
     assert fenced["changed"] and fenced["fenced"], fenced
     assert fenced["machine"] == {"road": "redfish", "address": entry["address"], "power_state": "Off",
@@ -98,15 +93,15 @@ def test_a_dead_node_is_fenced_through_its_bmc_its_vms_restart_elsewhere_and_it_
         "reason": "run strategy Once: a VMI that failed is not started again"}]
     assert workloads.get_vmi(k8s, namespace, "always")["metadata"]["uid"] != first
     assert entry["password"] not in json.dumps(fenced) + progress.read_text()
-    again = run_module("node_fence", {"name": node, "bmc": bmc_option(entry)})
+    again = run_module("node_fence", {"name": node, "bmc": lab_bmc.module_option(entry)})
     assert not again.get("failed") and again["changed"] is False and again["machine"]["actions"] == [], again
 
     boot_before = core.read_node(node).status.node_info.boot_id
-    back = run_module("node_fence", {"name": node, "bmc": bmc_option(entry), "state": "absent"})
+    back = run_module("node_fence", {"name": node, "bmc": lab_bmc.module_option(entry), "state": "absent"})
     assert not back.get("failed"), back
     assert back["changed"] and back["fenced"] is False and back["machine"]["actions"] == ["On"], back
     assert back["boot_id"]["before"] == boot_before and back["boot_id"]["after"] not in (None, boot_before)
     assert bmc.power_state() == "On" and OUT_OF_SERVICE not in taints(k8s, node)
     assert lab_nodes.is_ready(core.read_node(node))
-    unchanged = run_module("node_fence", {"name": node, "bmc": bmc_option(entry), "state": "absent"})
+    unchanged = run_module("node_fence", {"name": node, "bmc": lab_bmc.module_option(entry), "state": "absent"})
     assert unchanged["changed"] is False, unchanged

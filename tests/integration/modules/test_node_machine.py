@@ -39,21 +39,11 @@ def machine(lab, k8s):
     workloads.wait_node_pods_ready(k8s, node, WAIT)
 
 
-def bmc_option(entry, **changes):
-    return dict({"address": entry["address"], "username": entry["username"], "password": entry["password"],
-                 "ca_path": entry["ca_file"]}, **changes)
-
-
 def power_lines(path, node):
     """The power states the machine of ``node`` went through so far (lab/machines/redfish.py LAB_POWER_LOG)."""
     if not path.exists():
         return []
     return [line for line in path.read_text().splitlines() if json.loads(line)["name"] == node]
-
-
-def next_minor(version):
-    major, minor, patch = version.split(".")
-    return "%s.%d.%s" % (major, int(minor) + 1, patch)
 
 
 def boot_id(k8s, node):
@@ -65,9 +55,9 @@ def test_a_drained_node_gets_firmware_and_a_bios_setting_through_its_bmc_and_com
     node, entry, log = machine
     bmc = lab_bmc.Bmc(entry)
     shown = bmc.show()
-    version = next_minor(shown["bios_version"])
+    version = lab_bmc.flashed_version(shown["bios_version"])
     turbo = "Disabled" if shown["bios"]["ProcTurboMode"] == "Enabled" else "Enabled"
-    args = {"name": node, "bmc": bmc_option(entry), "bios": {"ProcTurboMode": turbo},
+    args = {"name": node, "bmc": lab_bmc.module_option(entry), "bios": {"ProcTurboMode": turbo},
             "firmware": [{"component": "bios", "url": "https://firmware.example/bios-%s.bin" % version,
                           "version": version}]}
     before = boot_id(k8s, node)
@@ -112,12 +102,12 @@ def test_a_version_the_machine_does_not_report_after_the_restart_fails_the_task(
     bmc = lab_bmc.Bmc(entry)
     running = bmc.show()["bios_version"]
     claimed = "9.9.9"
-    failed = run_module("node_machine", {"name": node, "bmc": bmc_option(entry), "firmware": [
+    failed = run_module("node_machine", {"name": node, "bmc": lab_bmc.module_option(entry), "firmware": [
         {"component": "bios", "url": "https://firmware.example/bios-9.bin", "version": claimed}]})
     assert failed.get("failed"), failed
     # The emulator's flash raises the minor version, whatever the image says (sushy-tools update_service.py).
     assert failed["msg"] == ("Node %s's machine booted again but did not take what was asked: firmware bios reports "
-                             "version %s, not %s (firmware[0].version)." % (node, next_minor(running), claimed))
+                             "version %s, not %s (firmware[0].version)." % (node, lab_bmc.flashed_version(running), claimed))
     assert failed["machine"]["boot_id_after"] not in (None, failed["machine"]["boot_id_before"])
 
 
@@ -129,7 +119,7 @@ def test_what_the_machine_does_not_have_and_bad_credentials_are_refused_and_noth
     versions = ResourceVersions(k8s)
     shown, pending, powered = bmc.show(), bmc.get("/BIOS/Settings")["Attributes"], len(power_lines(log, node))
 
-    unknown = run_module("node_machine", {"name": node, "bmc": bmc_option(entry), "bios": {"NoSuchSetting": "On"},
+    unknown = run_module("node_machine", {"name": node, "bmc": lab_bmc.module_option(entry), "bios": {"NoSuchSetting": "On"},
                                           "firmware": [{"component": "nic-7", "url": "https://firmware.example/n.bin",
                                                         "version": "1.0"}]})
     assert unknown.get("failed"), unknown
@@ -138,7 +128,7 @@ def test_what_the_machine_does_not_have_and_bad_credentials_are_refused_and_noth
         "attribute NoSuchSetting, which node %s's machine does not have; nothing was changed." % (node, node))
 
     wrong = run_module("node_machine", {"name": node, "reboot": True,
-                                        "bmc": bmc_option(entry, password="not-" + entry["password"])})
+                                        "bmc": lab_bmc.module_option(entry, password="not-" + entry["password"])})
     assert wrong.get("failed"), wrong
     assert wrong["msg"].startswith("The BMC at %s could not read the machine" % entry["address"]), wrong["msg"]
     assert "refused the credentials of user %s (HTTP 401)" % entry["username"] in wrong["msg"]
@@ -160,11 +150,11 @@ def test_a_machine_is_never_restarted_under_a_vm(k8s, namespace, run_module, mac
     versions = ResourceVersions(k8s)
     powered = len(power_lines(log, node))
 
-    refused = run_module("node_machine", {"name": node, "bmc": bmc_option(entry), "reboot": True})
+    refused = run_module("node_machine", {"name": node, "bmc": lab_bmc.module_option(entry), "reboot": True})
     assert refused.get("failed"), refused
     assert refused["msg"] == ("Node %s's machine was not restarted: VMs still run there: %s/guest; drain the node first "
                               "(node_maintenance); nothing was changed." % (node, namespace))
-    checked = run_module("node_machine", {"name": node, "bmc": bmc_option(entry), "reboot": True}, check=True)
+    checked = run_module("node_machine", {"name": node, "bmc": lab_bmc.module_option(entry), "reboot": True}, check=True)
     assert not checked.get("failed") and checked["running_vms"] == ["%s/guest" % namespace], checked
     assert versions.changes() == [] and len(power_lines(log, node)) == powered
     assert workloads.vm_nodes(k8s, namespace) == {"guest": node}

@@ -42,11 +42,6 @@ def machines(lab):
     lab.restore_nodes()
 
 
-def next_minor(version):
-    major, minor, patch = version.split(".")
-    return "%s.%d.%s" % (major, int(minor) + 1, patch)
-
-
 def boot_ids(k8s):
     return dict((name, client.CoreV1Api(k8s).read_node(name).status.node_info.boot_id) for name in NODES)
 
@@ -57,7 +52,7 @@ def test_each_node_is_drained_its_machine_serviced_through_its_bmc_and_the_repor
     shown = dict((name, lab_bmc.Bmc(bmcs[name]).show()) for name in NODES)
     running = set(s["bios_version"] for s in shown.values())
     assert len(running) == 1, "the machines run different BIOS versions: %s" % shown
-    version = next_minor(running.pop())
+    version = lab_bmc.flashed_version(running.pop())
     # The VMs start on worker-2 and may only go to worker-1 (cordoned meanwhile), a node outside the run.
     vms = ["vm-%d" % i for i in range(1, 4)]
     core = client.CoreV1Api(k8s)
@@ -153,8 +148,8 @@ def test_a_machine_that_did_not_take_its_firmware_fails_its_node_which_stays_cor
     assert failed["status"] == "failed" and failed["phases"]["tasks"]["failed"], failed
     assert failed["error"].startswith("Service the node's machine: Node %s's machine booted again but did not take "
                                       "what was asked: firmware bios reports version %s, not 9.9.9" % (
-                                          NODES[0], next_minor(running))), failed["error"]
+                                          NODES[0], lab_bmc.flashed_version(running))), failed["error"]
     machine = failed["machine"]
-    assert machine["firmware_before"] == {"bios": running} and machine["firmware_after"] == {"bios": next_minor(running)}
+    assert machine["firmware_before"] == {"bios": running} and machine["firmware_after"] == {"bios": lab_bmc.flashed_version(running)}
     assert machine["boot_id_after"] not in (None, machine["boot_id_before"])
     assert lab_bmc.Bmc(bmcs[NODES[1]]).show() == untouched
