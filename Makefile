@@ -11,7 +11,7 @@ PYTEST_ENV := PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COL
 LAB := $(BIN)/python -m lab
 PYTEST_WORKERS ?= 1
 
-.PHONY: help venv collection test checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-releases lab-lane-roles sanity sanity-run lint docs-lint ee-context test-versions integration-core-edges changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-machines test-awx test-security bench-smoke test-faults chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-releases lab-lane-roles sanity sanity-run lint docs-lint ee-context test-versions integration-core-edges changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
@@ -66,6 +66,7 @@ lab-lane-releases: venv collection
 lab-lane-roles: venv collection
 	$(MAKE) test-roles
 	$(MAKE) test-security
+	$(MAKE) test-chaos
 
 checks: venv collection
 	$(MAKE) sanity
@@ -268,12 +269,19 @@ bench-smoke: venv collection
 test-faults: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/faults
 
-# Randomized chaos runs on a lab of their own, not part of make test: CHAOS_RUNS seeded rolling runs
-# (default 5) from CHAOS_FIRST_SEED (default 1), each with faults its seed draws, resumed until it
-# completes and checked by an observer of its own; SEED=<n> replays one. Results: tests/output/chaos/.
+# Randomized chaos runs on a lab of their own: CHAOS_RUNS seeded rolling runs (default 5) from
+# CHAOS_FIRST_SEED (default 1), each with faults its seed draws, resumed until it completes and checked
+# by an observer of its own; SEED=<n> (or <n>,<m>,...) replays runs. Results: tests/output/chaos/.
 chaos: venv collection
 	$(LAB) build --kubevirt-version $(KUBEVIRT_DEFAULT_VERSION)
 	CHAOS_SEED=$(SEED) $(PYTEST_ENV) $(BIN)/pytest -q -s -p no:cacheprovider tests/integration/chaos
+
+# The short chaos session of make test, so the machinery cannot rot: fixed seeds whose schedules cover
+# a kill, an interrupt, an AWX-style cancel, a machine's power cut mid-migration and a BMC that stops
+# answering, plus the observer's sabotage cases. Results: tests/output/chaos-test/.
+CHAOS_TEST_SEEDS ?= 6,10,12
+test-chaos: venv collection
+	CHAOS_SEED=$(CHAOS_TEST_SEEDS) CHAOS_OUTPUT=tests/output/chaos-test $(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider tests/integration/chaos
 
 # The reliability figures (faults injected/survived, bad inputs/clean errors, PDB violations,
 # VMs lost) from a fresh run of the tests that record them: tests/output/reliability.{json,md}.

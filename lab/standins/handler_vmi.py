@@ -73,12 +73,13 @@ def pod_running(pod):
 
 
 def migration_in_progress(vmi):
-    """controller.go ``isMigrationInProgress`` (without the domain): a migration was
-    handed to the handlers and has not ended."""
-    state = o.status(vmi).get("migrationState")
-    if not state or not state.get("targetNode"):
-        return False
-    return not (state.get("endTimestamp") and (state.get("completed") or state.get("failed")))
+    """``isMigrationInProgress`` of ``pkg/virt-handler/controller.go`` (without the domain): the
+    source reported the migration's start and nobody its end. A migration handed to the handlers
+    but never started (its source machine died first) is not in progress: the source's handler,
+    back after a boot, finds no domain and fails the VMI (``execute`` in ``pkg/virt-handler/vm.go``
+    goes on to ``sync``; ``IsMigrationSource`` is only true for decentralized migrations)."""
+    state = o.status(vmi).get("migrationState") or {}
+    return bool(state.get("startTimestamp")) and not state.get("endTimestamp")
 
 
 def phase_change(status, phase):

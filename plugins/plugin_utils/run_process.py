@@ -9,12 +9,20 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import multiprocessing
 import os
 
 
 def run_pid(action):
     """The run's process id for a task of ``action`` (an ActionBase) whose module runs on the
-    controller (connection local), else None: a managed host cannot see the controller's processes."""
+    controller (connection local), else None: a managed host cannot see the controller's processes.
+
+    The process that forked the worker, as the worker knew it when it started (multiprocessing's
+    parent process), not the worker's parent now: once the run's process is killed (an AWX job
+    cancelled: SIGKILL to ansible-playbook's process group, the workers in sessions of their own
+    living on), the worker's parent becomes init or a subreaper, which never ends, and a lock or a
+    drain bound to it would outlive the run."""
     if getattr(action._connection, "transport", None) != "local":  # pylint: disable=protected-access
         return None
-    return os.getppid()
+    parent = multiprocessing.parent_process()
+    return parent.pid if parent is not None else os.getppid()

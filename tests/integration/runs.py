@@ -159,6 +159,21 @@ def _descendants(root):
     return found
 
 
+def _start_time(pid):
+    """The start time of process ``pid`` (clock ticks since boot), None when it is gone or a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def still_running(processes):
+    """The pids of ``processes`` ([(pid, start time)], from Started.tree) that still run."""
+    return [pid for pid, started in processes if started is not None and _start_time(pid) == started]
+
+
 def _signal(pid, sig):
     try:
         os.kill(pid, sig)
@@ -205,6 +220,16 @@ class Started:
         for pid in reversed(tree):
             _signal(pid, signal.SIGKILL)
         return self.proc.wait(60)
+
+    def tree(self):
+        """ansible-playbook and every process under it now, as [(pid, start time)]."""
+        return [(pid, _start_time(pid)) for pid in [self.proc.pid] + _descendants(self.proc.pid)]
+
+    def cancel(self, timeout=60):
+        """An AWX job cancelled through ansible-runner: SIGKILL to ansible-playbook's process group.
+        Ansible's workers (sessions of their own) and what they started are left to end by themselves."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.proc.wait(timeout)
 
     def interrupt(self, timeout=120):
         """Ctrl-C in the terminal that runs the playbook: SIGINT to its foreground process group

@@ -149,12 +149,14 @@ class _Recorder:
         self.k8s = k8s
         self.kinds = kinds
         self.events = []
+        self.times = []  # when each event arrived (by its seq), to line violations up with faults
         self.lock = threading.Lock()
         self.streams = []
 
     def record(self, rv, kind, etype, obj):
         with self.lock:
             self.events.append((rv, len(self.events), kind, etype, obj))
+            self.times.append(time.time())
 
     def start(self, timeout=60):
         self.streams = [_Stream(self.k8s, kind, self.record) for kind in self.kinds]
@@ -246,10 +248,20 @@ def pdb_minimum(pdb, matching, vmis):
 
 
 class Violation(dict):
-    """{pdb, pod, node, available, minimum, resource_version}."""
+    """{pdb, pod, node, available, minimum, resource_version, at (when seen), how (deleted, or its state)}."""
 
     def __repr__(self):
-        return "PDB %(pdb)s: pod %(pod)s on %(node)s went away with %(available)d available, minimum %(minimum)d" % self
+        return ("PDB %(pdb)s: pod %(pod)s on %(node)s went away (%(how)s, at %(at)s) with %(available)d available, "
+                "minimum %(minimum)d" % self)
+
+
+def _gone_how(etype, pod):
+    """How a pod stopped being available: deleted, or its phase and Ready condition."""
+    if etype == "DELETED" or pod is None:
+        return "deleted"
+    status = pod.get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    return "%s, Ready %s (%s)" % (status.get("phase"), ready.get("status"), ready.get("reason") or ready.get("message"))
 
 
 class PdbWatcher:
@@ -294,7 +306,7 @@ class PdbWatcher:
         pods, pdbs, vmis, namespaces = {}, {}, {}, {}
         state = {"Pod": pods, "PodDisruptionBudget": pdbs, "VirtualMachineInstance": vmis, "Namespace": namespaces}
         violations = []
-        for rv, _seq, kind, etype, obj in self._recorder.ordered():
+        for rv, seq, kind, etype, obj in self._recorder.ordered():
             store = state[kind]
             key = _key(obj)
             if kind == "PodDisruptionBudget":
@@ -332,7 +344,8 @@ class PdbWatcher:
                 if available < minimum:
                     violations.append(Violation(
                         pdb="%s/%s" % pdb_key, pod="%s/%s" % key, node=(before.get("spec") or {}).get("nodeName"),
-                        available=available, minimum=minimum, resource_version=rv))
+                        available=available, minimum=minimum, resource_version=rv,
+                        at=round(self._recorder.times[seq], 1), how=_gone_how(etype, pods.get(key))))
         return violations
 
 

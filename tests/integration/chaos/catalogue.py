@@ -1,7 +1,8 @@
 """What a chaos run may do to a rolling run, and when: the faults and the moments, drawn from a seed.
 
-A schedule is a list of (trigger, fault) pairs, one per attempt of the run: the first attempt gets the
-first pair, a resumed attempt the next, and an attempt past the schedule runs undisturbed to its end.
+A schedule is a list of (trigger, fault) pairs, carried out in order: each fault at its moment, until one
+ends the attempt (a kill, an interrupt, a cancel); the resumed attempt goes on with the rest, and an
+attempt past the schedule runs undisturbed to its end.
 Triggers are read from the run's own output (a task of the role starting) and from the cluster (a node
 cordoned, a live migration in flight), so a fault lands in its phase whatever the machine's speed.
 """
@@ -12,6 +13,9 @@ import time
 from kubernetes import client
 
 import safety
+from lab.machines import bmc as lab_bmc
+from lab.paths import LabPaths
+from lab.wait import wait_for
 
 ROLE = "TASK [kubevirt_ops.maintenance.rolling_maintenance : %s]"
 FAIL_MIGRATION = "kubevirt-ops.lab/fail-migration"
@@ -23,6 +27,7 @@ TRIGGERS = (
     "task:Leave maintenance",
     "task:Verify the node is schedulable and every VM that ran still runs",
     "task:Renew the cluster lock before the node",
+    "task:Service the node's machine",
     "cluster:a node cordoned",
     "cluster:a migration in flight",
 )
@@ -32,13 +37,23 @@ TRIGGERS = (
 FAULTS = (
     "sigkill",
     "sigint",
+    "awx_cancel",
     "apiserver_restart",
     "virt_controller_restart",
     "virt_api_outage",
     "node_maintenance_operator_restart",
     "migration_fails",
+    "machine_power_off",
+    "bmc_unreachable",
 )
-ENDS_ATTEMPT = ("sigkill", "sigint")
+ENDS_ATTEMPT = ("sigkill", "sigint", "awx_cancel")
+# Faults that mean something only at one moment: a migration's target machine loses power while the
+# migration runs; a BMC stops answering while the run restarts its machine.
+FAULT_TRIGGERS = {
+    "machine_power_off": "cluster:a migration in flight",
+    "bmc_unreachable": "task:Service the node's machine",
+}
+MACHINE_OFF_SECONDS = 20
 # Violations made on purpose, never drawn: the observer must report them (test_chaos.py).
 SABOTAGE = ("sabotage_vmi_deleted", "sabotage_pod_deleted_against_its_budget")
 VIRT_API_OUTAGE_SECONDS = 20
@@ -48,7 +63,17 @@ def draw(seed, length=None):
     """The schedule of run ``seed``: 1 to 3 (trigger, fault) pairs, the same for the same seed."""
     rng = random.Random(seed)
     count = length if length is not None else rng.randint(1, 3)
-    return [{"trigger": rng.choice(TRIGGERS), "fault": rng.choice(FAULTS)} for _ in range(count)]
+    schedule = []
+    for _ in range(count):
+        trigger, fault = rng.choice(TRIGGERS), rng.choice(FAULTS)
+        schedule.append({"trigger": FAULT_TRIGGERS.get(fault, trigger), "fault": fault})
+    return schedule
+
+
+def restarts_machines(seed, schedule):
+    """Whether the run restarts its nodes' machines through their BMCs (``rolling_maintenance_reboot:
+    bmc``): when a step of its schedule waits for that task, and on every even seed."""
+    return seed % 2 == 0 or any(step["trigger"] == FAULT_TRIGGERS["bmc_unreachable"] for step in schedule)
 
 
 class Moment:
@@ -59,11 +84,17 @@ class Moment:
         self.started = started
         self.nodes = nodes
         self.namespace = namespace
+        self.seen = 0
+
+    def passed(self):
+        """What the run printed so far is behind us: a task trigger waits for a task that starts later
+        (a fault that took its time must not land at a moment long gone)."""
+        self.seen = len(self.started.output())
 
     def reached(self, trigger):
         kind, what = trigger.split(":", 1)
         if kind == "task":
-            return (ROLE % what) in self.started.output()
+            return (ROLE % what) in self.started.output()[self.seen:]
         if what == "a node cordoned":
             core = client.CoreV1Api(self.k8s)
             return any(core.read_node(n).spec.unschedulable for n in self.nodes)
@@ -81,18 +112,41 @@ def annotate(k8s, namespace, name, value):
 class Injector:
     """Carries out a fault on the lab; ``undo()`` ends what outlasts the moment (a failing migration)."""
 
-    def __init__(self, lab, k8s, namespace, vm_names):
+    def __init__(self, lab, k8s, namespace, vm_names, nodes):
         self.lab = lab
         self.k8s = k8s
         self.namespace = namespace
         self.vm_names = vm_names
+        self.nodes = nodes
         self.annotated = []
+        self.unreachable = []
+        # What a fault did that the run is not to blame for: machines it killed and the VMs that ran
+        # there (they may restart, and budgets may drop there); processes it left to end on their own.
+        self.killed_nodes = []
+        self.killed_vms = []
+        self.orphans = []
 
     def inject(self, fault, started):
+        """Carry the fault out; returns a note of what it hit, or None when its moment had passed."""
         if fault == "sigkill":
             started.kill()
         elif fault == "sigint":
             started.interrupt()
+        elif fault == "awx_cancel":
+            # ansible-runner's cancel: SIGKILL to ansible-playbook's process group only. Ansible's
+            # workers and the async drains they started live in sessions of their own and must end
+            # by themselves once the run's process is gone.
+            self.orphans += started.tree()
+            started.cancel()
+        elif fault == "machine_power_off":
+            return self._power_off_a_target(started)
+        elif fault == "bmc_unreachable":
+            node = self._cordoned()
+            if node is None:
+                return None
+            lab_bmc.set_faults(LabPaths(self.lab.state_dir), node, unreachable=True)
+            self.unreachable.append(node)
+            return "the BMC of %s" % node
         elif fault == "apiserver_restart":
             self.lab.restart_apiserver(down_for=5)
         elif fault == "virt_controller_restart":
@@ -122,8 +176,48 @@ class Injector:
                 core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
         else:
             raise ValueError("unknown fault %s" % fault)
+        return ""
+
+    def _cordoned(self):
+        core = client.CoreV1Api(self.k8s)
+        return next((n for n in self.nodes if core.read_node(n).spec.unschedulable), None)
+
+    def _power_off_a_target(self, started):
+        """The target machine of a migration in flight loses power (through its BMC, as a power cut would
+        be seen), and comes back after MACHINE_OFF_SECONDS."""
+        found = {}
+
+        def target():
+            for vmi in client.CustomObjectsApi(self.k8s).list_namespaced_custom_object(
+                    "kubevirt.io", "v1", self.namespace, "virtualmachineinstances")["items"]:
+                state = (vmi.get("status") or {}).get("migrationState") or {}
+                if state.get("targetNode") and not state.get("completed") and not state.get("failed"):
+                    found["node"] = state["targetNode"]
+                    return True
+            return not started.running()
+
+        wait_for(target, 120, "a migration's target node", interval=0.2)
+        node = found.get("node")
+        if node is None:
+            return None
+        machine = lab_bmc.Bmc(lab_bmc.load(LabPaths(self.lab.state_dir))[node])
+        machine.reset("ForceOff")
+        wait_for(lambda: machine.power_state() == "Off", 60, "the machine of %s to be off" % node, interval=0.2)
+        # Off: its handler writes nothing any more, so the VMIs there now are the ones that died with it.
+        there = ["%s/%s" % (self.namespace, vmi["metadata"]["name"])
+                 for vmi in client.CustomObjectsApi(self.k8s).list_namespaced_custom_object(
+                     "kubevirt.io", "v1", self.namespace, "virtualmachineinstances")["items"]
+                 if (vmi.get("status") or {}).get("nodeName") == node]
+        self.killed_nodes.append(node)
+        self.killed_vms += there
+        time.sleep(MACHINE_OFF_SECONDS)  # the outage's length
+        machine.reset("On")
+        return "the machine of %s (VMs there: %s)" % (node, ", ".join(there) or "none")
 
     def undo(self):
         for name in self.annotated:
             annotate(self.k8s, self.namespace, name, None)
         self.annotated = []
+        for node in self.unreachable:
+            lab_bmc.set_faults(LabPaths(self.lab.state_dir), node)
+        self.unreachable = []

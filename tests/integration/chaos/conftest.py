@@ -1,7 +1,8 @@
 """Randomized chaos runs (``make chaos``): seeded rolling-maintenance runs with faults drawn at random,
-checked by an observer of its own (tests/integration/safety.py). Not part of ``make test``.
+checked by an observer of its own (tests/integration/safety.py). ``make test`` runs a short session of
+fixed seeds (``make test-chaos``); the long one is ``make chaos CHAOS_RUNS=50``.
 
-``CHAOS_SEED=<n>`` replays one run; otherwise ``CHAOS_RUNS`` runs (default 5) from ``CHAOS_FIRST_SEED``
+``CHAOS_SEED=<n>`` replays one run (``<n>,<m>,...`` several); otherwise ``CHAOS_RUNS`` runs (default 5) from ``CHAOS_FIRST_SEED``
 (default 1). Results: tests/output/chaos/chaos.{json,md}.
 """
 
@@ -16,12 +17,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import runs  # noqa: E402  (tests/integration helpers)
 
-OUTPUT = os.path.join(runs.REPO, "tests", "output", "chaos")
+OUTPUT = os.path.join(runs.REPO, os.environ.get("CHAOS_OUTPUT") or os.path.join("tests", "output", "chaos"))
 
 
 def seeds():
     if os.environ.get("CHAOS_SEED"):
-        return [int(os.environ["CHAOS_SEED"])]
+        return [int(seed) for seed in os.environ["CHAOS_SEED"].split(",")]
     first = int(os.environ.get("CHAOS_FIRST_SEED") or 1)
     return list(range(first, first + int(os.environ.get("CHAOS_RUNS") or 5)))
 

@@ -1,14 +1,18 @@
 """Chaos runs: one rolling maintenance run per seed, with the faults its seed draws, resumed until it
 completes, checked by an observer of its own (its own watches, none of the product's code):
 
-- no VM lost, and none restarted (no fault here kills a machine, so every VM must migrate);
-- no PodDisruptionBudget below its minimum, at any moment;
+- no VM lost, and none restarted unless a fault killed the machine it ran on (every other VM must
+  migrate);
+- no PodDisruptionBudget below its minimum, at any moment, but on a machine a fault killed;
 - never more than ``max_parallel`` (1) of the nodes out at once;
 - at the end: both nodes schedulable and free of our marks, the lock released, no process of the run
-  left running;
+  left running (after an AWX-style cancel, the workers and drains it left must end by themselves);
 - the run completes within the attempts its schedule allows (one per fault, plus two); an attempt
   after a run that stopped uses the resume command that run printed (the nodes that remain), an
   attempt after a kill or an interrupt the same command again.
+
+On even seeds, and when a fault waits for that step, each node's machine is restarted through its
+BMC while the node is drained (``rolling_maintenance_reboot: bmc``).
 
 The seed and the schedule are printed and written to tests/output/chaos/; ``make chaos SEED=<n>``
 replays a run.
@@ -30,12 +34,16 @@ import safety
 import workloads
 from lab.wait import wait_for
 
-from catalogue import ENDS_ATTEMPT, Injector, Moment, draw
+from catalogue import ENDS_ATTEMPT, Injector, Moment, draw, restarts_machines
+from lab.paths import LabPaths
 
 PLAYBOOK = os.path.join(runs.REPO, "playbooks", "rolling_maintenance.yml")
 OUR_TAINTS = ("medik8s.io/drain", "kubevirt-ops.io/maintenance-pending")
 ATTEMPT_TIMEOUT = 900
 TRIGGER_TIMEOUT = 300
+# How long the processes an AWX-style cancel left behind (Ansible's workers, an async drain) may take
+# to notice that their run is gone: the drain checks its run's process between its polls.
+ORPHAN_TIMEOUT = 120
 VM_NAMES = ["always-1", "always-2", "rerun-1"]
 
 
@@ -115,30 +123,47 @@ def test_the_observer_reports_a_violation_made_on_purpose(lab, k8s, world, tmp_p
 def session(lab, k8s, world, seed, schedule, tmp_path):
     """One chaos run: attempts until the run completes, the faults of ``schedule``, the observer's verdict."""
     pair, namespace = world["pair"], world["namespace"]
-    lock = "kvops-chaos-%d" % seed
+    lock = "kvops-chaos-%d-%s" % (seed, uuid.uuid4().hex[:6])
     extra = runs.rolling_vars(pair, lock, tmp_path, rolling_maintenance_non_migratable="fail")
+    inventory = ["localhost,"]
+    if restarts_machines(seed, schedule):
+        # Each machine restarted through its BMC while its node is drained (the lab's bmc-inventory.yml).
+        extra.update(rolling_maintenance_reboot="bmc", rolling_maintenance_machine_timeout=300)
+        inventory.append(str(LabPaths(lab.state_dir).bmc_inventory))
     attempt_vars = extra
-    injector = Injector(lab, k8s, namespace, VM_NAMES)
+    injector = Injector(lab, k8s, namespace, VM_NAMES, pair)
     vm_check = safety.VmSafety(k8s, [namespace])
-    record = {"seed": seed, "schedule": schedule, "faults": [], "attempts": 0, "violations": []}
+    record = {"seed": seed, "schedule": schedule, "faults": [], "attempts": 0, "violations": [],
+              "machines_restarted": len(inventory) > 1}
     started_all = []
     try:
         with safety.PdbWatcher(k8s) as pdbs, safety.ParallelWatcher(k8s, pair) as parallel:
             finished = False
+            pending = list(schedule)
             for attempt in range(len(schedule) + 2):
                 record["attempts"] = attempt + 1
                 began = time.time()
-                started = runs.Started(runs.playbook_argv(PLAYBOOK, attempt_vars), lab.kubeconfig, None)
+                started = runs.Started(runs.playbook_argv(PLAYBOOK, attempt_vars, inventory=inventory),
+                                       lab.kubeconfig, None)
                 started_all.append(started)
-                planned = schedule[attempt] if attempt < len(schedule) else None
-                if planned is not None:
-                    moment = Moment(k8s, started, pair, namespace)
+                # The schedule's faults in order, each at its moment, until one ends the attempt (the
+                # next attempt goes on with the rest) or the attempt ends by itself.
+                moment = Moment(k8s, started, pair, namespace)
+                ended = False
+                while pending and not ended:
+                    planned = pending[0]
                     wait_for(lambda: not started.running() or moment.reached(planned["trigger"]), TRIGGER_TIMEOUT,
                              "%s (seed %d)" % (planned["trigger"], seed), interval=0.2)
-                    if started.running():
-                        record["faults"].append(dict(planned, at=round(time.time(), 1)))
-                        injector.inject(planned["fault"], started)
-                if planned is None or planned["fault"] not in ENDS_ATTEMPT:
+                    if not started.running():
+                        break
+                    pending.pop(0)
+                    at = round(time.time(), 1)
+                    hit = injector.inject(planned["fault"], started)
+                    if hit is not None:
+                        record["faults"].append(dict(planned, at=at, attempt=attempt + 1, hit=hit))
+                    ended = planned["fault"] in ENDS_ATTEMPT
+                    moment.passed()
+                if not ended:
                     try:
                         started.wait(ATTEMPT_TIMEOUT)
                     except subprocess.TimeoutExpired:
@@ -146,20 +171,31 @@ def session(lab, k8s, world, seed, schedule, tmp_path):
                             attempt + 1, ATTEMPT_TIMEOUT))
                         started.kill()
                 injector.undo()
+                if started.proc.returncode not in (0, None) and not ended:
+                    # How an attempt the schedule did not end failed (its first failed task), for the replay.
+                    fatal = [line for line in started.output().splitlines() if line.startswith("fatal: [")]
+                    record.setdefault("failed_attempts", {})[attempt + 1] = (fatal or ["no failed task"])[0][:2000]
                 if started.proc.returncode == 0:
                     finished = True
                     break
                 attempt_vars = resumed(extra, tmp_path, began)
             if not finished:
                 record["violations"].append("the run did not complete within %d attempts" % record["attempts"])
-        report = vm_check.verify(timeout=300)
+        # A VM whose machine a fault killed may have restarted, and budgets may have dropped there.
+        report = vm_check.verify(shut_down=injector.killed_vms, timeout=300)
         record["violations"] += ["VM: %s" % p for p in report.problems]
-        record["violations"] += ["PDB: %s" % v for v in pdbs.violations]
+        record["violations"] += ["PDB: %s" % v for v in pdbs.violations_excluding(injector.killed_nodes)]
         if parallel.most_cordoned > 1:
             record["violations"].append("%d nodes out at once (max_parallel 1): %s" % (
                 parallel.most_cordoned, parallel.cordoned_sets))
         record["violations"] += end_state(k8s, pair, lock)
         left = [s.proc.pid for s in started_all if s.running()]
+        try:
+            wait_for(lambda: not runs.still_running(injector.orphans), ORPHAN_TIMEOUT,
+                     "the processes a cancelled run left to end", interval=1)
+        except Exception:  # reported below
+            pass
+        left += runs.still_running(injector.orphans)
         if left:
             record["violations"].append("processes of the run still running: %s" % left)
     finally:

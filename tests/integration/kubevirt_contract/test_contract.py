@@ -1698,6 +1698,40 @@ def test_a_live_migration_fails_when_its_source_machine_dies_mid_transfer(lab, n
     assert target_pod["spec"]["nodeName"] == target and status(target_pod)["phase"] == "Succeeded"
 
 
+def test_a_migration_handed_over_but_never_started_does_not_keep_a_dead_guest_running(lab, namespace, machine_of,
+                                                                                   restore_nodes):
+    """The source machine is off before a migration of its VMI starts: virt-controller hands the migration to
+    the handlers (the target pod runs, the VMI's migration state names the target), but the source's handler
+    is dead and never starts it. When the machine boots, its handler finds no domain; a migration without a
+    start is not in progress for it (``isMigrationInProgress`` in pkg/virt-handler/controller.go needs the
+    start timestamp), so it fails the VMI (pkg/virt-handler/vm.go ``execute`` -> ``sync``) and the Always VM
+    starts again as a new VMI. The VMI never stays Running on a machine that lost it."""
+    source, target = "lab-worker-3", "lab-worker-4"
+    cordon_all_but(lab, [source])
+    apply(lab, namespace, vm("lost", memory="256Mi"))
+    before = wait_vmi_running(lab, namespace, "lost")
+    assert status(before)["nodeName"] == source
+    lab.kubectl("uncordon", target)
+    bmc = machine_of(source)
+    bmc.reset("ForceOff")
+    wait(lambda: bmc.power_state() == "Off", f"the machine of {source} off")
+    virtctl(lab, namespace, "lost", "migrate")
+
+    def handed_over():
+        state = status(get(lab, namespace, "vmi", "lost")).get("migrationState") or {}
+        return state if state.get("targetNode") == target and state.get("targetNodeAddress") else None
+
+    state = wait(handed_over, "the migration handed to the handlers")
+    assert not state.get("startTimestamp"), state
+    bmc.reset("On")
+    again = wait_vmi_running(lab, namespace, "lost", other_than_uid=before["metadata"]["uid"])
+    assert again["metadata"]["uid"] != before["metadata"]["uid"]
+    # The migration that never started is not in flight any more (virt-controller fails it, and deletes it
+    # with the VMI it belonged to).
+    wait(lambda: all(status(m).get("phase") == "Failed" for m in items(lab, namespace, "vmim")),
+         "the migration that never started to end")
+
+
 def test_a_live_migration_fails_when_its_target_machine_dies_mid_transfer(lab, namespace, k8s,
                                                                            restore_nodes):
     """The target node dies while an evacuation's transfer is under way: the source's libvirt loses
