@@ -2,6 +2,7 @@
 
 import multiprocessing
 import os
+import time
 from unittest import mock
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_process import run_pid
@@ -18,6 +19,11 @@ def _worker(answers):
     its run's process is gone, then asks for it."""
     run = multiprocessing.parent_process()
     run.join(30)  # the parent's sentinel: closed once the run's process has exited
+    # The kernel closes an exiting process's files before it hands its children to init or a
+    # subreaper: wait for the hand-over itself.
+    deadline = time.monotonic() + 30
+    while os.getppid() == run.pid and time.monotonic() < deadline:
+        time.sleep(0.01)
     answers.send((run_pid(local_action()), os.getppid()))
 
 
