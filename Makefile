@@ -62,11 +62,11 @@ lab-lane-releases: venv collection
 	$(MAKE) integration-kubevirt-other
 	$(MAKE) test-faults
 	$(MAKE) test-machines
+	$(MAKE) test-chaos
 
 lab-lane-roles: venv collection
 	$(MAKE) test-roles
 	$(MAKE) test-security
-	$(MAKE) test-chaos
 
 checks: venv collection
 	$(MAKE) sanity
