@@ -169,7 +169,8 @@ def test_a_token_that_expires_mid_drain_is_renewed_by_the_exec_plugin(lab, k8s, 
         # requests (it retries the held-back eviction) go on as the second identity.
         wait_for(lambda: len(counter.read_text()) >= 2, 120, "the plugin to be asked for a new token")
         wait_for(lambda: requests_by(lab, second.username), 120, "requests with the new token")
-        assert drain.is_alive(), "the drain should still wait on the disruption budget"
+        assert drain.is_alive(), "the drain should still wait on the disruption budget; it ended:\n%s" % (
+            outcome[0].output[-4000:] if outcome else "(no outcome)")
         policy.patch_namespaced_pod_disruption_budget("held", namespace, {"spec": {"minAvailable": 0}})
         drain.join(400)
         result = outcome[0].result()
