@@ -139,18 +139,24 @@ def playbook(kubeconfig, playbook_path, extra_vars=None, verbosity=0, env=None, 
     return _run(playbook_argv(playbook_path, extra_vars, verbosity, inventory), kubeconfig, env, timeout)
 
 
+def _stat(pid):
+    """The fields of /proc/<pid>/stat from the third on (state, parent, ...), None when the process is gone.
+    The second field, the command, is in parentheses and may hold spaces."""
+    try:
+        with open("/proc/%s/stat" % pid) as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields if len(fields) > 19 else None
+
+
 def _descendants(root):
     """Every process under ``root`` (from /proc), children before grandchildren."""
     children = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as handle:
-                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry))
     found, queue = [], [root]
     while queue:
         for child in children.get(queue.pop(0), []):
@@ -161,12 +167,8 @@ def _descendants(root):
 
 def _start_time(pid):
     """The start time of process ``pid`` (clock ticks since boot), None when it is gone or a zombie."""
-    try:
-        with open("/proc/%d/stat" % pid) as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else fields[19]
+    fields = _stat(pid)
+    return None if fields is None or fields[0] == "Z" else fields[19]
 
 
 def still_running(processes):

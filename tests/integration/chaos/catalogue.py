@@ -14,7 +14,6 @@ from kubernetes import client
 
 import safety
 from lab.machines import bmc as lab_bmc
-from lab.paths import LabPaths
 from lab.wait import wait_for
 
 ROLE = "TASK [kubevirt_ops.maintenance.rolling_maintenance : %s]"
@@ -150,7 +149,7 @@ class Injector:
             node = self._cordoned()
             if node is None:
                 return None
-            lab_bmc.set_faults(LabPaths(self.lab.state_dir), node, unreachable=True)
+            lab_bmc.set_faults(self.lab.paths, node, unreachable=True)
             self.unreachable.append(node)
             return "the BMC of %s" % node
         elif fault == "apiserver_restart":
@@ -187,8 +186,11 @@ class Injector:
         return ""
 
     def excused(self, violation):
-        """Why a budget ``violation`` (safety.Violation) is the fault's doing, else None: a pod that was not
-        deleted but lost its readiness while the nodes' heartbeats of an API server restart were missing."""
+        """Why a budget ``violation`` (safety.Violation) is a fault's doing, else None: a pod on a machine a
+        fault killed, or one that was not deleted but lost its readiness while the nodes' heartbeats of an API
+        server restart were missing."""
+        if violation["node"] in self.killed_nodes:
+            return "on the machine of %s, which a fault killed" % violation["node"]
         if violation["how"] == "deleted":
             return None
         for began, ended in self.heartbeat_gaps:
@@ -200,14 +202,17 @@ class Injector:
         core = client.CoreV1Api(self.k8s)
         return next((n for n in self.nodes if core.read_node(n).spec.unschedulable), None)
 
+    def _vmis(self):
+        return client.CustomObjectsApi(self.k8s).list_namespaced_custom_object(
+            "kubevirt.io", "v1", self.namespace, "virtualmachineinstances")["items"]
+
     def _power_off_a_target(self, started):
         """The target machine of a migration in flight loses power (through its BMC, as a power cut would
         be seen), and comes back after MACHINE_OFF_SECONDS."""
         found = {}
 
         def target():
-            for vmi in client.CustomObjectsApi(self.k8s).list_namespaced_custom_object(
-                    "kubevirt.io", "v1", self.namespace, "virtualmachineinstances")["items"]:
+            for vmi in self._vmis():
                 state = (vmi.get("status") or {}).get("migrationState") or {}
                 if state.get("targetNode") and not state.get("completed") and not state.get("failed"):
                     found["node"] = state["targetNode"]
@@ -218,13 +223,11 @@ class Injector:
         node = found.get("node")
         if node is None:
             return None
-        machine = lab_bmc.Bmc(lab_bmc.load(LabPaths(self.lab.state_dir))[node])
+        machine = lab_bmc.Bmc(lab_bmc.load(self.lab.paths)[node])
         machine.reset("ForceOff")
         wait_for(lambda: machine.power_state() == "Off", 60, "the machine of %s to be off" % node, interval=0.2)
         # Off: its handler writes nothing any more, so the VMIs there now are the ones that died with it.
-        there = ["%s/%s" % (self.namespace, vmi["metadata"]["name"])
-                 for vmi in client.CustomObjectsApi(self.k8s).list_namespaced_custom_object(
-                     "kubevirt.io", "v1", self.namespace, "virtualmachineinstances")["items"]
+        there = ["%s/%s" % (self.namespace, vmi["metadata"]["name"]) for vmi in self._vmis()
                  if (vmi.get("status") or {}).get("nodeName") == node]
         self.killed_nodes.append(node)
         self.killed_vms += there
@@ -237,5 +240,5 @@ class Injector:
             annotate(self.k8s, self.namespace, name, None)
         self.annotated = []
         for node in self.unreachable:
-            lab_bmc.set_faults(LabPaths(self.lab.state_dir), node)
+            lab_bmc.set_faults(self.lab.paths, node)
         self.unreachable = []
