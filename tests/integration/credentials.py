@@ -42,6 +42,16 @@ def credential_plugin(directory, token, counter, relative=False, ttl=None):
     return token_file, user
 
 
+def rotate(token_file, token):
+    """Hand out ``token`` from now on, as a rotation does: the file is replaced in one step, so the
+    plugin (asked again every time the old token expires) never reads a half-written one. An empty
+    token would make the requests anonymous: refused with 403, not renewed as a 401 is."""
+    fresh = token_file.with_name(token_file.name + ".new")
+    fresh.write_text(token)
+    os.chmod(str(fresh), 0o600)
+    os.replace(str(fresh), str(token_file))
+
+
 def lab_context(lab):
     """A kubeconfig's cluster and context for the lab, its user named exec-user."""
     server, ca_data = identities.lab_cluster(lab.kubeconfig)

@@ -12,7 +12,7 @@ import os
 
 from kubernetes import client
 
-from credentials import credential_plugin, lab_context, requests_by, write
+from credentials import credential_plugin, lab_context, requests_by, rotate, write
 import identities
 import reliability
 import runs
@@ -50,7 +50,7 @@ def test_token_rotated_during_a_rolling_run(k8s, lab, pair, fault_namespace, res
             wait_for(lambda: core.read_node(a).spec.unschedulable or not run.running(), 300,
                      "the run to cordon %s" % a)
             assert run.running(), "the run ended before draining %s: %s" % (a, run.output()[-3000:])
-            token_file.write_text(second.token)
+            rotate(token_file, second.token)
             identities.delete_identity(k8s, first, until_refused=True)  # the first token is refused from now on
             rc = run.wait(900)
             output = run.output()

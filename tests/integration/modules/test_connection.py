@@ -20,7 +20,7 @@ from kubernetes import client
 
 from lab.wait import wait_for
 
-from credentials import credential_plugin, lab_context, requests_by, write
+from credentials import credential_plugin, lab_context, requests_by, rotate, write
 import identities
 import runs
 
@@ -163,7 +163,7 @@ def test_a_token_that_expires_mid_drain_is_renewed_by_the_exec_plugin(lab, k8s, 
         wait_for(lambda: core.read_node(node).spec.unschedulable or not drain.is_alive(), 120,
                  "the drain to cordon %s" % node)
         assert drain.is_alive(), outcome[0].output[-3000:]
-        token_file.write_text(second.token)
+        rotate(token_file, second.token)
         identities.delete_identity(k8s, first, until_refused=True)  # the first token is refused from now on
         # Past the first token's announced expiry the plugin is asked again, and the drain's
         # requests (it retries the held-back eviction) go on as the second identity.

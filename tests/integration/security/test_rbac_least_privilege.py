@@ -166,14 +166,71 @@ def test_operator_node_decommission(k8s, operator_identity, spare_node):
     assert not ok(runs.module(kc, "node_decommission", {"name": spare_node, "assume_powered_off": True}))["changed"]
 
 
+HCO = ("hco.kubevirt.io", "v1beta1", "kubevirt-hyperconverged", "hyperconvergeds", "kubevirt-hyperconverged")
+RAISED_LIMITS = {"parallel_migrations_per_cluster": 7, "parallel_outbound_migrations_per_node": 3}
+
+
+def hyperconverged(k8s):
+    return client.CustomObjectsApi(k8s).get_namespaced_custom_object(*HCO)
+
+
 def test_operator_rolling_maintenance_role(k8s, vms, operator_identity, tmp_path, restore_nodes):
+    """The operator's rights cover a whole run, the live-migration limits it raises and puts back included."""
     node = workloads.vm_nodes(k8s, vms)["rbac-a"]
     playbook = os.path.join(identities.REPO, "playbooks", "rolling_maintenance.yml")
+    own = hyperconverged(k8s)["spec"]["liveMigrationConfig"]
     run = runs.playbook(operator_identity.kubeconfig, playbook,
                         extra_vars={"rolling_maintenance_nodes": [node],
+                                    "rolling_maintenance_migration_limits": RAISED_LIMITS,
                                     "rolling_maintenance_report_dir": str(tmp_path / "reports")})
     assert run.returncode == 0, (run.failures()[:1], run.output[-3000:])
     assert not client.CoreV1Api(k8s).read_node(node).spec.unschedulable
+    assert "parallel_outbound_migrations_per_node 2 -> 3" in run.output
+    assert hyperconverged(k8s)["spec"]["liveMigrationConfig"] == own
+
+
+@pytest.fixture
+def operator_without_hco_rights(k8s, lab, rbac_roles, tmp_path):
+    """The operator's rights but for changing the HyperConverged resource (an administrator who keeps HCO's
+    settings to themselves)."""
+    documents = [d for d in identities.load_documents(identities.OPERATOR_FILE) if d and d["kind"] == "ClusterRole"]
+    role = [d for d in documents if d["metadata"]["name"] == "kubevirt-ops-maintenance-operator"][0]
+    name = "kvops-operator-without-hco-%s" % os.getpid()
+    for rule in role["rules"]:
+        if "hyperconvergeds" in rule.get("resources", []):
+            rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
+    rbac = client.RbacAuthorizationV1Api(k8s)
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": role["rules"]})
+    identity = identities.create_identity(k8s, lab.kubeconfig, tmp_path, prefix="kvops-nohco", cluster_roles=[name],
+                                          roles=[("kube-system", "kubevirt-ops-maintenance-lock"),
+                                                 ("kube-node-lease", "kubevirt-ops-maintenance-node-heartbeat")])
+    yield identity
+    identities.delete_identity(k8s, identity)
+    rbac.delete_cluster_role(name)
+
+
+def test_a_run_that_may_not_raise_the_migration_limits_is_refused_in_preflight(
+        k8s, vms, operator_without_hco_rights, tmp_path):
+    node = workloads.vm_nodes(k8s, vms)["rbac-a"]
+    before = hyperconverged(k8s)["metadata"]["resourceVersion"]
+    spec_before = client.CoreV1Api(k8s).read_node(node).spec.to_dict()
+    lock = "kvops-rbac-limits-%d" % os.getpid()
+    playbook = os.path.join(identities.REPO, "playbooks", "rolling_maintenance.yml")
+    run = runs.playbook(operator_without_hco_rights.kubeconfig, playbook,
+                        extra_vars={"rolling_maintenance_nodes": [node], "rolling_maintenance_lock_name": lock,
+                                    "rolling_maintenance_migration_limits": RAISED_LIMITS,
+                                    "rolling_maintenance_report_dir": str(tmp_path / "reports")})
+    assert run.returncode != 0
+    refusal = [result.get("msg", "") for _task, result in run.failures()]
+    assert any("Cannot change the live-migration limits in HyperConverged kubevirt-hyperconverged/"
+               "kubevirt-hyperconverged: permission denied" in m and "patch hyperconvergeds.hco.kubevirt.io" in m
+               for m in refusal), refusal
+    # Nothing changed: not the HyperConverged resource, not the node, and no lock was taken.
+    assert hyperconverged(k8s)["metadata"]["resourceVersion"] == before
+    assert client.CoreV1Api(k8s).read_node(node).spec.to_dict() == spec_before
+    with pytest.raises(client.exceptions.ApiException) as missing:
+        client.CoordinationV1Api(k8s).read_namespaced_lease(lock, "kube-system")
+    assert missing.value.status == 404
 
 
 def test_operator_node_decommission_role(k8s, operator_identity, spare_node, tmp_path):

@@ -23,6 +23,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.modules import (
     hco_obsolete_cpus,
     maintenance_notify,
     maintenance_preflight,
+    migration_limits,
     node_decommission,
     node_fence,
     node_machine,
@@ -243,6 +244,16 @@ MODULE_CASES = [
      ["owner_pid -5", "worker-1"]),
     ("node_decommission owner_pid of no process", node_decommission, {"name": "worker-1", "owner_pid": -5},
      ["owner_pid -5", "worker-1"]),
+    ("migration_limits below the cluster's value", migration_limits, {"parallel_outbound_migrations_per_node": 1},
+     ["parallel_outbound_migrations_per_node (1)", "current 2"]),
+    ("migration_limits bandwidth not a quantity", migration_limits, {"bandwidth_per_migration": "fast"},
+     ["bandwidth_per_migration", "fast"]),
+    ("migration_limits link speed not a quantity", migration_limits,
+     {"parallel_outbound_migrations_per_node": 3, "link_speed": "zero"}, ["link_speed", "zero"]),
+    ("migration_limits nothing to raise", migration_limits, {}, ["parallel_outbound_migrations_per_node"]),
+    ("migration_limits a value with restored", migration_limits,
+     {"state": "restored", "parallel_migrations_per_cluster": 9}, ["parallel_migrations_per_cluster", "restored"]),
+    ("migration_limits unknown state", migration_limits, {"state": "lowered"}, ["state", "lowered"]),
 ]
 
 
