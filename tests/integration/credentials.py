@@ -44,8 +44,8 @@ def credential_plugin(directory, token, counter, relative=False, ttl=None):
 
 def rotate(token_file, token):
     """Hand out ``token`` from now on, as a rotation does: the file is replaced in one step, so the
-    plugin (asked again every time the old token expires) never reads a half-written one. An empty
-    token would make the requests anonymous: refused with 403, not renewed as a 401 is."""
+    plugin (asked again every time the old token expires) never reads a half-written one and the tests
+    see the renewal they set up, not the modules' handling of an empty token (asked for again)."""
     fresh = token_file.with_name(token_file.name + ".new")
     fresh.write_text(token)
     os.chmod(str(fresh), 0o600)

@@ -122,17 +122,36 @@ class Credentials:
 
     def header(self):
         with self._lock:
-            with _LibraryLog() as log:
-                auth = self.configuration.auth_settings().get("BearerToken") or {}
-            if log.messages:
-                raise ConfigurationError("Cannot renew the credentials of %s: %s." % (
-                    self.describe, "; ".join(m.strip().rstrip(".") for m in log.messages)))
-            value = auth.get("value")
-            return value.strip() if value else None
+            value = self._header()
+            if _empty_bearer(value):
+                # A plugin that read its token half-written hands out an empty one. Sent, it would make the
+                # requests anonymous, refused as such (403) rather than renewed as a rejected token is: ask
+                # once more, and fail in one sentence if it is still empty (as client-go does).
+                self.configuration = self._load()
+                value = self._header()
+                if _empty_bearer(value):
+                    raise ConfigurationError(
+                        "The credentials of %s hold an empty token: its exec credential plugin (or auth provider) "
+                        "returned none." % self.describe)
+            return value
+
+    def _header(self):
+        with _LibraryLog() as log:
+            auth = self.configuration.auth_settings().get("BearerToken") or {}
+        if log.messages:
+            raise ConfigurationError("Cannot renew the credentials of %s: %s." % (
+                self.describe, "; ".join(m.strip().rstrip(".") for m in log.messages)))
+        value = auth.get("value")
+        return value.strip() if value else None
 
     def renew(self):
         with self._lock:
             self.configuration = self._load()
+
+
+def _empty_bearer(header):
+    """Whether an Authorization header value is a bearer token without the token."""
+    return header is not None and header.lower() == "bearer"
 
 
 def _check_file(path, what):

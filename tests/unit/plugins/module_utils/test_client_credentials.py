@@ -233,12 +233,18 @@ open(counter, "w").write(str(n))
 if os.path.exists(counter + ".fail"):
     sys.stderr.write("the identity provider is unreachable\n")
     sys.exit(1)
+token = "exec-token-%%d" %% n
+if os.path.exists(counter + ".empty-once"):
+    os.remove(counter + ".empty-once")
+    token = ""
+if os.path.exists(counter + ".empty"):
+    token = ""
 info = json.loads(os.environ["KUBERNETES_EXEC_INFO"])
 assert info["kind"] == "ExecCredential", info
 lifetime = float(os.environ["PLUGIN_LIFETIME"])
 expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=lifetime)
 print(json.dumps({"apiVersion": info["apiVersion"], "kind": "ExecCredential", "status": {
-    "token": "exec-token-%%d" %% n, "expirationTimestamp": expiry.strftime("%%Y-%%m-%%dT%%H:%%M:%%SZ")}}))
+    "token": token, "expirationTimestamp": expiry.strftime("%%Y-%%m-%%dT%%H:%%M:%%SZ")}}))
 '''
 
 # The library renews a token this long before its expirationTimestamp.
@@ -334,6 +340,24 @@ def test_exec_plugin_failing_at_start_is_one_sentence(tmp_path, capsys):
                        match="Cannot load the credentials of user 'u' .*the identity provider is unreachable"):
         resolve_settings({"kubeconfig": path})
     assert capsys.readouterr().err == "", "the library's log does not reach the module's stderr"
+
+
+def test_an_empty_token_from_the_plugin_is_asked_for_again_never_sent(api, tmp_path):
+    """A plugin that read its token source half-written hands out an empty token once: it is asked again
+    at once, and no request goes out without a token (the API server would take it as anonymous)."""
+    path, counter = exec_kubeconfig(tmp_path, api.url, lifetime=SKEW - 60)  # always due for renewal
+    c = KubeClient(resolve_settings({"kubeconfig": path}), retry_budget=0.5)
+    open(str(counter) + ".empty-once", "w").close()
+    assert c.get("Node", "n1")["metadata"]["name"] == "n1"
+    sent = [auth for _p, auth, _g in api.seen]
+    assert len(sent) == 1 and sent[0].startswith("Bearer exec-token-"), sent
+    # A plugin that only ever returns an empty token: one sentence, nothing sent.
+    open(str(counter) + ".empty", "w").close()
+    with pytest.raises(errors.ConfigurationError) as info:
+        c.get("Node", "n1")
+    assert info.value.msg == ("The credentials of user 'u' of kubeconfig %s hold an empty token: its exec credential "
+                              "plugin (or auth provider) returned none." % path)
+    assert len(api.seen) == 1
 
 
 # -- auth providers ------------------------------------------------------------------------------
