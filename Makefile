@@ -11,7 +11,7 @@ PYTEST_ENV := PYTHONPATH=$(COLLECTIONS):$(CURDIR) ANSIBLE_COLLECTIONS_PATH=$(COL
 LAB := $(BIN)/python -m lab
 PYTEST_WORKERS ?= 1
 
-.PHONY: help venv collection test checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-releases lab-lane-roles sanity sanity-run lint docs-lint ee-context test-versions integration-core-edges changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test checks lab-build-default lab-lane-checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-releases lab-lane-roles sanity sanity-run lint docs-lint ee-context test-versions integration-core-edges changelog-lint unit unit-floor integration integration-kubevirt-other test-roles test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
@@ -40,42 +40,54 @@ collection:
 
 # The static checks run beside the lab tiers: the lab's binaries build first (a cold cache takes
 # minutes; a warm one returns at once), then three lanes of lab tiers run side by side, each tier
-# on a lab of its own (ports and a directory of its own). The lab tiers mostly wait on the
-# cluster (migrations, timeouts), so three labs share the 2-core reference machine well; the
-# other KubeVirt release builds at the start of its lane.
-test: venv collection
-	$(MAKE) -j2 checks lab-tiers
+# on a lab of its own (ports and a directory of its own), and a fourth tier follows the static
+# checks in their lane. The lab tiers mostly wait on the cluster (migrations, timeouts), so the
+# labs share the 2-core reference machine well; the other KubeVirt release builds at the start
+# of its lane.
+# Each tier of a lane says how long it took, and tests/output/tier-times.txt gathers them.
+TIER_TIMES := $(CURDIR)/tests/output/tier-times.txt
+timed = @s=$$(date +%s); $(MAKE) $(1); rc=$$?; mkdir -p $(dir $(TIER_TIMES)); \
+  echo "$(1): $$(( $$(date +%s) - s )) s, exit $$rc, ended $$(date -u +%H:%M:%S)" | tee -a $(TIER_TIMES); exit $$rc
 
-lab-tiers: venv collection
+test: venv collection
+	@rm -f $(TIER_TIMES)
+	$(MAKE) -j2 lab-lane-checks lab-tiers
+
+lab-build-default: venv collection
 	$(LAB) build --kubevirt-version $(KUBEVIRT_DEFAULT_VERSION)
+
+lab-tiers: lab-build-default
 	$(MAKE) -j3 lab-lane-modules lab-lane-releases lab-lane-roles
 
+# Once the static checks are done their lane has the room of one more lab: the short chaos session.
+lab-lane-checks: checks lab-build-default
+	$(call timed,test-chaos)
+
 lab-lane-modules: venv collection
-	$(MAKE) integration
-	$(MAKE) integration-core-edges
-	$(MAKE) test-awx
-	$(MAKE) molecule
-	$(MAKE) bench-smoke
+	$(call timed,integration)
+	$(call timed,integration-core-edges)
+	$(call timed,test-awx)
+	$(call timed,molecule)
+	$(call timed,bench-smoke)
 
 lab-lane-releases: venv collection
-	$(MAKE) lab-binaries-other
-	$(MAKE) integration-kubevirt-other
-	$(MAKE) test-faults
-	$(MAKE) test-machines
-	$(MAKE) test-chaos
+	$(call timed,lab-binaries-other)
+	$(call timed,integration-kubevirt-other)
+	$(call timed,test-faults)
+	$(call timed,test-machines)
 
 lab-lane-roles: venv collection
-	$(MAKE) test-roles
-	$(MAKE) test-security
+	$(call timed,test-roles)
+	$(call timed,test-security)
 
 checks: venv collection
-	$(MAKE) sanity
-	$(MAKE) lint
-	$(MAKE) unit
-	$(MAKE) unit-floor
-	$(MAKE) test-versions
-	$(MAKE) docs-lint
-	$(MAKE) ee-context
+	$(call timed,sanity)
+	$(call timed,lint)
+	$(call timed,unit)
+	$(call timed,unit-floor)
+	$(call timed,test-versions)
+	$(call timed,docs-lint)
+	$(call timed,ee-context)
 
 # Every binary the lab runs (Kubernetes, etcd, kwok, both KubeVirt releases, the operator),
 # built once into ~/.cache/kubevirt-ops-lab/.

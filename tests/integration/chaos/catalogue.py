@@ -46,10 +46,12 @@ FAULTS = (
     "bmc_unreachable",
 )
 ENDS_ATTEMPT = ("sigkill", "sigint", "awx_cancel")
-# Faults that mean something only at one moment: a migration's target machine loses power while the
-# migration runs; a BMC stops answering while the run restarts its machine.
+# Faults that mean something only at one moment: a migration's target machine, or the machine of the node
+# being drained (its source), loses power while the migration runs; a BMC stops answering while the run
+# restarts its machine.
 FAULT_TRIGGERS = {
     "machine_power_off": "cluster:a migration in flight",
+    "drained_machine_power_off": "cluster:a migration in flight",
     "bmc_unreachable": "task:Service the node's machine",
 }
 MACHINE_OFF_SECONDS = 20
@@ -63,14 +65,25 @@ SABOTAGE = ("sabotage_vmi_deleted", "sabotage_pod_deleted_against_its_budget")
 VIRT_API_OUTAGE_SECONDS = 20
 
 
+# Faults added to the catalogue later are drawn from a stream of their own, after the first draw, so the
+# schedules of earlier seeds (the replays of what they found) keep their faults, in their order.
+LATER_FAULTS = ("drained_machine_power_off",)
+LATER_FAULT_SHARE = 0.3
+
+
 def draw(seed, length=None):
-    """The schedule of run ``seed``: 1 to 3 (trigger, fault) pairs, the same for the same seed."""
+    """The schedule of run ``seed``: 1 to 3 (trigger, fault) pairs, the same for the same seed, and with a
+    chance of LATER_FAULT_SHARE one more from LATER_FAULTS at its end."""
     rng = random.Random(seed)
     count = length if length is not None else rng.randint(1, 3)
     schedule = []
     for _ in range(count):
         trigger, fault = rng.choice(TRIGGERS), rng.choice(FAULTS)
         schedule.append({"trigger": FAULT_TRIGGERS.get(fault, trigger), "fault": fault})
+    later = random.Random("later faults of %d" % seed)
+    if length is None and later.random() < LATER_FAULT_SHARE:
+        fault = later.choice(LATER_FAULTS)
+        schedule.append({"trigger": FAULT_TRIGGERS.get(fault, later.choice(TRIGGERS)), "fault": fault})
     return schedule
 
 
@@ -78,6 +91,16 @@ def restarts_machines(seed, schedule):
     """Whether the run restarts its nodes' machines through their BMCs (``rolling_maintenance_reboot:
     bmc``): when a step of its schedule waits for that task, and on every even seed."""
     return seed % 2 == 0 or any(step["trigger"] == FAULT_TRIGGERS["bmc_unreachable"] for step in schedule)
+
+
+# What a run raises KubeVirt's live-migration limits to, on every third seed (rolling_maintenance_migration_limits):
+# a kill or a cancel then leaves them raised, and the run that completes must put the cluster's own back.
+RAISED_LIMITS = {"parallel_migrations_per_cluster": 6, "parallel_outbound_migrations_per_node": 3}
+
+
+def raises_limits(seed):
+    """Whether the run raises the migration limits for itself (every third seed)."""
+    return seed % 3 == 0
 
 
 class Moment:
@@ -144,7 +167,9 @@ class Injector:
             self.orphans += started.tree()
             started.cancel()
         elif fault == "machine_power_off":
-            return self._power_off_a_target(started)
+            return self._power_cut(started, "targetNode")
+        elif fault == "drained_machine_power_off":
+            return self._power_cut(started, "sourceNode")
         elif fault == "bmc_unreachable":
             node = self._cordoned()
             if node is None:
@@ -206,20 +231,21 @@ class Injector:
         return client.CustomObjectsApi(self.k8s).list_namespaced_custom_object(
             "kubevirt.io", "v1", self.namespace, "virtualmachineinstances")["items"]
 
-    def _power_off_a_target(self, started):
-        """The target machine of a migration in flight loses power (through its BMC, as a power cut would
-        be seen), and comes back after MACHINE_OFF_SECONDS."""
+    def _power_cut(self, started, side):
+        """The machine on one side of a migration in flight (``targetNode``, or ``sourceNode``: the node being
+        drained) loses power through its BMC, as a power cut would be seen, and comes back after
+        MACHINE_OFF_SECONDS."""
         found = {}
 
-        def target():
+        def in_flight():
             for vmi in self._vmis():
                 state = (vmi.get("status") or {}).get("migrationState") or {}
-                if state.get("targetNode") and not state.get("completed") and not state.get("failed"):
-                    found["node"] = state["targetNode"]
+                if state.get(side) and not state.get("completed") and not state.get("failed"):
+                    found["node"] = state[side]
                     return True
             return not started.running()
 
-        wait_for(target, 120, "a migration's target node", interval=0.2)
+        wait_for(in_flight, 120, "a migration's %s" % side, interval=0.2)
         node = found.get("node")
         if node is None:
             return None
