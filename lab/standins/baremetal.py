@@ -15,9 +15,11 @@ goes to a holder that never renews it, so KWOK stops renewing it and updating th
 node lifecycle controller turns the node NotReady after its grace period; then
 ``status.poweredOn: false``. ``online: true`` boots again what this stand-in powered off, as a machine
 does (machines.py ``boot``: a new ``bootID``, its virt-launcher pods Failed, the kubelet back) and
-reports ``poweredOn: true``. A host whose
-node does not exist (a decommissioned one) just reports what it was asked. Not modelled:
-provisioning, inspection, BMC credentials, errors, reboot annotations.
+reports ``poweredOn: true``. Reboot annotations (``reboot.metal3.io[/<key>]``) power the host off while they
+exist, as below. A host whose node does not exist (a decommissioned one) just reports what it was asked.
+Provisioning is not modelled: every host is reported ``provisioned`` (``externally provisioned`` with
+``spec.externallyProvisioned``), as a host carrying a running node is. Not modelled either: inspection, BMC
+credentials, errors.
 """
 
 from lab.standins import kube as k
@@ -27,6 +29,11 @@ from lab.standins.machines import boot
 from lab.standins.workqueue import Controller
 
 NODE_ANNOTATION = "kubevirt-ops.lab/node"
+# baremetal-operator's reboot annotations (controllers/metal3.io/baremetalhost_controller.go, manageHostPower):
+# while ``reboot.metal3.io`` or any ``reboot.metal3.io/<key>`` exists a provisioned host is powered off; the
+# suffixless one is removed once the host is off, the suffixed ones by the clients that set them, and the host
+# is powered on again (as spec.online says) once none is left.
+REBOOT_ANNOTATION = "reboot.metal3.io"
 
 
 def names_host(provider_id, host):
@@ -64,8 +71,16 @@ class BareMetalHostController(Controller):
         host = self.sim.bmhs.get(key)
         if host is None or o.deleting(host):
             return None
-        online = bool(o.spec(host).get("online"))
+        namespace, name = k.split_key(key)
+        held = [a for a in o.annotations(host) if a == REBOOT_ANNOTATION or a.startswith(REBOOT_ANNOTATION + "/")]
         reported = o.status(host).get("poweredOn")
+        if reported is False and REBOOT_ANNOTATION in held:
+            # The one-off reboot is done once the host is off: the operator drops the suffixless annotation.
+            self.kube.patch(k.BAREMETALHOSTS, name, {"metadata": {"annotations": {REBOOT_ANNOTATION: None}}},
+                            namespace=namespace)
+            return None
+        # A reboot annotation keeps a provisioned host off (every lab host is: it carries a running node).
+        online = bool(o.spec(host).get("online")) and not held
         if reported == online:
             return None
         node = self.node_of(host)
@@ -75,9 +90,11 @@ class BareMetalHostController(Controller):
                     return 1.0  # KWOK has not created the node's Lease yet
             elif reported is False:
                 self._switch_on(node)
-        namespace, name = k.split_key(key)
-        self.kube.patch(k.BAREMETALHOSTS, name, {"status": {"poweredOn": online}}, namespace=namespace,
-                        subresource="status")
+        status = {"poweredOn": online}
+        if not (o.status(host).get("provisioning") or {}).get("state"):
+            status["provisioning"] = {"state": "externally provisioned" if o.spec(host).get("externallyProvisioned")
+                                      else "provisioned"}
+        self.kube.patch(k.BAREMETALHOSTS, name, {"status": status}, namespace=namespace, subresource="status")
         self.log.info("BareMetalHost %s: powered %s (node %s)", key, "on" if online else "off", node or "none")
         return None
 

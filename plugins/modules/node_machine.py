@@ -28,8 +28,14 @@ description:
     left to do (and O(reboot=false)) nothing is sent to the machine.
   - The role C(kubevirt_ops.maintenance.rolling_maintenance) runs this module on each node while it is drained
     (C(rolling_maintenance_reboot=bmc), C(rolling_maintenance_firmware), C(rolling_maintenance_bios)).
-  - Through a BareMetalHost the restart is a power cycle (C(spec.online)); firmware and BIOS settings through a
-    BareMetalHost (HostFirmwareComponents, HostFirmwareSettings) are not supported yet and are refused.
+  - Through a BareMetalHost the restart is baremetal-operator's reboot annotation, with a key of the collection's
+    own, C(reboot.metal3.io/kubevirt-ops.maintenance), mode C(soft) (C(hard) with O(graceful=false)). The
+    operator powers the host off while it is there, the module removes it once the host reports
+    C(poweredOn=false), and the operator powers it on again. C(spec.online), the owner's intent, is left alone,
+    and another client's hold is never released. A host that is not provisioned (the operator ignores the
+    annotation there) is cycled through C(spec.online); one with C(spec.online=false) or C(spec.disablePowerOff)
+    is refused. Firmware and BIOS settings through a BareMetalHost (HostFirmwareComponents,
+    HostFirmwareSettings) are not supported yet and are refused.
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:

@@ -19,6 +19,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     BlockedError,
     InvalidInputError,
@@ -29,6 +31,14 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waite
 KIND = "BareMetalHost"
 ON = "On"
 OFF = "Off"
+# baremetal-operator's reboot annotations (controllers/metal3.io/baremetalhost_controller.go, manageHostPower
+# and hasRebootAnnotation): while a ``reboot.metal3.io/<key>`` annotation exists the operator keeps a provisioned
+# host powered off (``{"mode": "hard"}`` skips the soft power-off it tries first), and powers it on again as
+# ``spec.online`` says once every such annotation is gone. A key of our own: another client's hold is never
+# released by us, and ``spec.online`` (the owner's intent) is left alone.
+REBOOT_ANNOTATION = "reboot.metal3.io/kubevirt-ops.maintenance"
+# Reboot annotations without ``"force": true`` count only for hosts in these provisioning states.
+PROVISIONED_STATES = ("provisioned", "externally provisioned")
 
 
 # -- which host is a node's --------------------------------------------------------------------
@@ -143,20 +153,44 @@ class Metal3Machine:
         if (host.get("spec") or {}).get("online") is not online:
             self.client.patch(KIND, self.name, {"spec": {"online": online}}, namespace=self.namespace)
             asked.append("spec.online=%s" % str(online).lower())
-        if (host.get("status") or {}).get("poweredOn") is not online:
-            self.host = wait_for_object(
-                self.client, KIND, self.name, lambda h: h is not None and (h.get("status") or {}).get(
-                    "poweredOn") is online, timeout,
-                "%s to report poweredOn=%s" % (self.describe(), str(online).lower()), namespace=self.namespace,
-                describe_pending=lambda: "it still reports poweredOn=%s" % (
-                    (self._read().get("status") or {}).get("poweredOn")))
+        self._wait_power(online, timeout)
         return asked
 
     def restart(self, timeout, graceful=True):
-        """A power cycle through the host: ``spec.online=false``, ``poweredOn=false``, then ``spec.online=true``,
-        ``poweredOn=true`` (the operator's ``manageHostPower``); returns what was asked, as one text."""
-        asked = self.power_off(timeout / 2.0, graceful=graceful) + self.power_on(timeout / 2.0)
-        return ", ".join(asked) or "nothing (the host was on and asked to be)"
+        """A power cycle through the host; returns what was asked, as one text.
+
+        A provisioned host (every host behind a node) is rebooted with our reboot annotation, soft first unless
+        ``graceful`` is false: on once ``poweredOn=false`` was reported and the annotation removed. Any other host
+        (the operator ignores the annotation there) with ``spec.online=false`` then ``true``."""
+        host = self._read()
+        if ((host.get("status") or {}).get("provisioning") or {}).get("state") not in PROVISIONED_STATES:
+            asked = self.power_off(timeout / 2.0, graceful=graceful) + self.power_on(timeout / 2.0)
+            return ", ".join(asked) or "nothing (the host was on and asked to be)"
+        self.refuse_power_off_if_disabled()
+        if not (host.get("spec") or {}).get("online"):
+            raise BlockedError("%s is asked to be powered off (spec.online=false): a reboot would leave it off; "
+                               "nothing was changed." % self.describe(True), bmh=self.key)
+        mode = "soft" if graceful else "hard"
+        self.client.patch(KIND, self.name, {"metadata": {"annotations": {
+            REBOOT_ANNOTATION: json.dumps({"mode": mode})}}}, namespace=self.namespace)
+        try:
+            self._wait_power(False, timeout / 2.0)
+        finally:
+            # Never leave the hold behind, even when the host did not go off in time.
+            self.client.patch(KIND, self.name, {"metadata": {"annotations": {REBOOT_ANNOTATION: None}}},
+                              namespace=self.namespace)
+        self._wait_power(True, timeout / 2.0)
+        return "%s %s, removed once off" % (REBOOT_ANNOTATION, mode)
+
+    def _wait_power(self, online, timeout):
+        if (self._read().get("status") or {}).get("poweredOn") is online:
+            return
+        self.host = wait_for_object(
+            self.client, KIND, self.name, lambda h: h is not None and (h.get("status") or {}).get(
+                "poweredOn") is online, timeout,
+            "%s to report poweredOn=%s" % (self.describe(), str(online).lower()), namespace=self.namespace,
+            describe_pending=lambda: "it still reports poweredOn=%s" % (
+                (self._read().get("status") or {}).get("poweredOn")))
 
     # -- firmware and BIOS: HostFirmwareComponents and HostFirmwareSettings, not yet taken --------
 
