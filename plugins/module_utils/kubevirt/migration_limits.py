@@ -34,6 +34,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.er
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.timeutil import now_seconds
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s import access, patches
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.events import reference
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import annotation_json, meta_of, object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import wait_for_object
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import hco as hco_cr
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt.cluster_settings import (
@@ -63,20 +64,16 @@ class LimitsHome:
         self.permission = access.Permission("patch", resource, group=group)
 
     @property
-    def name(self):
-        return self.obj["metadata"]["name"]
-
-    @property
-    def namespace(self):
-        return self.obj["metadata"].get("namespace")
+    def kind_name(self):
+        return "HyperConverged" if self.kind.startswith("HyperConverged") else self.kind
 
     def describe(self):
-        kind = "HyperConverged" if self.kind.startswith("HyperConverged") else self.kind
-        return "%s %s/%s" % (kind, self.namespace, self.name) if self.namespace else "%s %s" % (kind, self.name)
+        return "%s %s" % (self.kind_name, object_name(self.obj))
 
     def as_result(self):
-        kind = "HyperConverged" if self.kind.startswith("HyperConverged") else self.kind
-        return dict(kind=kind, name=self.name, namespace=self.namespace, path=".".join(self.path))
+        metadata = meta_of(self.obj)
+        return dict(kind=self.kind_name, name=metadata.get("name"), namespace=metadata.get("namespace"),
+                    path=".".join(self.path))
 
 
 def find_home(client, name=None, namespace=None):
@@ -127,15 +124,9 @@ def same_limits(one, other):
 
 
 def record_of(obj):
-    """The record a run left in the annotation, or None (an unreadable one counts as none, with a reason)."""
-    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
-    if not text:
-        return None
-    try:
-        record = json.loads(text)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) and isinstance(record.get("original"), dict) else None
+    """The record a run left in the annotation, or None (one that does not parse counts as none)."""
+    record = annotation_json(obj, ANNOTATION, dict)
+    return record if record is not None and isinstance(record.get("original"), dict) else None
 
 
 def wanted_values(params):

@@ -105,6 +105,12 @@ def test_limits_are_raised_for_the_run_and_put_back_after_success_and_after_a_fa
     assert (8, 4, None) in seen.seen and seen.seen[-1] == own_limits, seen.seen
     assert ("Raised the live-migration limits in HyperConverged kubevirt-hyperconverged/kubevirt-hyperconverged: "
             "parallel_migrations_per_cluster 5 -> 8, parallel_outbound_migrations_per_node 2 -> 4.") in run.output
+    # The report says what the run did to them.
+    reports = sorted((tmp_path / "reports").glob("rolling-maintenance-*/report.json"))
+    with open(str(reports[-1])) as handle:
+        policy = json.load(handle)["policy"]["migration_limits"]
+    assert "parallel_outbound_migrations_per_node 2 -> 4" in policy and "Put back the live-migration limits" in policy, \
+        policy
 
     # A run that fails (its node task fails after the drain) puts them back as well.
     failing = tmp_path / "failing.yml"
