@@ -67,7 +67,11 @@ VIRT_API_OUTAGE_SECONDS = 20
 
 # Faults added to the catalogue later are drawn from a stream of their own, after the first draw, so the
 # schedules of earlier seeds (the replays of what they found) keep their faults, in their order.
-LATER_FAULTS = ("drained_machine_power_off",)
+# drained_machine_power_off (the machine of the node being drained cut while a migration from it runs) is
+# not drawn yet: which VMs it kills is not yet established as the observer needs it (a VM found replaced on
+# that node after such a cut was not among those the observer saw there when the machine went off). It runs
+# when a schedule names it.
+LATER_FAULTS = ()
 LATER_FAULT_SHARE = 0.3
 
 
@@ -81,7 +85,7 @@ def draw(seed, length=None):
         trigger, fault = rng.choice(TRIGGERS), rng.choice(FAULTS)
         schedule.append({"trigger": FAULT_TRIGGERS.get(fault, trigger), "fault": fault})
     later = random.Random("later faults of %d" % seed)
-    if length is None and later.random() < LATER_FAULT_SHARE:
+    if length is None and LATER_FAULTS and later.random() < LATER_FAULT_SHARE:
         fault = later.choice(LATER_FAULTS)
         schedule.append({"trigger": FAULT_TRIGGERS.get(fault, later.choice(TRIGGERS)), "fault": fault})
     return schedule
