@@ -51,6 +51,7 @@ FIELDS = (
     ("bandwidth_per_migration", "bandwidthPerMigration", None),
 )
 OPTIONS = tuple(option for option, _field, _default in FIELDS)
+OPTION_OF = dict((field, option) for option, field, _default in FIELDS)
 KUBEVIRT_PATH = ("spec", "configuration", "migrations")
 
 
@@ -105,7 +106,7 @@ def effective(raw):
     for option, field, default in FIELDS:
         value = raw.get(field)
         if option == "bandwidth_per_migration":
-            out[option] = None if value in (None, "", "0", 0) or not parse_quantity(value) else str(value)
+            out[option] = str(value) if parse_quantity(value) else None
         else:
             out[option] = int(value) if value not in (None, "") else default
     return out
@@ -138,7 +139,7 @@ def wanted_values(params):
             continue
         if option == "bandwidth_per_migration":
             text = str(value).strip()
-            if not parse_quantity(text) or parse_quantity(text) < 0:
+            if parse_quantity(text) <= 0:
                 raise InvalidInputError(
                     "Option bandwidth_per_migration (%r) is not a positive quantity of bytes per second, such as "
                     "512Mi or 1Gi." % (value,), option=option)
@@ -177,7 +178,7 @@ def problems_of_raise(current, wanted, link_speed):
         after[option] = value
     if link_speed is not None:
         link = parse_quantity(str(link_speed).strip())
-        if not link or link < 0:
+        if link <= 0:
             problems.append(("link_speed", "link_speed (%r) is not a positive quantity of bytes per second, such "
                                            "as 3Gi (about 25 Gbit/s)." % (link_speed,)))
         elif after["bandwidth_per_migration"] is None:
@@ -217,26 +218,14 @@ def migration_limits(module):
             "Option %s only goes with state=raised; state=restored puts back the values the cluster had before."
             % ", ".join(given), option=given[0])
     home = find_home(client, params.get("name"), params.get("namespace"))
+    record = record_of(home.obj)
     if state == "raised":
         # What the run asks for is judged against what the cluster would have without any run: a record's
         # original values when a run left one (a killed run's raised values are not the cluster's own).
-        record = record_of(home.obj)
         baseline = record["original"] if record else raw_values(home.obj, home.path)
         problems = problems_of_raise(effective(baseline), wanted, params.get("link_speed"))
         if problems:
             raise InvalidInputError(" ".join(text for _option, text in problems), option=problems[0][0])
-    if state == "restored" and record_of(home.obj) is None:
-        # Nothing to put back (the common case at the start of a run): no write, so no right to write needed.
-        current = effective(raw_values(home.obj, home.path))
-        result = dict(changed=False, msg="No run left raised live-migration limits in %s; nothing to put back."
-                      % home.describe(), limits=current, limits_before=current, original=None, raised_by=None,
-                      resource=home.as_result(), applied=None)
-        if module.diff_mode:
-            options = _options(raw_values(home.obj, home.path))
-            result["diff"] = dict(before=options, after=options)
-        return result
-    access.require(client, [home.permission], "change the live-migration limits in %s" % home.describe())
-
     run = params.get("run") or ""
 
     def plan(obj):
@@ -244,59 +233,58 @@ def migration_limits(module):
         record = record_of(obj)
         changes = []
         kept = []
+        after_raw = dict(raw)
         if state == "raised":
-            original = record["original"] if record else raw
             for field, value in wanted.items():
                 changes.append((home.path + (field,), value))
-            new_record = dict(original=original, raised=wanted, run=run,
-                              since=(record or {}).get("since") or now_seconds())
-            after_raw = dict(raw, **wanted)
-            if after_raw != raw or record is None or record.get("raised") != wanted or record.get("run") != run:
-                changes.append((("metadata", "annotations", ANNOTATION), json.dumps(new_record, sort_keys=True)))
-        else:
-            after_raw = dict(raw)
-            if record is not None:
-                for field, value in (record.get("raised") or {}).items():
-                    if raw.get(field) == value:
-                        changes.append((home.path + (field,), record["original"].get(field)))
-                        after_raw[field] = record["original"].get(field)
-                    else:
-                        kept.append(field)
-                changes.append((("metadata", "annotations", ANNOTATION), None))
+            after_raw.update(wanted)
+            # Unchanged when the record already says the same (set_fields writes no equal value).
+            changes.append((("metadata", "annotations", ANNOTATION), json.dumps(dict(
+                original=record["original"] if record else raw, raised=wanted, run=run,
+                since=(record or {}).get("since") or now_seconds()), sort_keys=True)))
+        elif record is not None:
+            for field, value in (record.get("raised") or {}).items():
+                if raw.get(field) == value:
+                    changes.append((home.path + (field,), record["original"].get(field)))
+                    after_raw[field] = record["original"].get(field)
+                else:
+                    kept.append(field)
+            changes.append((("metadata", "annotations", ANNOTATION), None))
         operations = patches.set_fields(obj, changes)
         return operations, dict(before=raw, after=after_raw, record=record, kept=kept, changed=bool(operations))
 
-    outcome, after_obj = patches.update_guarded(client, home.kind, home.obj, plan, write=not module.check_mode)
+    if state == "restored" and record is None:
+        # Nothing to put back (the common case at the start of a run): no write, so no right to write needed.
+        outcome, after_obj = plan(home.obj)[1], home.obj
+    else:
+        access.require(client, [home.permission], "change the live-migration limits in %s" % home.describe())
+        outcome, after_obj = patches.update_guarded(client, home.kind, home.obj, plan, write=not module.check_mode)
     record = outcome["record"]
     for field in outcome["kept"]:
-        option = [o for o, f, _d in FIELDS if f == field][0]
         module.warn("%s is left at %s: someone changed it while the run had raised it to %s, so the value is theirs "
                     "(the cluster had %s before the run)." % (
-                        option, outcome["before"].get(field), record["raised"][field], record["original"].get(field)))
+                        OPTION_OF[field], outcome["before"].get(field), record["raised"][field],
+                        record["original"].get(field)))
     limits = effective(outcome["after"])
     before = effective(outcome["before"])
+    moves = ", ".join("%s %s -> %s" % (o, before[o], limits[o]) for o in OPTIONS if before[o] != limits[o])
     if outcome["changed"] and not module.check_mode:
         module.events.normal(
             reference(after_obj, home.kind), "MigrationLimitsRaised" if state == "raised" else "MigrationLimitsRestored",
-            "Update", "live-migration limits %s" % ", ".join(
-                "%s %s -> %s" % (option, before[option], limits[option]) for option in OPTIONS
-                if before[option] != limits[option]) if before != limits else "record %s" % (
-                    "written" if state == "raised" else "removed"))
+            "Update", "live-migration limits %s" % moves if moves else "record %s" % (
+                "written" if state == "raised" else "removed"))
     applied = None
-    if not module.check_mode and home.kind != "KubeVirt" and before != limits:
+    if not module.check_mode and home.kind != "KubeVirt" and moves:
         applied = wait_applied(client, limits, params["wait_timeout"])
-    changed_options = [option for option in OPTIONS if before[option] != limits[option]]
     if state == "raised":
-        msg = ("Raised the live-migration limits in %s: %s." % (home.describe(), ", ".join(
-            "%s %s -> %s" % (o, before[o], limits[o]) for o in changed_options))) if changed_options else (
+        msg = ("Raised the live-migration limits in %s: %s." % (home.describe(), moves)) if moves else (
             "The live-migration limits in %s already are what the run asks for%s." % (
                 home.describe(), "; the cluster's own values are recorded" if outcome["changed"] else ""))
     elif record is None:
         msg = "No run left raised live-migration limits in %s; nothing to put back." % home.describe()
     else:
         msg = "Put back the live-migration limits in %s%s%s." % (
-            home.describe(), (": " + ", ".join("%s %s -> %s" % (o, before[o], limits[o]) for o in changed_options))
-            if changed_options else " (they already were the cluster's own)",
+            home.describe(), (": " + moves) if moves else " (they already were the cluster's own)",
             ("; kept what someone changed: " + ", ".join(outcome["kept"])) if outcome["kept"] else "")
     result = dict(
         changed=outcome["changed"],
