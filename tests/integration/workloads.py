@@ -143,6 +143,15 @@ def create_guarded_deployment(k8s, namespace, name, replicas=3, min_available=2,
     wait_for(ready, 120, "Deployment %s/%s to be ready" % (namespace, name))
 
 
+# The lab's HyperConverged resource (group, version, namespace, plural, name).
+HCO = ("hco.kubevirt.io", "v1beta1", "kubevirt-hyperconverged", "hyperconvergeds", "kubevirt-hyperconverged")
+
+
+def hyperconverged(k8s):
+    """The lab's HyperConverged resource as it is now."""
+    return client.CustomObjectsApi(k8s).get_namespaced_custom_object(*HCO)
+
+
 def node_names(k8s, role="worker"):
     nodes = client.CoreV1Api(k8s).list_node(label_selector="node-role.kubernetes.io/%s" % role).items
     return sorted(n.metadata.name for n in nodes)

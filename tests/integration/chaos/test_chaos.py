@@ -85,13 +85,12 @@ def resumed(extra, tmp_path, since):
     return dict(extra, **json.loads(found.group(1))) if found else extra
 
 
-HCO = ("hco.kubevirt.io", "v1beta1", "kubevirt-hyperconverged", "hyperconvergeds", "kubevirt-hyperconverged")
 LIMITS_RECORD = "kubevirt-ops.io/migration-limits"
 
 
 def migration_limits(k8s):
     """(the HyperConverged resource's live-migration config, the record a run left or None)."""
-    obj = client.CustomObjectsApi(k8s).get_namespaced_custom_object(*HCO)
+    obj = workloads.hyperconverged(k8s)
     return obj["spec"].get("liveMigrationConfig"), (obj["metadata"].get("annotations") or {}).get(LIMITS_RECORD)
 
 

@@ -17,15 +17,9 @@ import workloads
 from lab.wait import wait_for
 
 PLAYBOOK = os.path.join(runs.REPO, "playbooks", "rolling_maintenance.yml")
-HCO = ("hco.kubevirt.io", "v1beta1", "kubevirt-hyperconverged", "hyperconvergeds", "kubevirt-hyperconverged")
 RECORD = "kubevirt-ops.io/migration-limits"
 RAISED = {"parallel_migrations_per_cluster": 8, "parallel_outbound_migrations_per_node": 4}
 PAIR = ("lab-worker-1", "lab-worker-2")
-
-
-def hco(k8s):
-    group, version, namespace, plural, name = HCO
-    return client.CustomObjectsApi(k8s).get_namespaced_custom_object(group, version, namespace, plural, name)
 
 
 def kubevirt_migrations(k8s):
@@ -67,7 +61,7 @@ class KubeVirtLimits(threading.Thread):
 @pytest.fixture
 def own_limits(lab, k8s):
     """The cluster's own limits before the test (put back afterwards should the test fail halfway)."""
-    yield limits_of(hco(k8s)["spec"]["liveMigrationConfig"])
+    yield limits_of(workloads.hyperconverged(k8s)["spec"]["liveMigrationConfig"])
     runs.module(lab.kubeconfig, "migration_limits", {"state": "restored"})
 
 
@@ -87,7 +81,7 @@ def lock():
 
 def assert_put_back(k8s, own):
     """The HyperConverged resource has the cluster's own values and no record; HCO copies them to KubeVirt."""
-    now = hco(k8s)
+    now = workloads.hyperconverged(k8s)
     assert limits_of(now["spec"]["liveMigrationConfig"]) == own
     assert RECORD not in (now["metadata"].get("annotations") or {}), now["metadata"]["annotations"]
     wait_for(lambda: limits_of(kubevirt_migrations(k8s)) == own, 60, "HCO to copy the cluster's own limits back")
@@ -134,7 +128,7 @@ def test_a_run_killed_mid_drain_leaves_its_record_and_the_resumed_run_puts_the_l
         started.kill()
     finally:
         started.close()
-    left = hco(k8s)
+    left = workloads.hyperconverged(k8s)
     record = json.loads(left["metadata"]["annotations"][RECORD])
     assert limits_of(left["spec"]["liveMigrationConfig"])[:2] == (8, 4)
     assert (record["original"]["parallelMigrationsPerCluster"], record["original"]["parallelOutboundMigrationsPerNode"]) \

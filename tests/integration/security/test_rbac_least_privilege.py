@@ -166,19 +166,14 @@ def test_operator_node_decommission(k8s, operator_identity, spare_node):
     assert not ok(runs.module(kc, "node_decommission", {"name": spare_node, "assume_powered_off": True}))["changed"]
 
 
-HCO = ("hco.kubevirt.io", "v1beta1", "kubevirt-hyperconverged", "hyperconvergeds", "kubevirt-hyperconverged")
 RAISED_LIMITS = {"parallel_migrations_per_cluster": 7, "parallel_outbound_migrations_per_node": 3}
-
-
-def hyperconverged(k8s):
-    return client.CustomObjectsApi(k8s).get_namespaced_custom_object(*HCO)
 
 
 def test_operator_rolling_maintenance_role(k8s, vms, operator_identity, tmp_path, restore_nodes):
     """The operator's rights cover a whole run, the live-migration limits it raises and puts back included."""
     node = workloads.vm_nodes(k8s, vms)["rbac-a"]
     playbook = os.path.join(identities.REPO, "playbooks", "rolling_maintenance.yml")
-    own = hyperconverged(k8s)["spec"]["liveMigrationConfig"]
+    own = workloads.hyperconverged(k8s)["spec"]["liveMigrationConfig"]
     run = runs.playbook(operator_identity.kubeconfig, playbook,
                         extra_vars={"rolling_maintenance_nodes": [node],
                                     "rolling_maintenance_migration_limits": RAISED_LIMITS,
@@ -186,7 +181,7 @@ def test_operator_rolling_maintenance_role(k8s, vms, operator_identity, tmp_path
     assert run.returncode == 0, (run.failures()[:1], run.output[-3000:])
     assert not client.CoreV1Api(k8s).read_node(node).spec.unschedulable
     assert "parallel_outbound_migrations_per_node 2 -> 3" in run.output
-    assert hyperconverged(k8s)["spec"]["liveMigrationConfig"] == own
+    assert workloads.hyperconverged(k8s)["spec"]["liveMigrationConfig"] == own
 
 
 @pytest.fixture
@@ -212,7 +207,7 @@ def operator_without_hco_rights(k8s, lab, rbac_roles, tmp_path):
 def test_a_run_that_may_not_raise_the_migration_limits_is_refused_in_preflight(
         k8s, vms, operator_without_hco_rights, tmp_path):
     node = workloads.vm_nodes(k8s, vms)["rbac-a"]
-    before = hyperconverged(k8s)["metadata"]["resourceVersion"]
+    before = workloads.hyperconverged(k8s)["metadata"]["resourceVersion"]
     spec_before = client.CoreV1Api(k8s).read_node(node).spec.to_dict()
     lock = "kvops-rbac-limits-%d" % os.getpid()
     playbook = os.path.join(identities.REPO, "playbooks", "rolling_maintenance.yml")
@@ -226,7 +221,7 @@ def test_a_run_that_may_not_raise_the_migration_limits_is_refused_in_preflight(
                "kubevirt-hyperconverged: permission denied" in m and "patch hyperconvergeds.hco.kubevirt.io" in m
                for m in refusal), refusal
     # Nothing changed: not the HyperConverged resource, not the node, and no lock was taken.
-    assert hyperconverged(k8s)["metadata"]["resourceVersion"] == before
+    assert workloads.hyperconverged(k8s)["metadata"]["resourceVersion"] == before
     assert client.CoreV1Api(k8s).read_node(node).spec.to_dict() == spec_before
     with pytest.raises(client.exceptions.ApiException) as missing:
         client.CoordinationV1Api(k8s).read_namespaced_lease(lock, "kube-system")
