@@ -111,6 +111,40 @@ def module(kubeconfig, name, args, check=False, diff=False, verbosity=0, env=Non
     return _run(argv, kubeconfig, env, timeout)
 
 
+# What a node in maintenance (or left half-way by a test) carries: see plugins/module_utils/cluster/node_marks.py.
+MAINTENANCE_TAINT_KEYS = ("node.kubernetes.io/unschedulable", "medik8s.io/drain", "kubevirt-ops.io/maintenance-pending")
+MAINTENANCE_ANNOTATION = "maintenance.kubevirt-ops.io/node-maintenance"
+EXCLUDE_LABEL = "remediation.medik8s.io/exclude-from-remediation"
+
+
+def _in_maintenance(node, maintained):
+    meta, spec = node.metadata, node.spec
+    return bool(spec.unschedulable or MAINTENANCE_ANNOTATION in (meta.annotations or {})
+                or EXCLUDE_LABEL in (meta.labels or {}) or meta.name in maintained
+                or any(t.key in MAINTENANCE_TAINT_KEYS for t in spec.taints or []))
+
+
+def end_maintenance_left(kubeconfig, api, names):
+    """``node_maintenance state=absent`` on each of ``names`` that carries a mark of maintenance (cordon,
+    a maintenance or pending taint, the collection's record, the remediation exclusion label, a
+    NodeMaintenance resource): what a test left, even when it failed. A node without one is left alone
+    (the module would change nothing there), so a test that ended its maintenance costs no ansible run."""
+    from kubernetes import client
+
+    try:
+        crs = client.CustomObjectsApi(api).list_cluster_custom_object(
+            "nodemaintenance.medik8s.io", "v1beta1", "nodemaintenances")["items"]
+    except client.exceptions.ApiException as exc:
+        if exc.status != 404:  # 404: no NodeMaintenance API in this lab
+            raise
+        crs = []
+    maintained = {(cr.get("spec") or {}).get("nodeName") for cr in crs}
+    core = client.CoreV1Api(api)
+    for name in names:
+        if _in_maintenance(core.read_node(name), maintained):
+            module(kubeconfig, "node_maintenance", {"name": name, "state": "absent"})
+
+
 def _run(argv, kubeconfig, env, timeout):
     log = _result_log()
     try:

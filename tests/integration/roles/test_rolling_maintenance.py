@@ -45,8 +45,7 @@ def lock_name(k8s):
 def workers_back(lab, k8s):
     """Ends any maintenance a test left on the workers, even when the test failed."""
     yield
-    for name in WORKERS:
-        runs.module(lab.kubeconfig, "node_maintenance", {"name": name, "state": "absent"})
+    runs.end_maintenance_left(lab.kubeconfig, k8s, WORKERS)
     lab.restore_nodes()
 
 
