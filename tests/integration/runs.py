@@ -17,6 +17,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+
+
 def _integration_conftest():
     """tests/integration/conftest.py, loaded under its own name (every conftest is 'conftest')."""
     name = "kubevirt_ops_integration_conftest"

@@ -140,6 +140,14 @@ def annotate(k8s, namespace, name, value):
         {"metadata": {"annotations": {FAIL_MIGRATION: value}}})
 
 
+def _bound_to(vmi, node):
+    """Whether ``vmi`` runs on ``node``, or is migrating to it (a migration neither failed nor completed)."""
+    status = vmi.get("status") or {}
+    state = status.get("migrationState") or {}
+    return status.get("nodeName") == node or (
+        state.get("targetNode") == node and not state.get("failed") and not state.get("completed"))
+
+
 class Injector:
     """Carries out a fault on the lab; ``undo()`` ends what outlasts the moment (a failing migration)."""
 
@@ -256,9 +264,10 @@ class Injector:
         machine = lab_bmc.Bmc(lab_bmc.load(self.lab.paths)[node])
         machine.reset("ForceOff")
         wait_for(lambda: machine.power_state() == "Off", 60, "the machine of %s to be off" % node, interval=0.2)
-        # Off: its handler writes nothing any more, so the VMIs there now are the ones that died with it.
-        there = ["%s/%s" % (self.namespace, vmi["metadata"]["name"]) for vmi in self._vmis()
-                 if (vmi.get("status") or {}).get("nodeName") == node]
+        # Off: its handler writes nothing any more, so the VMIs there now are the ones that died with it, and
+        # so may be those of a migration to it that had not failed: its handler may have taken the guest over
+        # in its last moment, and the VMI moves there once virt-controller has read that.
+        there = ["%s/%s" % (self.namespace, vmi["metadata"]["name"]) for vmi in self._vmis() if _bound_to(vmi, node)]
         self.killed_nodes.append(node)
         self.killed_vms += there
         time.sleep(MACHINE_OFF_SECONDS)  # the outage's length
