@@ -17,8 +17,10 @@ DEAD = "crashed-run@ci pid 4242"
 def test_lock_of_a_dead_holder_expires_and_is_taken_over(k8s, lab, pair, tmp_path):
     a, _b = pair
     figure = reliability.fault("the lock holder dies; its lock expires after the TTL", group="lock")
+    # Alive first, with a TTL no loaded machine outlasts before the first run asks for the lock; its
+    # last renewal then gives it 15 s, and the holder dies.
     taken = runs.module(lab.kubeconfig, "cluster_lock",
-                        {"name": LOCK, "holder": DEAD, "ttl": 15, "purpose": "a run that will die"}).result()
+                        {"name": LOCK, "holder": DEAD, "ttl": 600, "purpose": "a run that will die"}).result()
     assert taken.get("acquired"), taken
     extra = {
         "rolling_maintenance_nodes": [a],
@@ -34,6 +36,8 @@ def test_lock_of_a_dead_holder_expires_and_is_taken_over(k8s, lab, pair, tmp_pat
         failures = refused.failures()
         assert refused.returncode != 0 and failures, refused.output[-3000:]
         assert DEAD in failures[0][1].get("msg", ""), failures[0][1].get("msg")
+        last = runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "holder": DEAD, "ttl": 15}).result()
+        assert last.get("action") == "renewed", last
 
         waited = runs.playbook(lab.kubeconfig, PLAYBOOK, extra_vars=dict(
             extra, rolling_maintenance_lock_wait=True, rolling_maintenance_lock_wait_timeout=300))
