@@ -87,9 +87,8 @@ lab-lane-faults: venv collection
 	$(call timed,test-security)
 	$(call timed,test-machines)
 
-# ansible-test sanity runs on the oldest and the newest ansible-core, the unit tests on every one (.venv's
-# own, 2.19 on Python 3.11, among them: `make sanity` and `make unit` are runs of the same) and on the
-# dependency floor; all in test-versions but the floor.
+# ansible-test sanity runs on the oldest and the newest ansible-core, the unit tests on the newest and on
+# the floor (the oldest ansible-core with the oldest libraries); make test-versions runs them on every one.
 checks: venv collection
 	$(call timed,lint)
 	$(call timed,unit-floor)

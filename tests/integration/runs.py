@@ -15,6 +15,15 @@ import subprocess
 import sys
 import tempfile
 
+from kubernetes import client
+
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.node_marks import (
+    EXCLUDE_LABEL,
+    MAINTENANCE_TAINTS,
+    PENDING_TAINT,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import NODE_STATE_ANNOTATION
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
@@ -31,6 +40,9 @@ def _integration_conftest():
 
 
 BIN = _integration_conftest().BIN
+# The marks of maintenance on a node, as the collection sets them; a NodeMaintenance of either API group.
+MAINTENANCE_TAINT_KEYS = tuple(t["key"] for t in MAINTENANCE_TAINTS + (PENDING_TAINT,))
+NODE_MAINTENANCE_GROUPS = ("nodemaintenance.medik8s.io", "nodemaintenance.kubevirt.io")
 CALLBACKS = os.path.join(HERE, "callback_plugins")
 
 
@@ -113,15 +125,11 @@ def module(kubeconfig, name, args, check=False, diff=False, verbosity=0, env=Non
     return _run(argv, kubeconfig, env, timeout)
 
 
-# What a node in maintenance (or left half-way by a test) carries: see plugins/module_utils/cluster/node_marks.py.
-MAINTENANCE_TAINT_KEYS = ("node.kubernetes.io/unschedulable", "medik8s.io/drain", "kubevirt-ops.io/maintenance-pending")
-MAINTENANCE_ANNOTATION = "maintenance.kubevirt-ops.io/node-maintenance"
-EXCLUDE_LABEL = "remediation.medik8s.io/exclude-from-remediation"
-
-
 def _in_maintenance(node, maintained):
+    """Whether ``node`` (a kubernetes.client V1Node) carries a mark of maintenance, as the collection
+    defines them (module_utils/cluster/node_marks.py), or is named by a NodeMaintenance (``maintained``)."""
     meta, spec = node.metadata, node.spec
-    return bool(spec.unschedulable or MAINTENANCE_ANNOTATION in (meta.annotations or {})
+    return bool(spec.unschedulable or NODE_STATE_ANNOTATION in (meta.annotations or {})
                 or EXCLUDE_LABEL in (meta.labels or {}) or meta.name in maintained
                 or any(t.key in MAINTENANCE_TAINT_KEYS for t in spec.taints or []))
 
@@ -131,16 +139,15 @@ def end_maintenance_left(kubeconfig, api, names):
     a maintenance or pending taint, the collection's record, the remediation exclusion label, a
     NodeMaintenance resource): what a test left, even when it failed. A node without one is left alone
     (the module would change nothing there), so a test that ended its maintenance costs no ansible run."""
-    from kubernetes import client
-
-    try:
-        crs = client.CustomObjectsApi(api).list_cluster_custom_object(
-            "nodemaintenance.medik8s.io", "v1beta1", "nodemaintenances")["items"]
-    except client.exceptions.ApiException as exc:
-        if exc.status != 404:  # 404: no NodeMaintenance API in this lab
-            raise
-        crs = []
-    maintained = {(cr.get("spec") or {}).get("nodeName") for cr in crs}
+    maintained = set()
+    for group in NODE_MAINTENANCE_GROUPS:
+        try:
+            crs = client.CustomObjectsApi(api).list_cluster_custom_object(group, "v1beta1", "nodemaintenances")
+        except client.exceptions.ApiException as exc:
+            if exc.status != 404:  # 404: that NodeMaintenance API is not in this lab
+                raise
+            continue
+        maintained.update((cr.get("spec") or {}).get("nodeName") for cr in crs["items"])
     core = client.CoreV1Api(api)
     for name in names:
         if _in_maintenance(core.read_node(name), maintained):
