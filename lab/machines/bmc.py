@@ -12,6 +12,9 @@ file) on everything but the ServiceRoot, as the emulator does.
 host of group ``lab_machines`` whose host var ``bmc`` is the ``bmc`` option of the collection's modules
 (``address``, ``username``, ``password``, ``ca_path``), to use beside the nodes inventory plugin.
 Both are readable by their owner only.
+
+``Bmc(entry).firmware()`` reads a machine's firmware from its BMC's inventory (lab/machines/firmware.py: the BIOS
+and BMC versions it runs and those staged for its next power on).
 """
 
 import json
@@ -27,6 +30,7 @@ import yaml
 from lab import certs, components, netif, processes
 from lab import settings as lab_settings
 from lab.errors import LabError
+from lab.machines import firmware
 from lab.paths import REPO_ROOT
 from lab.wait import wait_for
 
@@ -133,19 +137,14 @@ def ensure(ctx, workers, say):
 
 
 INVENTORY_GROUP = "lab_machines"
+# The version a machine runs after a flash, whatever the image (tests use it under this name).
+flashed_version = firmware.flashed_version
 
 
 def module_option(entry, **changes):
     """A ``bmc.json`` entry as the collection's modules take it (option ``bmc``), with ``changes``."""
     return dict({"address": entry["address"], "username": entry["username"], "password": entry["password"],
                  "ca_path": entry["ca_file"]}, **changes)
-
-
-def flashed_version(version):
-    """The BIOS version a machine runs after a flash, whatever the image: the emulator raises the minor number
-    (sushy-tools ``emulator/controllers/update_service.py``)."""
-    major, minor, patch = version.split(".")
-    return "%s.%d.%s" % (major, int(minor) + 1, patch)
 
 
 def inventory(bmcs):
@@ -196,23 +195,29 @@ def load(paths):
 
 
 class Bmc:
-    """One machine's BMC, over Redfish (lab tooling: ``python -m lab bmc``, tests)."""
+    """One machine's BMC, over Redfish (lab tooling: ``python -m lab bmc``, tests, stand-ins)."""
 
     def __init__(self, entry, timeout=10):
         self.entry = entry
         self.timeout = timeout
         self.system = entry["address"]
         self.root = self.system.split("/redfish/", 1)[0]
+        self.system_path = "/redfish/" + self.system.split("/redfish/", 1)[1]
         # Lab traffic never goes through a proxy of the environment.
         self.session = requests.Session()
         self.session.trust_env = False
 
-    def _request(self, method, path, body=None):
+    def send(self, method, path="", body=None):
+        """The BMC's answer to ``method`` on ``path`` (under the System, or from ``/redfish/``); LabError for 4xx/5xx."""
         url = self.system + path if not path.startswith("/redfish/") else self.root + path
         response = self.session.request(method, url, json=body, timeout=self.timeout, verify=self.entry["ca_file"],
-                                    auth=(self.entry["username"], self.entry["password"]))
+                                        auth=(self.entry["username"], self.entry["password"]))
         if response.status_code >= 400:
             raise LabError(f"{method} {url} answered {response.status_code}: {response.text.strip()[:1000]}")
+        return response
+
+    def _request(self, method, path, body=None):
+        response = self.send(method, path, body)
         return response.json() if response.content else {}
 
     def get(self, path=""):
@@ -224,13 +229,39 @@ class Bmc:
     def reset(self, reset_type):
         return self._request("POST", "/Actions/ComputerSystem.Reset", {"ResetType": reset_type})
 
+    def firmware(self):
+        """The machine's firmware as its BMC's inventory reports it: ``{"bios": {...}, "bmc": {...}}``, each
+        ``{"id", "path", "version", "staged"}`` (``version`` runs now; ``staged`` runs from the next power on, None
+        when nothing is). The members are ``/redfish/v1/UpdateService/FirmwareInventory/<node>.BIOS`` and
+        ``<node>.BMC`` (lab/machines/firmware.py), the node being the System's ``Name``."""
+        node = self.get()["Name"]
+        found = {}
+        for component in sorted(firmware.COMPONENTS):
+            path = "%s/%s" % (firmware.INVENTORY, firmware.member_id(node, component))
+            member = self.get(path)
+            found[component] = {"id": member["Id"], "path": path, "version": member.get("Version"),
+                                "staged": ((member.get("Oem") or {}).get("Lab") or {}).get("StagedVersion")}
+        return found
+
     def show(self):
-        """The machine as its BMC reports it now: power state, BIOS version, BIOS attributes."""
+        """The machine as its BMC reports it now: power state, BIOS version, BIOS attributes, firmware inventory."""
         system = self.get()
         return {"address": self.system, "power_state": system.get("PowerState"),
-                "bios_version": system.get("BiosVersion"), "bios": self.get("/BIOS").get("Attributes")}
+                "bios_version": system.get("BiosVersion"), "bios": self.get("/BIOS").get("Attributes"),
+                "firmware": dict((name, {"version": part["version"], "staged": part["staged"]})
+                                 for name, part in self.firmware().items())}
 
-    def simple_update(self, image_uri):
-        system_path = "/redfish/" + self.system.split("/redfish/", 1)[1]
-        return self._request("POST", "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
-                             {"ImageURI": image_uri, "Targets": [system_path]})
+    def simple_update(self, image_uri, target=None):
+        """``UpdateService.SimpleUpdate`` of ``image_uri`` onto ``target`` (a URI path; default the System: its BIOS);
+        returns the path of its Task (the ``Location``), to follow with :meth:`follow_task`."""
+        response = self.send("POST", "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+                             {"ImageURI": image_uri, "Targets": [target or self.system_path]})
+        return response.headers["Location"]
+
+    def follow_task(self, path, timeout=60):
+        """The Task at ``path`` once it ended (it answers 200 instead of 202); LabError after ``timeout`` seconds."""
+        def ended():
+            response = self.send("GET", path)
+            return response.json() if response.status_code != 202 else None
+
+        return wait_for(ended, timeout, f"the task {path} to end")

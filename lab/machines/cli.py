@@ -1,7 +1,8 @@
 """``python -m lab bmc``: the lab's BMCs from the command line.
 
 - ``bmc list``: every machine's BMC (address, username, password, CA file), as ``bmc.json`` has it;
-- ``bmc show NODE``: its power state, boot count, BIOS version and BIOS attributes;
+- ``bmc show NODE``: its power state, BIOS version, BIOS attributes and firmware inventory (the BIOS and BMC
+  versions it runs, and those staged for its next power on);
 - ``bmc power NODE on|off|graceful-off|cycle``: a ``ComputerSystem.Reset`` (On, ForceOff,
   GracefulShutdown, PowerCycle), waiting until the BMC reports the state unless ``--no-wait``;
 - ``bmc fault NODE [--unreachable] [--slow S] [--refuse-power] [--fail-update]``: make its BMC
@@ -23,7 +24,7 @@ def add_parser(commands):
     command = commands.add_parser("bmc", help="the machines' Redfish BMCs: list, show, power")
     actions = command.add_subparsers(dest="bmc_command", required=True, metavar="ACTION")
     actions.add_parser("list", help="every machine's BMC: address, username, password, CA file (JSON)")
-    show = actions.add_parser("show", help="a machine's power state and firmware")
+    show = actions.add_parser("show", help="a machine's power state, BIOS settings and firmware (running and staged)")
     show.add_argument("node", metavar="NODE")
     power = actions.add_parser("power", help="power a machine on, off or through a cycle")
     power.add_argument("node", metavar="NODE")
@@ -34,7 +35,7 @@ def add_parser(commands):
     fault.add_argument("--unreachable", action="store_true", help="no answer at all until cleared")
     fault.add_argument("--slow", type=float, default=0, metavar="S", help="answer after S seconds")
     fault.add_argument("--refuse-power", action="store_true", help="refuse every power action (409)")
-    fault.add_argument("--fail-update", action="store_true", help="fail every firmware update (500)")
+    fault.add_argument("--fail-update", action="store_true", help="fail every firmware update (its task ends in Exception)")
 
 
 def _bmc(paths, node):

@@ -2,8 +2,9 @@
 
 Run as ``python -m lab.machines.redfish --config <file>`` (lab/machines/bmc.py writes the file and
 starts it). Everything on the wire is the emulator's own (``sushy_tools/emulator/main.py``: the
-ServiceRoot, Systems, ``ComputerSystem.Reset``, BIOS, ``UpdateService.SimpleUpdate``, errors,
-basic auth from ``SUSHY_EMULATOR_AUTH_FILE``, TLS from ``SUSHY_EMULATOR_SSL_CERT``/``_KEY``).
+ServiceRoot, Systems, Managers, ``ComputerSystem.Reset``, BIOS, ``UpdateService``, errors,
+basic auth from ``SUSHY_EMULATOR_AUTH_FILE``, TLS from ``SUSHY_EMULATOR_SSL_CERT``/``_KEY``), with the
+firmware inventory and update tasks a BMC has (lab/machines/firmware.py).
 
 The emulator's fake driver (``resources/systems/fakedriver.py``) has power and boot only, and
 applies a power action when the system is next read. :class:`LabMachines` extends it with what a
@@ -11,16 +12,16 @@ server's BMC does besides:
 
 - a power action takes effect on its own after a delay (``LAB_POWER_DELAY``: the fewest and most
   seconds), read or not: a ticker applies what is due;
-- firmware versions (``get_versions``/``set_versions``): an update (``SimpleUpdate``) is staged and
-  takes effect when the machine next powers on, as a BIOS flash does; until then the running
-  version is the old one;
+- firmware versions (``get_versions``/``set_versions``, ``get_staged_versions``): the BIOS and the BMC
+  firmware; an update (``SimpleUpdate``, lab/machines/firmware.py) is staged and takes effect when the
+  machine next powers on, as a BIOS flash does; until then the running version is the old one;
 - BIOS attributes (``get_bios``/``set_bios``/``reset_bios``): changes are pending until the machine
   next powers on; ``GET .../BIOS/Settings`` shows them (the emulator shows the current ones there);
 - ``LAB_POWER_LOG``: every power state a machine reaches, one JSON line each, for the lab;
 - ``LAB_FAULTS``: a JSON file keyed by node name, read at every request, that makes a BMC misbehave
   as real ones do (lab/machines/bmc.py ``set_faults``): ``unreachable`` (no answer until the
   fault is cleared), ``slow`` (seconds before every answer), ``refuse_power`` (a power action is
-  refused, 409), ``fail_update`` (a firmware update fails: the emulator's own 500).
+  refused, 409), ``fail_update`` (a firmware update's task ends in Exception, nothing staged).
 """
 
 import argparse
@@ -32,6 +33,8 @@ import time
 
 from sushy_tools import error
 from sushy_tools.emulator.resources.systems import fakedriver
+
+from lab.machines import firmware
 
 DEFAULT_BIOS = {
     "BootMode": "Uefi",
@@ -166,12 +169,19 @@ class LabMachines(fakedriver.FakeDriver):
         return self._versions(self._get(identity))
 
     def set_versions(self, identity, firmware_versions):
+        """Stage ``firmware_versions`` ({BiosVersion, BmcVersion: version}) for the next power on."""
         with self._lock:
             system = self._get(identity)
-            if faults(self._config, system["name"]).get("fail_update"):
-                raise error.NotSupportedError(f"The firmware update of {system['name']} failed (a lab fault).")
             staged = dict(system.get("staged_versions") or {}, **firmware_versions)
             self._update(system, staged_versions=staged)
+
+    def get_staged_versions(self, identity):
+        """The versions the machine runs from its next power on, of what was flashed since its last one."""
+        return dict(self._get(identity).get("staged_versions") or {})
+
+    def update_fails(self, identity):
+        """Whether the machine's BMC fails firmware updates (the ``fail_update`` fault)."""
+        return bool(faults(self._config, self._get(identity)["name"]).get("fail_update"))
 
     def reset_versions(self, identity):
         self._update(identity, versions=None, staged_versions=None)
@@ -232,9 +242,18 @@ class Faults:
                 return system["name"]
         return None
 
+    def _machine(self, path):
+        """The machine a request is about: a System's or Manager's (the emulator names it by its System), or an
+        inventory member's (lab/machines/firmware.py, named by the node)."""
+        parts = path.strip("/").split("/")
+        if len(parts) > 3 and parts[2] in ("Systems", "Managers"):
+            return self._name(parts[3])
+        if len(parts) > 4 and parts[2:4] == ["UpdateService", "FirmwareInventory"]:
+            return self._name(parts[4].rpartition(".")[0])
+        return None
+
     def __call__(self, environ, start_response):
-        parts = environ.get("PATH_INFO", "").strip("/").split("/")
-        name = self._name(parts[3]) if len(parts) > 3 and parts[2] == "Systems" else None
+        name = self._machine(environ.get("PATH_INFO", ""))
         if name:
             deadline = time.monotonic() + UNREACHABLE_SECONDS
             while faults(self.config, name).get("unreachable") and time.monotonic() < deadline:
@@ -257,6 +276,7 @@ def main(argv=None):
     from sushy_tools.emulator import main as emulator
 
     _serve_pending_bios_settings(emulator)
+    firmware.install(emulator)
     _install_faults(emulator)
     sys.argv = ["sushy-emulator", "--config", args.config, "--fake"]
     return emulator.main()

@@ -191,18 +191,31 @@ class RedfishMachine:
     # -- firmware and BIOS ---------------------------------------------------------------------
 
     def _inventory(self):
-        """{component: sushy SoftwareInventory} of the BMC's FirmwareInventory ({} when it keeps none)."""
+        """{component: sushy SoftwareInventory} of the machine's entries of the BMC's FirmwareInventory ({} when it
+        keeps none)."""
         from sushy import exceptions as sushy_errors
 
         self.system(fresh=False)
         with self._errors("read the firmware inventory of"):
             try:
                 collection = self._root.get_update_service().firmware_inventory
-                inventory = dict((item.identity, item) for item in collection.get_members())
+                inventory = dict((item.identity, item) for item in collection.get_members() if self._ours(item))
             except (sushy_errors.MissingAttributeError, sushy_errors.ResourceNotFoundError):
                 inventory = {}
         self._inventory_paths = dict((name, item.path) for name, item in inventory.items())
         return inventory
+
+    def _ours(self, item):
+        """Whether an inventory entry is this machine's. A service that manages several Systems lists the firmware of
+        all of them, each entry's ``RelatedItem`` naming the resources it belongs to (DMTF ``SoftwareInventory.v1``):
+        an entry related to Systems, none of them this one, is another machine's. Entries that name no System (the
+        BMC's own, a NIC's) are the machine's, as on a BMC of one server."""
+        systems = set()
+        for link in getattr(item, "related_item", None) or []:
+            path = (link.get("@odata.id") if isinstance(link, dict) else None) or ""
+            if path.startswith(ROOT_PREFIX + "Systems/"):
+                systems.add("/".join(path.rstrip("/").split("/")[:5]))
+        return not systems or self.system_path.rstrip("/") in systems
 
     def firmware_versions(self):
         """{component: version} of what the machine runs now: ``bios`` (the System's ``BiosVersion``) and every

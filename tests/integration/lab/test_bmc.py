@@ -1,6 +1,7 @@
 """The lab's Redfish BMCs (lab/machines): one per worker, the sushy-tools emulator over HTTPS with
-basic auth on the lab's own veth address, power actions that take effect after a delay, firmware
-and BIOS changes that take effect at the next power on."""
+basic auth on the lab's own veth address, power actions that take effect after a delay, a firmware
+inventory (BIOS and BMC firmware of every machine), firmware updates followed as Redfish tasks, and
+firmware and BIOS changes that take effect at the next power on."""
 
 import json
 import socket
@@ -18,6 +19,8 @@ from lab.wait import wait_for
 pytest_plugins = ["lab.pytest_plugin"]
 
 POWER_WAIT = 60
+SIMPLE_UPDATE = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
 # The Lease holder of a node whose machine is off (lab/standins/handler_nodes.py).
 MACHINE_OFF = "lab-machine-off"
 
@@ -133,18 +136,82 @@ def test_a_power_action_the_bmc_does_not_know_is_refused_and_changes_nothing(mac
     assert bmc.power_state() == "On"
 
 
-def test_a_bios_update_takes_effect_at_the_next_power_cycle_only(machine):
+def _manager(bmc):
+    """The Manager (the BMC itself) of the machine, as its System links it."""
+    return bmc.get(bmc.get()["Links"]["ManagedBy"][0]["@odata.id"])
+
+
+def test_the_firmware_inventory_lists_the_bios_and_bmc_firmware_of_every_machine(bmcs):
+    entry = next(iter(bmcs.values()))
+    root = entry["address"].split("/redfish/")[0]
+    collection = _get(root + INVENTORY, entry, auth=(entry["username"], entry["password"]))
+    assert collection.status_code == 200, collection.text
+    assert sorted(m["@odata.id"] for m in collection.json()["Members"]) == sorted(
+        "%s/%s.%s" % (INVENTORY, name, part) for name in bmcs for part in ("BIOS", "BMC"))
+    assert collection.json()["Members@odata.count"] == 2 * len(bmcs)
+    assert _get(root + INVENTORY, entry).status_code == 401
+    for name, entry in bmcs.items():
+        bmc = lab_bmc.Bmc(entry)
+        system, manager = bmc.get(), _manager(bmc)
+        bios, firmware = bmc.get("%s/%s.BIOS" % (INVENTORY, name)), bmc.get("%s/%s.BMC" % (INVENTORY, name))
+        # What the machine runs, as its System (BiosVersion) and its Manager (FirmwareVersion) report it.
+        assert (bios["Id"], bios["Version"]) == ("%s.BIOS" % name, system["BiosVersion"])
+        assert (firmware["Id"], firmware["Version"]) == ("%s.BMC" % name, manager["FirmwareVersion"])
+        assert bios["Updateable"] is True and firmware["Updateable"] is True
+        assert bios["RelatedItem"] == [{"@odata.id": bmc.system_path}]
+        assert firmware["RelatedItem"] == [{"@odata.id": bmc.system_path}, {"@odata.id": manager["@odata.id"]}]
+    # The lab's reading of one machine (python -m lab bmc show prints it).
+    shown = bmc.show()
+    assert shown["bios_version"] == bios["Version"]
+    assert shown["firmware"] == {"bios": {"version": bios["Version"], "staged": None},
+                                 "bmc": {"version": firmware["Version"], "staged": None}}
+    # The emulator's refusals stay, and stage nothing.
+    for targets, status, message in (
+            ([manager["@odata.id"]], 400, "Manager is not currently a supported Target."),
+            (["%s/%s.NIC" % (INVENTORY, name)], 404, "Firmware inventory item %s.NIC was not found" % name),
+            ([], 400, "Missing ImageURI and/or Targets.")):
+        with pytest.raises(Exception) as refused:
+            bmc.send("POST", SIMPLE_UPDATE, {"ImageURI": "https://firmware.example/x.bin", "Targets": targets})
+        assert "answered %d" % status in str(refused.value) and message in str(refused.value), refused.value
+    assert bmc.firmware() == {
+        "bios": {"id": bios["Id"], "path": bios["@odata.id"], "version": bios["Version"], "staged": None},
+        "bmc": {"id": firmware["Id"], "path": firmware["@odata.id"], "version": firmware["Version"], "staged": None}}
+
+
+def test_bios_and_bmc_firmware_updates_take_effect_at_the_next_power_cycle_only(machine):
     name, bmc = machine
-    before = bmc.get()["BiosVersion"]
-    bmc.simple_update("https://firmware.example/%s-bios.bin" % name)
-    assert bmc.get()["BiosVersion"] == before
+    before = bmc.firmware()
+    bios, firmware = before["bios"]["version"], before["bmc"]["version"]
+    assert bmc.get()["BiosVersion"] == bios and _manager(bmc)["FirmwareVersion"] == firmware
+    # The BIOS through its System (as the emulator takes it), the BMC through its inventory member: each an
+    # asynchronous operation, 202 and the Location of a Task that runs, then completes.
+    started = bmc.send("POST", SIMPLE_UPDATE, {"ImageURI": "https://firmware.example/%s-bios.bin" % name,
+                                               "Targets": [bmc.system_path]})
+    assert started.status_code == 202 and started.json()["TaskState"] == "Running", started.text
+    bios_task = started.headers["Location"]
+    assert bios_task.startswith("/redfish/v1/TaskService/Tasks/") and started.json()["@odata.id"] == bios_task
+    bmc_task = bmc.simple_update("https://firmware.example/%s-bmc.bin" % name, before["bmc"]["path"])
+    assert bmc_task != bios_task
+    for task, member in ((bios_task, before["bios"]["path"]), (bmc_task, before["bmc"]["path"])):
+        ended = bmc.follow_task(task)
+        assert (ended["TaskState"], ended["TaskStatus"], ended["PercentComplete"]) == ("Completed", "OK", 100), ended
+        assert [m["MessageId"] for m in ended["Messages"]] == ["Update.1.0.AwaitToActivate"], ended
+        assert member in ended["Messages"][0]["Message"]
+    staged = {"bios": dict(before["bios"], staged=lab_bmc.flashed_version(bios)),
+              "bmc": dict(before["bmc"], staged=lab_bmc.flashed_version(firmware))}
+    assert bmc.firmware() == staged
+    assert bmc.get()["BiosVersion"] == bios and _manager(bmc)["FirmwareVersion"] == firmware
     bmc.reset("ForceOff")
     wait_for(lambda: bmc.power_state() == "Off", POWER_WAIT, f"{name} to power off")
     # Off is not a boot: the flash runs when the machine powers on.
-    assert bmc.get()["BiosVersion"] == before
+    assert bmc.firmware() == staged and bmc.get()["BiosVersion"] == bios
     bmc.reset("On")
     wait_for(lambda: bmc.power_state() == "On", POWER_WAIT, f"{name} to power on")
-    assert bmc.get()["BiosVersion"] == lab_bmc.flashed_version(before)
+    after = bmc.firmware()
+    assert after == {"bios": dict(before["bios"], version=lab_bmc.flashed_version(bios)),
+                     "bmc": dict(before["bmc"], version=lab_bmc.flashed_version(firmware))}
+    assert bmc.get()["BiosVersion"] == after["bios"]["version"]
+    assert _manager(bmc)["FirmwareVersion"] == after["bmc"]["version"]
 
 
 def test_bios_settings_are_pending_until_the_machine_restarts(machine):
@@ -168,19 +235,26 @@ def test_bios_settings_are_pending_until_the_machine_restarts(machine):
 def test_a_bmc_that_refuses_power_actions_or_fails_updates_changes_nothing(lab, machine):
     name, bmc = machine
     paths = LabPaths(lab.state_dir)
-    version = bmc.get()["BiosVersion"]
+    before = bmc.firmware()
     lab_bmc.set_faults(paths, name, refuse_power=True, fail_update=True)
     with pytest.raises(Exception) as refused:
         bmc.reset("ForceOff")
     assert "answered 409" in str(refused.value) and "refuses the power action ForceOff" in str(refused.value)
-    with pytest.raises(Exception) as failed:
-        bmc.simple_update("https://firmware.example/%s-bios.bin" % name)
-    assert "answered 500" in str(failed.value) and "Failed updating BIOS version" in str(failed.value)
+    # The BMC takes the update (202) and its task fails, as a flash that fails does.
+    members = [before["bios"]["path"], before["bmc"]["path"]]
+    started = bmc.send("POST", SIMPLE_UPDATE, {"ImageURI": "https://firmware.example/%s.bin" % name, "Targets": members})
+    assert started.status_code == 202 and started.json()["TaskState"] == "Running", started.text
+    failed = bmc.follow_task(started.headers["Location"])
+    assert (failed["TaskState"], failed["TaskStatus"]) == ("Exception", "Critical"), failed
+    assert [m["MessageId"] for m in failed["Messages"]] == ["Update.1.0.ApplyFailed"] * 2, failed
+    assert [m["Message"] for m in failed["Messages"]] == [
+        "Installation of image 'https://firmware.example/%s.bin' to '%s' failed." % (name, member) for member in members]
+    assert bmc.firmware() == before
     lab_bmc.set_faults(paths, name)
     bmc.reset("PowerCycle")
     wait_for(lambda: bmc.power_state() == "On", POWER_WAIT, f"{name} to power on again")
     # Only the cycle after the faults happened: no staged version was left by the failed update.
-    assert bmc.get()["BiosVersion"] == version
+    assert bmc.firmware() == before and bmc.get()["BiosVersion"] == before["bios"]["version"]
 
 
 def test_an_unreachable_bmc_does_not_answer_until_it_is_back_and_a_slow_one_answers_late(lab, machine):

@@ -91,10 +91,11 @@ class FakeMonitor:
 
 
 class FakeInventoryItem:
-    def __init__(self, identity, version):
+    def __init__(self, identity, version, related=()):
         self.identity = identity
         self.version = version
         self.path = "/redfish/v1/UpdateService/FirmwareInventory/" + identity
+        self.related_item = [{"@odata.id": path} for path in related]
 
 
 class FakeUpdateService:
@@ -269,6 +270,24 @@ def test_firmware_versions_are_the_bios_version_and_the_inventory():
     assert versions == {"bios": "1.0.0", "BMC": "5.10.0", "NIC.1": "22.5"}
     service.inventory = None
     assert machine(root=FakeRoot(system, service)).firmware_versions() == {"bios": "1.0.0"}
+
+
+def test_a_service_of_several_systems_gives_each_machine_its_own_inventory_entries():
+    """Entries whose RelatedItem names other Systems only are another machine's: not reported (so node_machine refuses
+    them as components before anything changes)."""
+    system = FakeSystem()
+    system.bios_version = "1.0.0"
+    other = "/redfish/v1/Systems/OTHER"
+    service = FakeUpdateService(inventory=[
+        FakeInventoryItem("Node0.BMC", "5.10.0", ["/redfish/v1/Systems/437XR1138R2", "/redfish/v1/Managers/BMC0"]),
+        FakeInventoryItem("Node0.CPU", "3.1", ["/redfish/v1/Systems/437XR1138R2/Processors/CPU0"]),
+        FakeInventoryItem("Node1.BMC", "5.11.0", [other, "/redfish/v1/Managers/BMC1"]),
+        FakeInventoryItem("Node1.BIOS", "1.2.0", [other + "/"]),
+        FakeInventoryItem("PSU.1", "2.0", ["/redfish/v1/Chassis/1/Power"])])
+    target = machine(root=FakeRoot(system, service))
+    assert target.firmware_versions() == {"bios": "1.0.0", "Node0.BMC": "5.10.0", "Node0.CPU": "3.1", "PSU.1": "2.0"}
+    target.update_firmware("Node0.BMC", "https://fw.example.com/bmc.bin", timeout=10)
+    assert service.updates == [("https://fw.example.com/bmc.bin", ["/redfish/v1/UpdateService/FirmwareInventory/Node0.BMC"])]
 
 
 def test_a_bios_update_targets_the_system_and_follows_its_task():
