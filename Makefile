@@ -13,7 +13,7 @@ PYTEST_WORKERS ?= 1
 # Every pytest tier writes its tests' outcomes and times to tests/output/junit/<tier>.xml.
 PYTEST_REPORT = --junitxml=$(CURDIR)/tests/output/junit/$@.xml
 
-.PHONY: help venv collection test checks lab-build-default lab-lane-checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-cluster lab-lane-faults sanity sanity-run lint docs-lint ee-context test-versions test-versions-edges integration-core-edges changelog-lint unit unit-floor integration integration-cluster integration-modules integration-kubevirt-other test-roles test-roles-batches test-roles-runs test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test checks lab-build-default lab-lane-checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-cluster lab-lane-faults lane-modules-shared lane-cluster-shared lane-faults-shared sanity sanity-run lint docs-lint ee-context test-versions test-versions-edges integration-core-edges changelog-lint unit unit-floor integration integration-cluster integration-modules integration-kubevirt-other test-roles test-roles-batches test-roles-runs test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
@@ -41,9 +41,9 @@ collection:
 	@ln -sfn $(CURDIR) $(COLLECTION_LINK)
 
 # The static checks run beside the lab tiers: the lab's binaries build first (a cold cache takes
-# minutes; a warm one returns at once), then three lanes of lab tiers run side by side, each tier
-# on a lab of its own (ports and a directory of its own), and the chaos session follows the static
-# checks in their lane. Four lanes keep the 2-core reference machine busy: more run slower, as every
+# minutes; a warm one returns at once), then three lanes of lab tiers run side by side, each lane
+# on a lab of its own (ports and a directory of its own) that its tiers share, and the chaos session
+# follows the static checks in their lane. Four lanes keep the 2-core reference machine busy: more run slower, as every
 # lab has a control plane to keep going and each lane's tiers take longer (measured). The lanes are
 # balanced from the tests' measured times (tests/output/junit/<tier>.xml); the other KubeVirt release
 # builds in its lane.
@@ -68,21 +68,35 @@ lab-tiers: lab-build-default
 lab-lane-checks: checks lab-build-default
 	$(call timed,test-chaos)
 
+# The tiers of a lane share one lab (lab/lane.py: up in .build/labs/<lane>, down at the end whatever
+# happens): a tier's tests reuse the running lab $KUBEVIRT_OPS_LAB_DIR names, as they reuse it between their
+# own files. The tiers on a lab of their own (another KubeVirt release, the bench smoke) run after it is down.
+LAB_LANE := $(BIN)/python -m lab.lane $(CURDIR)/.build/labs
+
 lab-lane-modules: venv collection
+	$(LAB_LANE)/modules $(MAKE) lane-modules-shared
+	$(call timed,bench-smoke)
+
+lane-modules-shared:
 	$(call timed,integration-modules)
 	$(call timed,integration-core-edges)
 	$(call timed,test-awx)
 	$(call timed,molecule)
 	$(call timed,test-roles-batches)
-	$(call timed,bench-smoke)
 
 lab-lane-cluster: venv collection
-	$(call timed,integration-cluster)
+	$(LAB_LANE)/cluster $(MAKE) lane-cluster-shared
 	$(call timed,lab-binaries-other)
 	$(call timed,integration-kubevirt-other)
+
+lane-cluster-shared:
+	$(call timed,integration-cluster)
 	$(call timed,test-roles-runs)
 
 lab-lane-faults: venv collection
+	$(LAB_LANE)/faults $(MAKE) lane-faults-shared
+
+lane-faults-shared:
 	$(call timed,test-faults)
 	$(call timed,test-security)
 	$(call timed,test-machines)
