@@ -61,7 +61,6 @@ VMI_FINALIZER = "kubevirt.io/foregroundDeleteVirtualMachine"
 SIM = "kubevirt-sim"
 # What virt-handler keeps on its node (lab/standins/handler_nodes.py, handler_node_labeller.py).
 SCHEDULABLE_LABEL = "kubevirt.io/schedulable"
-CPU_MANAGER_LABEL = "kubevirt.io/cpumanager"
 HEARTBEAT_ANNOTATION = "kubevirt.io/heartbeat"
 MACHINE_TYPE_LABEL = "machine-type.node.kubevirt.io/q35"
 DEVICE_RESOURCES = ("devices.kubevirt.io/kvm", "devices.kubevirt.io/tun", "devices.kubevirt.io/vhost-net")
@@ -394,9 +393,10 @@ def heartbeat(handler, workers):
     identity: the stand-in labelled the nodes ``kubevirt.io/schedulable=false`` as it stopped
     (``labelNodeUnschedulable``, what virt-handler does when it ends), and the cluster modelled
     is one where virt-handler runs. Nothing renews it afterwards, and nothing reads its age:
-    virt-controller, whose node controller would, is stopped as well."""
+    virt-controller, whose node controller would, is stopped as well. The CPU-manager label(s) of the
+    lab's release stay as the stand-in's heartbeat wrote them."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    patch = {"metadata": {"labels": {SCHEDULABLE_LABEL: "true", CPU_MANAGER_LABEL: "false"},
+    patch = {"metadata": {"labels": {SCHEDULABLE_LABEL: "true"},
                           "annotations": {HEARTBEAT_ANNOTATION: now}}}
     with ThreadPoolExecutor(CREATE_WORKERS) as pool:
         list(pool.map(lambda node: _retried(lambda: handler.patch("Node", node, patch)), workers))

@@ -1,4 +1,4 @@
-"""Command line of the lab: ``python -m lab up|down|status|env|node-fail|node-recover|restart|bmc``."""
+"""Command line of the lab: ``python -m lab up|down|status|env|node-fail|node-recover|node-partition|node-heal|restart|bmc``."""
 
 import argparse
 import sys
@@ -28,6 +28,11 @@ def main(argv=None):
     )
     up.add_argument(
         "--no-hco", action="store_true", help="leave the HCO stand-in out"
+    )
+    up.add_argument(
+        "--no-metal3",
+        action="store_true",
+        help="create no BareMetalHost for the workers (their machines are reached through their BMCs only)",
     )
     up.add_argument(
         "--no-kubevirt",
@@ -70,11 +75,19 @@ def main(argv=None):
     commands.add_parser("down", help="stop everything and delete the cluster; keeps logs/")
     commands.add_parser("status", help="show components and nodes; exit 1 unless fully up")
     commands.add_parser("env", help="print `export KUBECONFIG=...` for eval")
-    for name, what in (("node-fail", "stop the heartbeat of"), ("node-recover", "restore")):
-        command = commands.add_parser(name, help=f"{what} a node")
+    for name, what, returns in (
+        ("node-fail", "the node's machine crashes (its BMC powers it off): its kubelet, virt-handler and guests die",
+         "once the machine is dead"),
+        ("node-recover", "the node's machine is powered on and boots: a new boot ID, its guests gone, a node "
+         "deleted meanwhile registered again", "once it booted"),
+        ("node-partition", "cut the node off the network: its heartbeat stops, its processes and guests go on",
+         "once nothing it writes reaches the API server"),
+        ("node-heal", "end the node's partition: the same boot, its guests still running", "at once"),
+    ):
+        command = commands.add_parser(name, help=what)
         command.add_argument("node", metavar="NAME")
         command.add_argument(
-            "--no-wait", action="store_true", help="return without waiting for the node condition"
+            "--no-wait", action="store_true", help=f"return {returns}, without waiting for the node's Ready condition"
         )
     for name, what in (("stop", "stop"), ("start", "start again")):
         command = commands.add_parser(name, help=f"{what} virt-api or virt-controller (fault tests)")
@@ -97,6 +110,7 @@ def main(argv=None):
                 profile="scale" if args.scale else None,
                 kubevirt_version=args.kubevirt_version,
                 scheduler_profile=args.scheduler_profile,
+                metal3_hosts=not args.no_metal3,
             )
         elif args.command == "build":
             cluster.build(paths, args.kubevirt_version)
@@ -112,6 +126,10 @@ def main(argv=None):
             cluster.node_fail(paths, args.node, wait=not args.no_wait)
         elif args.command == "node-recover":
             cluster.node_recover(paths, args.node, wait=not args.no_wait)
+        elif args.command == "node-partition":
+            cluster.node_partition(paths, args.node, wait=not args.no_wait)
+        elif args.command == "node-heal":
+            cluster.node_heal(paths, args.node, wait=not args.no_wait)
         elif args.command == "stop":
             cluster.stop_component(paths, args.component)
         elif args.command == "start":

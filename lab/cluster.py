@@ -1,4 +1,4 @@
-"""Lab operations: up, down, status, restart, node failure and recovery.
+"""Lab operations: up, down, status, restart, a node's death and boot, its partition and healing.
 
 A lab is the set of processes recorded in one state directory. Every operation is
 idempotent and re-reads that directory, so the CLI, the pytest plugin and a user at
@@ -12,7 +12,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from lab import binaries, components, kwok, network, nmo, nodes, processes, scheduler
+from lab import binaries, components, kwok, metal3, network, nmo, nodes, processes, scheduler
 from lab import settings as lab_settings
 from lab.certs import CLIENTS, ensure_pki
 from lab.components import CORE, Context
@@ -21,6 +21,8 @@ from lab.kubeconfig import write_kubeconfig
 from lab.kubevirt import SUPPORTED_VERSIONS, VIRT_API, VIRT_CONTROLLER, control_plane
 from lab.kubevirt import normalize_version
 from lab.machines import bmc
+from lab.standins import handler_nodes, machines
+from lab.standins import kube as standins_kube
 from lab.paths import REPO_ROOT
 from lab.wait import wait_for
 
@@ -35,6 +37,10 @@ KUBEVIRT_MODES = ("real",)
 KUBEVIRT_VERSION_ENV = "KUBEVIRT_OPS_LAB_KUBEVIRT_VERSION"
 KUBEVIRT_COMPONENTS = (VIRT_API, VIRT_CONTROLLER)
 PORT_RELEASE_TIMEOUT = 30
+# A machine's power action takes effect within seconds (lab/machines/bmc.py POWER_DELAY), its boot within
+# seconds more (lab/standins/machines.py).
+POWER_TIMEOUT = 60
+BOOT_TIMEOUT = 180
 
 
 def say(message):
@@ -51,6 +57,7 @@ def up(
     kubevirt_version=None,
     kubevirt_mode=None,
     scheduler_profile=None,
+    metal3_hosts=True,
 ):
     """Bring the lab to the requested shape, starting only what is not running.
 
@@ -60,7 +67,8 @@ def up(
     the real virt-controller and virt-api; ``kubevirt_mode`` can only be "real".
     ``scheduler_profile`` (a name of lab/scheduler.py; None keeps the lab's, "default" for a
     new lab) is how the kube-scheduler scores nodes; a running lab switches by restarting
-    only the kube-scheduler.
+    only the kube-scheduler. ``metal3_hosts``: a BareMetalHost for every worker that has none
+    (lab/metal3.py; not in the scale profile); without it none is created.
     """
     _check_scheduler_profile(scheduler_profile)
     kubevirt_version = kubevirt_version or os.environ.get(KUBEVIRT_VERSION_ENV) or None
@@ -94,7 +102,7 @@ def up(
         created = nodes.ensure(api, planned, binaries.kubernetes_version(ctx.settings.bin_dir))
         if created:
             say(f"created {len(created)} nodes: {_names(created)}")
-        failed = set(nodes.failed_names(api))
+        failed = set(nodes.failed_names(api)) | set(nodes.partitioned_names(api))
         nodes.wait_ready(
             api,
             [n.name for n in planned if n.name not in failed],
@@ -104,8 +112,11 @@ def up(
             nmo.ensure_running(paths, ctx.settings, say=say)
         if kubevirt:
             control_plane.ensure(ctx, api, say)
+            metal3.install(api)
             _ensure_standins(paths, hco)
         bmc.ensure(ctx, [(n.name, n.ip) for n in planned if not n.control_plane], say)
+        if kubevirt and metal3_hosts and ctx.settings.profile == "default" and workers:
+            metal3.ensure_hosts(api, bmc.load(paths), say)
     say(
         f"up in {time.monotonic() - started:.0f}s: {len(planned)} nodes"
         f"{'' if ctx.settings.profile == 'default' else f' ({ctx.settings.profile} profile)'},"
@@ -219,7 +230,7 @@ def status(paths):
     print(f"  total memory (RSS)       {total_rss / 2**20:.0f} MiB")
     if healthy:
         api = nodes.api_client(paths.kubeconfig)
-        failed = set(nodes.failed_names(api))
+        failed, partitioned = set(nodes.failed_names(api)), set(nodes.partitioned_names(api))
         for node in nodes.list_nodes(api):
             name = node.metadata.name
             ready = "Ready" if nodes.is_ready(node) else "NotReady"
@@ -227,7 +238,9 @@ def status(paths):
             if node.spec.unschedulable:
                 extra.append("SchedulingDisabled")
             if name in failed:
-                extra.append("failed with node-fail")
+                extra.append("machine dead (node-fail or power off)")
+            if name in partitioned:
+                extra.append("partitioned (node-partition)")
             print(f"  node {name:<20} {ready:<9} {', '.join(extra)}".rstrip())
     print(f"kubeconfig: {paths.kubeconfig}")
     return healthy
@@ -335,9 +348,97 @@ def _write_scheduler_config(ctx):
 
 
 def node_fail(paths, name, wait=True):
+    """The node's machine crashes (lab/standins/machines.py ``crash``): it stays powered on (its BMC reports On,
+    as after a kernel panic) but its kubelet, virt-handler and guests are dead and write nothing, until
+    ``node_recover``. Returns once the machine is dead; with ``wait``, once the node is NotReady and tainted
+    unreachable. A node whose machine is dead already is left as it is.
+
+    Not a power-off: a worker's BareMetalHost powers an Off machine on again, as baremetal-operator's
+    ``manageHostPower`` does for ``spec.online: true`` (``bmc power NODE off`` is that death)."""
     _require_settings(paths)
-    nodes.fail(nodes.api_client(paths.kubeconfig), name, wait=wait)
-    say(f"node {name} failed" + ("" if wait else " (heartbeat stopped, not waiting for NotReady)"))
+    api = nodes.api_client(paths.kubeconfig)
+    nodes.get_node(api, name)
+    if nodes.lease_holder(api, name) not in nodes.DEAD_MACHINE_HOLDERS:
+        kube = _standins_client(paths)
+        wait_for(lambda: machines.crash(kube, name), POWER_TIMEOUT, f"the Lease of node {name}")
+    if wait:
+        wait_for(lambda: nodes._all(api, [name], nodes.is_failed), nodes.FAIL_TIMEOUT, f"node {name} to become NotReady")
+    say(f"node {name}: machine dead" + ("" if wait else " (not waiting for NotReady)"))
+
+
+def node_recover(paths, name, wait=True):
+    """The node's dead machine is reset through its BMC (ForceRestart; On when it is off) and boots
+    (lab/standins/machines.py ``boot``): a new boot ID, its guests gone (virt-launcher pods Failed), a node
+    deleted meanwhile registered again, the kubelet back. A machine without a BMC, or whose power reaches no
+    node (``up --no-kubevirt``), boots at once. Returns once it booted; with ``wait``, once the node is Ready
+    and untainted. A node whose machine lives is left as it is."""
+    settings = _require_settings(paths)
+    api = nodes.api_client(paths.kubeconfig)
+    before = nodes.boot_id(api, name)
+    dead = before is None or nodes.lease_holder(api, name) in nodes.DEAD_MACHINE_HOLDERS
+    if dead:
+        machine = _bmc_of(paths, settings, name)
+        if machine is not None:
+            machine.reset("ForceRestart" if machine.power_state() == "On" else "On")
+        else:
+            registration = nodes.registration(paths, name)
+            if before is None and registration is None:
+                raise LabError(f"no node named {name}")
+            machines.boot(_standins_client(paths), None, name, registration=registration)
+        wait_for(lambda: nodes.booted(api, name, before), BOOT_TIMEOUT, f"the machine of node {name} to boot")
+    if wait:
+        wait_for(lambda: nodes._all(api, [name], nodes.is_recovered), nodes.READY_TIMEOUT, f"node {name} to become Ready")
+    say(f"node {name}: " + ("booted" if dead else "its machine lives") + ("" if wait else " (not waiting for Ready)"))
+
+
+def node_partition(paths, name, wait=True):
+    """Cut the node off the network: its kubelet and virt-handler go on, and so do its guests, but nothing they
+    write gets through, and its heartbeat stops. Its Lease goes to a holder that never renews it
+    (lab/standins/handler_nodes.py ``kill_kubelet``, the silence of a dead machine): kwok renews a node's Lease and
+    plays its node and pod stages only while it holds it, and the API server refuses what kwok had taken up
+    before (lab/dead_machines.py). The node-lifecycle controller then does what it does for a silent kubelet:
+    after the grace period the node turns NotReady (Unknown) and is tainted ``node.kubernetes.io/unreachable``.
+    Returns once nothing the node writes gets through; with ``wait``, once the node is NotReady."""
+    _require_settings(paths)
+    api = nodes.api_client(paths.kubeconfig)
+    nodes.get_node(api, name)
+    if nodes.lease_holder(api, name) in nodes.DEAD_MACHINE_HOLDERS:
+        raise LabError(f"node {name}'s machine is dead: nothing is left to cut off (node-recover boots it)")
+    kube = _standins_client(paths)
+    wait_for(lambda: handler_nodes.kill_kubelet(kube, name, nodes.PARTITION_HOLDER), POWER_TIMEOUT,
+             f"the Lease of node {name}")
+    if wait:
+        wait_for(lambda: nodes._all(api, [name], nodes.is_failed), nodes.FAIL_TIMEOUT, f"node {name} to become NotReady")
+    say(f"node {name} partitioned" + ("" if wait else " (not waiting for NotReady)"))
+
+
+def node_heal(paths, name, wait=True):
+    """End the node's partition: what it writes gets through again and kwok takes its Lease back (the same boot,
+    its guests still running); with ``wait``, until it is Ready. A node that is not partitioned is left alone."""
+    _require_settings(paths)
+    api = nodes.api_client(paths.kubeconfig)
+    nodes.get_node(api, name)
+    if nodes.lease_holder(api, name) == nodes.PARTITION_HOLDER:
+        handler_nodes.revive_kubelet(_standins_client(paths), name)
+    if wait:
+        wait_for(lambda: nodes._all(api, [name], nodes.is_recovered), nodes.READY_TIMEOUT, f"node {name} to become Ready")
+    say(f"node {name} healed" + ("" if wait else " (not waiting for Ready)"))
+
+
+def _bmc_of(paths, settings, name):
+    """The BMC of the node's machine when its power reaches the node (the stand-ins follow it), else None."""
+    if not settings.kubevirt or processes.tracked(paths, SIM) is None:
+        return None
+    try:
+        entry = bmc.load(paths).get(name)
+    except LabError:
+        return None
+    return bmc.Bmc(entry) if entry else None
+
+
+def _standins_client(paths):
+    """The client the machines' deaths and boots are written with (the stand-ins' own)."""
+    return standins_kube.Kube(paths.kubeconfig, user_agent="lab")
 
 
 def build(paths, kubevirt_versions=None):
@@ -350,14 +451,9 @@ def build(paths, kubevirt_versions=None):
     for version in kubevirt_versions or [DEFAULT_VERSION]:
         kubevirt_binaries.ensure(version, paths.log("kubevirt-build-%s" % version))
     nmo.ensure_built()
-    say("binaries built: kubernetes, etcd, kwok, KubeVirt %s, node-maintenance-operator"
+    metal3.ensure_built()
+    say("binaries built: kubernetes, etcd, kwok, KubeVirt %s, node-maintenance-operator, the Metal3 CRDs"
         % ", ".join(kubevirt_versions or [DEFAULT_VERSION]))
-
-
-def node_recover(paths, name, wait=True):
-    _require_settings(paths)
-    nodes.recover(nodes.api_client(paths.kubeconfig), name, wait=wait)
-    say(f"node {name} recovered" + ("" if wait else " (not waiting for Ready)"))
 
 
 def _prepare(
@@ -482,7 +578,7 @@ def _ensure_standins(paths, hco):
             argv.append("--no-hco")
         argv.extend(nmo.STANDINS_FLAGS)
         # The machines' power reaches their nodes (lab/standins/machines.py).
-        argv.extend(["--power-log", str(paths.machines / bmc.POWER_LOG)])
+        argv.extend(["--power-log", str(paths.machines / bmc.POWER_LOG), "--lab-dir", str(paths.state_dir)])
         say(
             "starting the virt-handler stand-in (and the HCO, storage, legacy NodeMaintenance "
             "and BareMetalHost stand-ins)"

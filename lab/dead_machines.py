@@ -1,13 +1,14 @@
 """A dead machine writes nothing, ever.
 
-Handing a node's Lease away (``lab/nodes.py fail``, a BareMetalHost or a BMC powering the
-machine off) stops kwok from taking up new work for the node. But kwok decides that from its
+Handing a node's Lease away (its machine dead: ``lab node-fail``, a BMC or a BareMetalHost powering
+it off, lab/standins/machines.py; or the node cut off the network: ``lab node-partition``, lab/nodes.py
+``partition``) stops kwok from taking up new work for the node. But kwok decides that from its
 own Lease cache and still plays the Stages it took up before (lab/kwok.py; kwok
 pkg/kwok/controllers/pod_controller.go checks ``readOnly`` when an event comes in, never when a
-delayed Stage plays). A real dead kubelet writes nothing at all, so the API server itself refuses
-kwok's status writes for a dead machine's node and its pods: a ValidatingAdmissionPolicy (GA since
-Kubernetes 1.30) whose parameter is the ConfigMap ``kube-node-lease/lab-dead-machines``, one key
-per dead node.
+delayed Stage plays). A real dead kubelet writes nothing at all (and a partitioned one reaches
+nothing), so the API server itself refuses kwok's status writes for such a node and its pods: a
+ValidatingAdmissionPolicy (GA since Kubernetes 1.30) whose parameter is the ConfigMap
+``kube-node-lease/lab-dead-machines``, one key per dead (or partitioned) node.
 
 A node is listed before its Lease goes, and struck before its Lease comes back. The API server
 reads the list through its own cache, so each change is followed until the policy acts on it: a

@@ -16,11 +16,11 @@ sync (pkg/kubelet/status/status_manager.go, needsReconcile, every 10 s) and writ
 back. KubeVirt copies the launcher pod's Ready condition to the VMI
 (pkg/virt-controller/watch/vmi/lifecycle.go, syncReadyConditionFromPod), so without
 this a VM stays not Ready after such a restart. kwok takes up pod events only for the
-nodes whose Lease it holds, so the pods of a node failed with ``node-fail`` stay not Ready,
-as a dead kubelet's would. A Stage kwok took up before the failure still plays after it
-(kwok does not look at the Lease again when the delay ends), and kwok judges the Lease from its
-own cache: so the API server itself refuses kwok's status writes for a failed node and its
-pods (lab/dead_machines.py).
+nodes whose Lease it holds, so the pods of a node whose machine is dead (``node-fail``) or
+that is cut off (``node-partition``) stay not Ready, as a dead or unreachable kubelet's would.
+A Stage kwok took up before the death still plays after it (kwok does not look at the Lease
+again when the delay ends), and kwok judges the Lease from its own cache: so the API server
+itself refuses kwok's status writes for such a node and its pods (lab/dead_machines.py).
 
 With the real virt-controller, virt-launcher pods are left out of that last stage
 (``launchers_by_handler``): a real launcher pod lives on after SIGTERM until

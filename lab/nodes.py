@@ -13,8 +13,10 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from lab import dead_machines, network
+from lab import binaries, dead_machines, network
+from lab import settings as lab_settings
 from lab.errors import LabError
+from lab.standins import handler_nodes
 from lab.wait import wait_for
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -23,10 +25,14 @@ CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
 WORKER_ROLE = "node-role.kubernetes.io/worker"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-NODE_LEASE_NAMESPACE = "kube-node-lease"
-# Holder of the Lease of a failed node; nobody renews it.
-FAILED_HOLDER = "lab-node-fail"
-FAILED_LEASE_SECONDS = 10 * 365 * 24 * 3600
+NODE_LEASE_NAMESPACE = handler_nodes.NODE_LEASE_NAMESPACE
+# Holders of a silent node's Lease; nobody renews it, and its duration keeps kwok from taking it back.
+# A dead machine's (lab/standins/machines.py): crashed (``node-fail``) or powered off.
+CRASHED_HOLDER = handler_nodes.FAILED_LEASE_HOLDER
+MACHINE_OFF_HOLDER = handler_nodes.MACHINE_OFF_LEASE_HOLDER
+DEAD_MACHINE_HOLDERS = (CRASHED_HOLDER, MACHINE_OFF_HOLDER)
+# A partitioned node's (``node-partition``, lab/cluster.py).
+PARTITION_HOLDER = handler_nodes.PARTITIONED_LEASE_HOLDER
 
 CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "250", "ephemeral-storage": "900Gi"}
 # What a kubelet would leave for pods after system and kube reservations.
@@ -165,11 +171,62 @@ def list_nodes(api):
 
 
 def failed_names(api):
-    """Nodes whose heartbeat was stopped with ``fail``."""
+    """Nodes whose machine is dead (crashed with ``node-fail``, or powered off): their Lease held for the dead."""
+    return _held_by(api, DEAD_MACHINE_HOLDERS)
+
+
+def partitioned_names(api):
+    """Nodes cut off the network with ``node-partition``."""
+    return _held_by(api, (PARTITION_HOLDER,))
+
+
+def _held_by(api, holders):
     leases = client.CoordinationV1Api(api).list_namespaced_lease(NODE_LEASE_NAMESPACE).items
-    return sorted(
-        lease.metadata.name for lease in leases if lease.spec.holder_identity == FAILED_HOLDER
-    )
+    return sorted(lease.metadata.name for lease in leases if lease.spec.holder_identity in holders)
+
+
+def lease_holder(api, name):
+    """The holder of the node's Lease, or None when it has none (e.g. given back at boot)."""
+    try:
+        return client.CoordinationV1Api(api).read_namespaced_lease(name, NODE_LEASE_NAMESPACE).spec.holder_identity
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def boot_id(api, name):
+    """The node's ``status.nodeInfo.bootID``, or None when there is no such node."""
+    try:
+        node = client.CoreV1Api(api).read_node(name)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return node.status.node_info.boot_id if node.status and node.status.node_info else None
+
+
+def booted(api, name, before):
+    """Whether the node's kubelet is back after a boot: the node is registered with a boot ID other than
+    ``before``, the API server takes its writes and its Lease is not held for the dead any more."""
+    try:
+        current = boot_id(api, name)
+        return (current not in (None, before) and lease_holder(api, name) not in DEAD_MACHINE_HOLDERS
+                and not writes_refused(api, name))
+    except (ApiException, urllib3.exceptions.HTTPError):
+        return False  # e.g. the apiserver is restarting
+
+
+def registration(paths, name):
+    """The Node the kubelet of the lab's node ``name`` registers when its machine boots (its labels, taints,
+    capacity and addresses, as ``up`` creates it), or None for a node the lab did not plan."""
+    settings = lab_settings.load(paths)
+    if settings is None:
+        return None
+    for node in plan(settings.control_plane_nodes, settings.workers):
+        if node.name == name:
+            return manifest(node, binaries.kubernetes_version(settings.bin_dir))
+    return None
 
 
 def ensure_dead_machine_policy(api):
@@ -196,53 +253,22 @@ def mark_dead(api, names, dead):
     def patch_list(patch):
         core.patch_namespaced_config_map(dead_machines.NAME, dead_machines.NAMESPACE, patch)
 
-    def probe_admitted(body):
-        try:
-            core.create_namespaced_config_map(dead_machines.NAMESPACE, body, dry_run="All")
-            return True
-        except ApiException as e:
-            if dead_machines.refused(e.status, e.body):
-                return False
-            raise
-
-    dead_machines.mark(patch_list, probe_admitted, names, dead)
+    dead_machines.mark(patch_list, lambda body: _probe_admitted(core, body), names, dead)
 
 
-def fail(api, name, wait=True, timeout=FAIL_TIMEOUT):
-    """Stop the node's heartbeat, as if its kubelet died.
-
-    kwok renews a node's Lease and plays its node and pod stages only while it holds
-    that Lease (this is how several kwok instances share nodes). Handing the Lease to
-    a holder that never renews it, with a duration that keeps kwok from taking it
-    back, freezes the node: no more renewals, no status updates, pods on it are no
-    longer confirmed or deleted. The node-lifecycle controller then does what it
-    does for a dead kubelet: after the grace period the node turns NotReady
-    (Unknown) and gets the ``node.kubernetes.io/unreachable`` taints.
-    """
-    _get_node(api, name)
-    mark_dead(api, [name], True)
-    lease_api = client.CoordinationV1Api(api)
-    # renewTime is left alone: the failure counts from the last real heartbeat.
-    patch = {
-        "spec": {"holderIdentity": FAILED_HOLDER, "leaseDurationSeconds": FAILED_LEASE_SECONDS}
-    }
-    wait_for(lambda: _patch_lease(lease_api, name, patch), 60, f"the Lease of node {name}")
-    if wait:
-        wait_for(lambda: _all(api, [name], is_failed), timeout, f"node {name} to become NotReady")
+def writes_refused(api, name):
+    """Whether the API server refuses the kubelet's writes for the node (lab/dead_machines.py)."""
+    return not _probe_admitted(client.CoreV1Api(api), dead_machines.probe(name))
 
 
-def recover(api, name, wait=True, timeout=READY_TIMEOUT):
-    """Give the node back to kwok: it re-creates the Lease, marks the node Ready and renews."""
-    _get_node(api, name)
-    mark_dead(api, [name], False)
-    if name in failed_names(api):
-        try:
-            client.CoordinationV1Api(api).delete_namespaced_lease(name, NODE_LEASE_NAMESPACE)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-    if wait:
-        wait_for(lambda: _all(api, [name], is_recovered), timeout, f"node {name} to become Ready")
+def _probe_admitted(core, body):
+    try:
+        core.create_namespaced_config_map(dead_machines.NAMESPACE, body, dry_run="All")
+        return True
+    except ApiException as e:
+        if dead_machines.refused(e.status, e.body):
+            return False
+        raise
 
 
 def ready_condition(node):
@@ -268,22 +294,13 @@ def is_recovered(node):
     return is_ready(node) and UNREACHABLE_TAINT not in taint_keys(node)
 
 
-def _get_node(api, name):
+def get_node(api, name):
+    """The node, or a LabError naming it."""
     try:
         return client.CoreV1Api(api).read_node(name)
     except ApiException as e:
         if e.status == 404:
             raise LabError(f"no node named {name}") from e
-        raise
-
-
-def _patch_lease(lease_api, name, patch):
-    try:
-        lease_api.patch_namespaced_lease(name, NODE_LEASE_NAMESPACE, patch)
-        return True
-    except ApiException as e:
-        if e.status == 404:  # kwok has not created it yet
-            return False
         raise
 
 

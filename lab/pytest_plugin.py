@@ -11,9 +11,10 @@ repository root, e.g. ``.venv/bin/python -m pytest``, so ``lab`` is importable).
 * ``k8s`` (session): a ``kubernetes.client.ApiClient`` for the lab.
 * ``namespace``: a fresh namespace per test, with its ``default`` ServiceAccount
   in place; always deleted afterwards.
-* ``restore_nodes``: after the test, uncordons and recovers the nodes that were
-  schedulable and healthy before it, so a test that cordons, drains or fails nodes
-  leaves them as it found them even when it fails.
+* ``restore_nodes``: after the test, uncordons, heals and boots the nodes that were
+  schedulable and healthy before it (a dead machine is powered on and its node waited
+  for until Ready), so a test that cordons, drains, partitions or fails nodes leaves
+  them as it found them even when it fails.
 """
 
 import os
@@ -95,12 +96,24 @@ class Lab:
         return config.new_client_from_config(config_file=self.kubeconfig)
 
     def node_fail(self, name, wait=True):
-        """Stop the node's heartbeat; with ``wait``, until it is NotReady and tainted."""
-        nodes.fail(self._api(), name, wait=wait)
+        """The node's machine crashes (``python -m lab node-fail``: its BMC's ForceOff, or the same death for a
+        machine without one); returns once it is dead, with ``wait`` once the node is NotReady and tainted.
+        Its guests are dead; their VMIs stay Running in the API."""
+        cluster.node_fail(self.paths, name, wait=wait)
 
     def node_recover(self, name, wait=True):
-        """Restore the node's heartbeat; with ``wait``, until it is Ready again."""
-        nodes.recover(self._api(), name, wait=wait)
+        """The node's machine is powered on and boots (a new boot ID, its virt-launcher pods Failed, a node
+        deleted meanwhile registered again); returns once it booted, with ``wait`` once it is Ready."""
+        cluster.node_recover(self.paths, name, wait=wait)
+
+    def node_partition(self, name, wait=True):
+        """Cut the node off the network: its heartbeat stops, its processes and guests go on; with ``wait``,
+        until it is NotReady and tainted."""
+        cluster.node_partition(self.paths, name, wait=wait)
+
+    def node_heal(self, name, wait=True):
+        """End the node's partition: the same boot, its guests still running; with ``wait``, until Ready."""
+        cluster.node_heal(self.paths, name, wait=wait)
 
     def restart_apiserver(self, down_for=0):
         """Stop kube-apiserver and start it again on the same port (after ``down_for`` seconds);
@@ -118,22 +131,27 @@ class Lab:
         return before
 
     def node_states(self):
-        """Which nodes are cordoned and which failed, for ``restore_nodes`` later."""
+        """Which nodes are cordoned, which dead and which partitioned, for ``restore_nodes`` later."""
         api = self._api()
         cordoned = {n.metadata.name for n in nodes.list_nodes(api) if n.spec.unschedulable}
-        return {"cordoned": cordoned, "failed": set(nodes.failed_names(api))}
+        return {"cordoned": cordoned, "failed": set(nodes.failed_names(api)),
+                "partitioned": set(nodes.partitioned_names(api))}
 
     def restore_nodes(self, states=None):
-        """Uncordon and recover nodes; with ``states`` only those that were fine then."""
-        states = states or {"cordoned": set(), "failed": set()}
+        """Heal partitioned nodes, power dead machines on (until their nodes are Ready again) and uncordon;
+        with ``states`` only the nodes that were fine then."""
+        states = states or {}
         api = self._api()
+        for name in nodes.partitioned_names(api):
+            if name not in states.get("partitioned", ()):
+                cluster.node_heal(self.paths, name)
         for name in nodes.failed_names(api):
-            if name not in states["failed"]:
-                nodes.recover(api, name)
+            if name not in states.get("failed", ()):
+                cluster.node_recover(self.paths, name)
         core = client.CoreV1Api(api)
         for node in nodes.list_nodes(api):
             name = node.metadata.name
-            if node.spec.unschedulable and name not in states["cordoned"]:
+            if node.spec.unschedulable and name not in states.get("cordoned", ()):
                 core.patch_node(name, {"spec": {"unschedulable": None}})
 
     def _api(self):

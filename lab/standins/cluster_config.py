@@ -14,6 +14,8 @@ DEFAULT_PARALLEL_MIGRATIONS_PER_CLUSTER = 5
 DEFAULT_PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE = 2
 # Upstream fails a migration whose target pod stays unschedulable this long.
 DEFAULT_UNSCHEDULABLE_PENDING_TIMEOUT = 300
+# The release of a lab whose KubeVirt CR names none (lab/settings.py's default).
+DEFAULT_RELEASE = (1, 7)
 
 
 class ClusterConfig:
@@ -27,6 +29,17 @@ class ClusterConfig:
             items = self._informer.list()
             cr = items[0] if items else None
         return cr or {}
+
+    def kubevirt_release(self):
+        """(major, minor) of the KubeVirt the lab runs, which virt-handler is part of: the CR's
+        ``status.observedKubeVirtVersion`` ("v1.8.0"), written by ``lab up`` as virt-operator
+        would (lab/kubevirt/control_plane.py ``kubevirt_status``)."""
+        version = (self.kubevirt().get("status") or {}).get("observedKubeVirtVersion") or ""
+        try:
+            major, minor = version.lstrip("v").split(".")[:2]
+            return int(major), int(minor)
+        except ValueError:
+            return DEFAULT_RELEASE
 
     def _configuration(self):
         return (self.kubevirt().get("spec") or {}).get("configuration") or {}

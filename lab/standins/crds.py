@@ -35,8 +35,8 @@ MIGRATION_PHASES = [
 NMO_GROUP = "nodemaintenance.medik8s.io"
 # The old kubevirt node-maintenance-operator's group (<= 0.10): a stand-in only.
 LEGACY_NMO_GROUP = "nodemaintenance.kubevirt.io"
-# Metal3's BareMetalHost, served by a stand-in (baremetal.py).
-METAL3_GROUP = "metal3.io"
+# Metal3's CRDs (BareMetalHost and its firmware kinds) are generated from baremetal-operator's
+# API module by lab/metal3.py and installed by `lab up`; their stand-in is baremetal.py.
 
 
 def _open(properties=None, **extra):
@@ -66,6 +66,11 @@ def _bool():
 
 def _strings():
     return {"type": "array", "items": {"type": "string"}}
+
+
+def _set_of_strings():
+    """A list the apiserver keeps free of duplicates (it answers 422 to one)."""
+    return dict(_strings(), **{"x-kubernetes-list-type": "set"})
 
 
 def _objects(properties=None):
@@ -201,8 +206,13 @@ def definitions(hco_conversion=None):
             "conditions": _objects(_CONDITION),
             "observedGeneration": _int(),
             "infrastructureHighlyAvailable": _bool(),
+            "systemHealthStatus": _string(),
+            "versions": _objects({"name": _string(), "version": _string()}),
         }
     )
+    # HyperConverged as HCO v1.18.1 installs it (config/crd/bases/hco.kubevirt.io_hyperconvergeds.yaml):
+    # v1 and v1beta1 served, v1beta1 stored (v1 is stored from a later release), the obsolete CPU
+    # models a list of type set in both.
     hco = _crd(
         "hco.kubevirt.io",
         "HyperConverged",
@@ -218,7 +228,7 @@ def definitions(hco_conversion=None):
                         "virtualization": _open(
                             {
                                 "evictionStrategy": _string(EVICTION_STRATEGIES),
-                                "obsoleteCPUModels": _strings(),
+                                "obsoleteCPUModels": _set_of_strings(),
                                 "liveMigrationConfig": live_migration,
                             }
                         ),
@@ -227,20 +237,20 @@ def definitions(hco_conversion=None):
                 ),
                 hco_status,
                 columns=[AGE],
-                storage=True,
+                storage=False,
             ),
             _version(
                 "v1beta1",
                 _open(
                     {
                         "evictionStrategy": _string(EVICTION_STRATEGIES),
-                        "obsoleteCPUs": _open({"cpuModels": _strings(), "minCPUModel": _string()}),
+                        "obsoleteCPUs": _open({"cpuModels": _set_of_strings(), "minCPUModel": _string()}),
                         "liveMigrationConfig": live_migration,
                     }
                 ),
                 hco_status,
                 columns=[AGE],
-                storage=False,
+                storage=True,
             ),
         ],
     )
@@ -285,7 +295,7 @@ def definitions(hco_conversion=None):
         scope="Cluster",
         versions=[_version("v1beta1", nm_spec, nm_status, columns=nm_columns, required=["spec"])],
     )
-    return [hco, nodemaintenance, legacy_nodemaintenance] + remediation_definitions() + [baremetalhost_definition()]
+    return [hco, nodemaintenance, legacy_nodemaintenance] + remediation_definitions()
 
 
 REMEDIATION_GROUP = "remediation.medik8s.io"
@@ -407,41 +417,6 @@ def remediation_definitions():
         ],
     )
     return [nhc, openshift_mhc, openshift_machine, capi_mhc, capi_machine]
-
-
-def baremetalhost_definition():
-    """Metal3's BareMetalHost (metal3-io/baremetal-operator apis/metal3.io/v1alpha1/baremetalhost_types.go),
-    with the fields the collection and the lab's stand-in (baremetal.py) read or write."""
-    return _crd(
-        METAL3_GROUP,
-        "BareMetalHost",
-        "baremetalhosts",
-        "baremetalhost",
-        short_names=["bmh", "bmhost"],
-        categories=["metal3"],
-        versions=[
-            _version(
-                "v1alpha1",
-                _open(
-                    {
-                        "online": _bool(),
-                        "externallyProvisioned": _bool(),
-                        "bootMACAddress": _string(),
-                        "consumerRef": _open(),
-                        "bmc": _open(),
-                    }
-                ),
-                _open({"poweredOn": _bool(), "operationalStatus": _string(), "provisioning": _open()}),
-                columns=[
-                    _column("State", ".status.provisioning.state"),
-                    _column("Consumer", ".spec.consumerRef.name"),
-                    _column("Online", ".spec.online", "boolean"),
-                    _column("Powered", ".status.poweredOn", "boolean"),
-                    AGE,
-                ],
-            )
-        ],
-    )
 
 
 def apply_all(kube, timeout=120, medik8s_node_maintenance=True, hco_conversion=None, exclude_groups=()):

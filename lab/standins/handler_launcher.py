@@ -24,7 +24,7 @@ What a real node does with a virt-launcher pod, beyond what KWOK's stages do:
   reproducible image digest can be detected"), so it is filled in with a digest derived
   from the image name.
 
-Nothing happens on a failed node: its kubelet is dead (lab/nodes.py ``fail``).
+Nothing happens on a failed node: its kubelet is dead (``lab node-fail``) or cut off (``lab node-partition``).
 """
 
 import hashlib

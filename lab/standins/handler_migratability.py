@@ -2,7 +2,8 @@
 
 Upstream: ``pkg/virt-handler/vm.go`` (kubevirt v1.7) ``calculateLiveMigrationCondition``,
 ``calculateLiveStorageMigrationCondition`` and ``checkVolumesForMigration``; the
-interface check is ``pkg/network/vmispec/interface.go`` ``VerifyVMIMigratable``.
+interface check is ``pkg/network/vmispec/interface.go`` ``VerifyVMIMigratable``, which
+changed in v1.8 (see ``interfaces_error``).
 
 LiveMigratable reports the FIRST blocker, in upstream's order: interfaces, host-model
 CPU, PCI host devices/GPUs, SEV/TDX, SCSI persistent reservation, TSC frequency,
@@ -50,10 +51,11 @@ _UNKNOWN_SHARING = (
 )
 
 
-def conditions(vmi, binding_plugins=None):
-    """(LiveMigratable condition, StorageLiveMigratable condition, migration method)."""
+def conditions(vmi, binding_plugins=None, release=(1, 7)):
+    """(LiveMigratable condition, StorageLiveMigratable condition, migration method), as
+    virt-handler of KubeVirt ``release`` ((major, minor)) reports them."""
     block_migration, disk_error = check_volumes(vmi)
-    blockers = _non_storage_blockers(vmi, binding_plugins or {})
+    blockers = _non_storage_blockers(vmi, binding_plugins or {}, release)
     if blockers:
         reason, message = blockers[0]
         live = _false(LIVE_MIGRATABLE, reason, message)
@@ -88,11 +90,11 @@ def _devices(vmi):
     return ((o.spec(vmi).get("domain") or {}).get("devices")) or {}
 
 
-def _non_storage_blockers(vmi, binding_plugins):
+def _non_storage_blockers(vmi, binding_plugins, release):
     spec = o.spec(vmi)
     domain = spec.get("domain") or {}
     blockers = []
-    iface_error = interfaces_error(vmi, binding_plugins)
+    iface_error = interfaces_error(vmi, binding_plugins, release)
     if iface_error:
         blockers.append((INTERFACE, iface_error))
     devices = _devices(vmi)
@@ -112,26 +114,36 @@ def _non_storage_blockers(vmi, binding_plugins):
     return blockers
 
 
-def interfaces_error(vmi, binding_plugins):
-    """``VerifyVMIMigratable``: with interfaces, the pod network must use masquerade,
-    bridge with the allow annotation (any value) or a binding plugin that migrates."""
+def interfaces_error(vmi, binding_plugins, release=(1, 7)):
+    """``VerifyVMIMigratable``: None when the interfaces allow a live migration, else why not.
+
+    Both releases: no interfaces, or no pod network (only secondary networks), migrate; the
+    pod network's interface must use masquerade, bridge with the allow annotation (any value)
+    or a binding plugin that declares a migration method. v1.7: a pod network without an
+    interface of its name migrates too (``IsPodNetworkWithMasqueradeBindingInterface`` is true
+    without one). v1.8: that is an error of its own, the core ``passtBinding`` migrates, and
+    the message no longer names bridge."""
     spec = o.spec(vmi)
     ifaces = _devices(vmi).get("interfaces") or []
     if not ifaces:
         return None
     pod_network = next((n for n in spec.get("networks") or [] if "pod" in n), None)
-    pod_iface = None
-    if pod_network is not None:
-        pod_iface = next((i for i in ifaces if i.get("name") == pod_network.get("name")), None)
-    if pod_iface is not None:
-        allowed = o.ALLOW_POD_BRIDGE_MIGRATION_ANNOTATION in o.annotations(vmi)
-        if allowed and "bridge" in pod_iface:
-            return None
-        if "masquerade" in pod_iface:
-            return None
-        binding = (pod_iface.get("binding") or {}).get("name")
-        if binding and (binding_plugins.get(binding) or {}).get("migration") is not None:
-            return None
+    if pod_network is None:
+        return None
+    pod_iface = next((i for i in ifaces if i.get("name") == pod_network.get("name")), None)
+    if pod_iface is None:
+        if release >= (1, 8):
+            return f"no primary interface found for network {pod_network.get('name')}"
+        return None
+    if "masquerade" in pod_iface or (release >= (1, 8) and "passtBinding" in pod_iface):
+        return None
+    if "bridge" in pod_iface and o.ALLOW_POD_BRIDGE_MIGRATION_ANNOTATION in o.annotations(vmi):
+        return None
+    binding = (pod_iface.get("binding") or {}).get("name")
+    if binding and (binding_plugins.get(binding) or {}).get("migration") is not None:
+        return None
+    if release >= (1, 8):
+        return "cannot migrate VMI which does not use masquerade or a migratable plugin to connect to the pod network"
     return (
         "cannot migrate VMI which does not use masquerade, bridge with "
         f"{o.ALLOW_POD_BRIDGE_MIGRATION_ANNOTATION} VM annotation or a migratable plugin "

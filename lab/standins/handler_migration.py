@@ -36,7 +36,7 @@ the migration object and (for evacuations) retries with its own backoff. Another
 ``kubevirt-ops.lab/hold-migration: "true"`` on the VMI or its VM holds every migration at the
 end of the transfer (the migration object stays Running) until the annotation is removed.
 
-A machine that dies mid-transfer (``lab/nodes.py fail``, or powered off through its BMC:
+A machine that dies mid-transfer (``lab node-fail``, or powered off through its BMC:
 handler_nodes.node_failed) runs nothing any more: its handler and launchers write nothing.
 What the side that lives on does (kubevirt v1.7 and v1.8 alike):
 
@@ -80,7 +80,7 @@ import time
 from lab.standins import kube as k
 from lab.standins import objects as o
 from lab.standins.handler_nodes import NODE_LEASE_NAMESPACE, handler_alive, migration_address, node_failed
-from lab.standins.handler_vmi import guest_pod, update_vmi
+from lab.standins.handler_vmi import guest_pod, owner_vm, update_vmi
 from lab.standins.workqueue import Controller
 
 CREATE_MIGRATION_TARGET_ANNOTATION = "kubevirt.io/create-migration-target"
@@ -260,7 +260,7 @@ class MigrationHandler(Controller):
             new["targetNodeDomainDetected"] = True
             _mirror_target_state(new, domainDetected=True)
         left = self._transfer_left(vmi, state)
-        vm = self._vm(vmi)
+        vm = owner_vm(self.sim, vmi)
         if left > 0 or o.fails_migrations(vmi, vm) or o.holds_migrations(vmi, vm):
             if new != state:
                 update_vmi(self.kube, vmi, {"migrationState": new})
@@ -342,9 +342,9 @@ class MigrationHandler(Controller):
         left = self._transfer_left(vmi, state)
         if left > 0:
             return False, left
-        if o.holds_migrations(vmi, self._vm(vmi)):
+        if o.holds_migrations(vmi, owner_vm(self.sim, vmi)):
             return False, None  # held by the lab knob; removing the annotation brings the VM or VMI back
-        if o.fails_migrations(vmi, self._vm(vmi)):
+        if o.fails_migrations(vmi, owner_vm(self.sim, vmi)):
             return self._report_failure(vmi, state, FAILED_BY_KNOB)
         return False, None  # success is the target's to acknowledge
 
@@ -367,12 +367,6 @@ class MigrationHandler(Controller):
         return True, None
 
     # -- timing -------------------------------------------------------------------------
-
-    def _vm(self, vmi):
-        for ref in o.meta(vmi, "ownerReferences") or []:
-            if ref.get("kind") == "VirtualMachine":
-                return self.sim.vms.get_by(o.meta(vmi, "namespace"), ref.get("name"))
-        return None
 
     def _duration(self, vmi):
         bandwidth = self.sim.config.bandwidth_bytes_per_second()

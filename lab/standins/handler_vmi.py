@@ -23,11 +23,29 @@ runs here, so they are never reported.
 Ending (``sync``: graceful shutdown trigger, VMI deletion, guest shutting itself down):
 when the launcher pod is being deleted (the kubelet's SIGTERM makes virt-launcher write
 the graceful-shutdown trigger) or the VMI is being deleted, the handler shuts the domain
-down through ACPI; a guest that powers off gives ``Succeeded`` (domain Shutoff, reason
-Shutdown; with ``terminationGracePeriodSeconds: 0`` it is destroyed, also Succeeded). A
-crashed guest gives ``Failed``. Lab knobs (VMI annotations, as before):
-``kubevirt-ops.lab/guest-shutdown: "true"`` = the guest powers itself off (Succeeded),
-``kubevirt-ops.lab/guest-crash: "true"`` = the guest crashes (Failed).
+down through ACPI (``processVmShutdown``, ``helperVmShutdown``): it sends the ACPI signal,
+looks again after 5 s (``shutdownVMI``: a booting OS can miss it) or when the grace period
+ends if sooner, and sends it again, until the grace period has passed since the first
+signal (``hasGracePeriodExpired``). The grace period is ``terminationGracePeriodSeconds``,
+30 s when unset (``v1.DefaultGracePeriodSeconds``, the domain's, ``converter.go``
+``GracePeriodSeconds``). Then it kills the domain (``KillVirtualMachine``).
+
+A cooperating guest powers off ``--guest-shutdown-seconds`` (1 s) after the first signal:
+``Succeeded`` (domain Shutoff, reason Shutdown). A killed domain (reason Destroyed: the grace
+period ran out, or ``terminationGracePeriodSeconds: 0`` kills at once) gives ``Failed`` when
+the domain has ACPI and the VMI a grace period, else ``Succeeded``
+(``calculateVmPhaseForStatusReason``, ``isACPIEnabled``). The domain has ACPI unless the VMI
+disables it (``converter.go`` ``Convert_v1_Features_To_api_Features``; virt-api defaults
+``spec.domain.features.acpi.enabled: true`` on every VMI, ``kubevirt.io/api`` core/v1
+``defaults.go``); without ACPI (and with no guest agent, which the lab has not) the signal
+reaches no guest, which is killed at the end of the grace period. A crashed guest gives
+``Failed``. Lab knobs:
+``kubevirt-ops.lab/guest-ignores-acpi: "true"`` on the VM or VMI = the guest ignores ACPI
+(it is killed at the end of the grace period),
+``kubevirt-ops.lab/guest-shutdown: "true"`` on the VMI = the guest powers itself off (Succeeded),
+``kubevirt-ops.lab/guest-crash: "true"`` on the VMI = the guest crashes (Failed).
+The grace period is counted in this process: after a restart of the stand-ins a shutdown
+under way starts it again (upstream keeps its start in the domain's metadata).
 
 While a migration is in flight the VMI belongs to the migration loops
 (handler_migration.py), as upstream's ``isMigrationInProgress`` check does.
@@ -43,6 +61,12 @@ from lab.standins.handler_nodes import handler_alive
 from lab.standins.workqueue import Controller
 
 GUEST_CRASH_ANNOTATION = "kubevirt-ops.lab/guest-crash"
+# The lab's knob: on the VM or VMI, its guest ignores ACPI shutdown signals.
+GUEST_IGNORES_ACPI_ANNOTATION = "kubevirt-ops.lab/guest-ignores-acpi"
+# kubevirt.io/api core/v1 types.go DefaultGracePeriodSeconds.
+DEFAULT_GRACE_PERIOD_SECONDS = 30
+# pkg/virt-handler/vm.go shutdownVMI: the ACPI signal is sent again every 5 s at most.
+ACPI_RESEND_SECONDS = 5.0
 # What libvirt expands "q35" to with the QEMU of the v1.7 virt-launcher image.
 Q35_MACHINE = "pc-q35-rhel9.6.0"
 
@@ -134,6 +158,38 @@ def set_condition(conditions, condition, move_to_end):
     return conditions
 
 
+def grace_period_seconds(vmi):
+    """The VMI's shutdown grace period (``converter.go`` ``GracePeriodSeconds``)."""
+    grace = o.spec(vmi).get("terminationGracePeriodSeconds")
+    return DEFAULT_GRACE_PERIOD_SECONDS if grace is None else int(grace)
+
+
+def domain_has_acpi(vmi):
+    """Whether the VMI's domain has ACPI: ``features`` without ``acpi.enabled: false``."""
+    features = (o.spec(vmi).get("domain") or {}).get("features")
+    return features is not None and (features.get("acpi") or {}).get("enabled") is not False
+
+
+def acpi_enabled(vmi):
+    """``isACPIEnabled`` of ``pkg/virt-handler/vm.go``: a grace period, and ACPI in the domain."""
+    return grace_period_seconds(vmi) != 0 and domain_has_acpi(vmi)
+
+
+def killed_phase(vmi):
+    """The phase of a VMI whose domain was killed (Shutoff, reason Destroyed):
+    ``calculateVmPhaseForStatusReason``. With ACPI the guest was asked first, so a kill
+    means the grace period ran out."""
+    return "Failed" if acpi_enabled(vmi) else "Succeeded"
+
+
+def owner_vm(sim, vmi):
+    """The VM that owns the VMI, from the cache, or None."""
+    for ref in o.meta(vmi, "ownerReferences") or []:
+        if ref.get("kind") == "VirtualMachine":
+            return sim.vms.get_by(o.meta(vmi, "namespace"), ref.get("name"))
+    return None
+
+
 def _same(a, b):
     keys = ("status", "reason", "message")
     return all((a.get(key) or "") == (b.get(key) or "") for key in keys)
@@ -202,7 +258,8 @@ class VMIHandler(Controller):
         status = o.status(vmi)
         binding_plugins = ((self.sim.config.kubevirt().get("spec") or {}).get("configuration") or {})
         binding_plugins = (binding_plugins.get("network") or {}).get("binding") or {}
-        live, storage, method = migratability.conditions(vmi, binding_plugins)
+        release = self.sim.config.kubevirt_release()
+        live, storage, method = migratability.conditions(vmi, binding_plugins, release)
         conditions = set_condition(status.get("conditions"), live, move_to_end=True)
         conditions = set_condition(conditions, storage, move_to_end=False)
         reported = {
@@ -264,15 +321,32 @@ class VMIHandler(Controller):
         return o.pod_phase(newest) in ("Failed", "Succeeded") and not o.deleting(newest)
 
     def _shutdown(self, key, vmi):
-        """ACPI shutdown of a cooperating guest (``processVmShutdown``); a grace period of
-        0 destroys the domain at once. Either way the VMI ends Succeeded."""
-        grace = o.spec(vmi).get("terminationGracePeriodSeconds")
+        """``processVmShutdown``: ACPI until the guest powers off or the grace period ends,
+        then the domain is killed (a grace period of 0 kills it at once)."""
+        grace = grace_period_seconds(vmi)
         started = self._shutdown_started.setdefault(key, time.monotonic())
-        left = 0.0 if grace == 0 else self.shutdown_seconds - (time.monotonic() - started)
-        if left > 0:
-            return left
-        self._shutdown_started.pop(key, None)
-        return self._end(vmi, "Succeeded", "the guest was shut down")
+        elapsed = time.monotonic() - started
+        hears_acpi = domain_has_acpi(vmi) and not self._ignores_acpi(vmi)
+        powers_off = self.shutdown_seconds if hears_acpi else None
+        if powers_off is not None and powers_off < grace and elapsed >= powers_off:
+            self._shutdown_started.pop(key, None)
+            return self._end(vmi, "Succeeded", "the guest shut down on ACPI")
+        if elapsed >= grace:
+            self._shutdown_started.pop(key, None)
+            return self._end(vmi, killed_phase(vmi), f"grace period of {grace}s over: domain killed")
+        if powers_off is None:
+            self.log.debug("%s: ACPI shutdown signalled (%.0fs of %ss)", key, elapsed, grace)
+        next_look = grace - elapsed
+        if powers_off is not None and powers_off < grace:
+            next_look = powers_off - elapsed
+        return min(next_look, ACPI_RESEND_SECONDS)
+
+    def _ignores_acpi(self, vmi):
+        return any(
+            o.annotations(obj).get(GUEST_IGNORES_ACPI_ANNOTATION) == "true"
+            for obj in (vmi, owner_vm(self.sim, vmi))
+            if obj
+        )
 
     def _end(self, vmi, phase, why):
         update_vmi(self.kube, vmi, phase_change(o.status(vmi), phase))

@@ -1,9 +1,10 @@
 """HyperConverged's two API versions and the conversion webhook between them.
 
 Upstream HCO (kubevirt/hyperconverged-cluster-operator) serves ``hco.kubevirt.io/v1``
-beside ``v1beta1`` since 1.18 (``api/v1``, PR #4046) and stores v1 from PR #4254
-("Make the v1 API version the stored one"; the 1.18.0 and 1.18.1 tags still store
-v1beta1). The apiserver converts between them through HCO's conversion webhook, whose
+beside ``v1beta1`` since 1.18 (``api/v1``, PR #4046) and stores v1 only from PR #4254
+("Make the v1 API version the stored one", after 1.18). Like the 1.18.1 tag, the lab stores
+v1beta1 (``crds.py``), so a ``minCPUModel`` written through v1beta1 is kept and one written
+through v1 has nowhere to be. The apiserver converts between them through HCO's conversion webhook, whose
 mapping is ``api/v1beta1/conversion.go``. This stand-in converts the fields that mapping
 moves and that anything here reads or writes:
 

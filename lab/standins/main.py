@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lab.standins import certs, crds, hco, hco_api, https_server, nodes, storage, webhook
 from lab.standins.baremetal import BareMetalHostController
+from lab.standins.firmware import HostFirmwareController
 from lab.standins import kube as k
 from lab.standins import objects as o
 from lab.standins.cluster_config import ClusterConfig
@@ -121,6 +122,7 @@ def parse_args(argv):
     )
     p.add_argument("--power-log", help="the BMCs' power log (lab/machines): machine power reaches the nodes")
     p.add_argument("--boot-seconds", type=float, default=5.0, help="how long a machine takes to boot")
+    p.add_argument("--lab-dir", help="the lab's state directory: what a booting machine's kubelet registers")
     p.add_argument("--log-level", default=os.environ.get("KUBEVIRT_SIM_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 
@@ -171,6 +173,16 @@ def wait_for_hyperconverged(sim, timeout=20):
     log.warning("the HyperConverged CR was not Available within %ss", timeout)
 
 
+def _registration(lab_dir):
+    """What the kubelet of a lab node registers when its machine boots (lab/nodes.py ``registration``)."""
+    if not lab_dir:
+        return None
+    from lab import nodes as lab_nodes
+    from lab.paths import LabPaths
+
+    return lambda node: lab_nodes.registration(LabPaths(Path(lab_dir)), node)
+
+
 def run(args):
     """The virt-handler stand-in beside the real virt-controller and virt-api."""
     state_dir = Path(args.state_dir)
@@ -213,9 +225,14 @@ def run(args):
         HyperConvergedController(sim),
     ]
     controllers.append(NodeMaintenanceController(sim))
-    controllers.append(BareMetalHostController(sim))
+    # The BareMetalHost stand-in trusts the BMCs' certificates as bmc.json's ca_file does (the lab CA); its
+    # firmware objects and servicing are firmware.py's.
+    firmware = HostFirmwareController(sim)
+    controllers.append(BareMetalHostController(sim, ca_file=str(Path(args.lab_dir) / "pki" / "ca.crt")
+                                               if args.lab_dir else True, servicing=firmware))
+    controllers.append(firmware)
     if args.power_log:
-        controllers.append(MachinePower(sim, args.power_log, args.boot_seconds))
+        controllers.append(MachinePower(sim, args.power_log, args.boot_seconds, registration=_registration(args.lab_dir)))
     # virt-handler's own writes act as its ServiceAccount, so the RBAC virt-operator gives it and
     # virt-api's webhooks (which keep VMI status changes from anyone but KubeVirt's own
     # ServiceAccounts) judge them as they judge the real virt-handler.

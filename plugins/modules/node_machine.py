@@ -34,8 +34,22 @@ description:
     C(poweredOn=false), and the operator powers it on again. C(spec.online), the owner's intent, is left alone,
     and another client's hold is never released. A host that is not provisioned (the operator ignores the
     annotation there) is cycled through C(spec.online); one with C(spec.online=false) or C(spec.disablePowerOff)
-    is refused. Firmware and BIOS settings through a BareMetalHost (HostFirmwareComponents,
-    HostFirmwareSettings) are not supported yet and are refused.
+    is refused.
+  - Through a BareMetalHost, firmware images and BIOS settings go to the host's HostFirmwareComponents
+    (C(spec.updates), the versions read from C(status.components)) and HostFirmwareSettings (C(spec.settings), read
+    from C(status.settings)), objects of the host's name and namespace that baremetal-operator makes. Every BIOS value
+    is checked against the FirmwareSchema the settings name, before anything changes. The operator applies them while
+    it services the host on the reboot, when the host's HostUpdatePolicy says C(onReboot) for them
+    (C(firmwareUpdates), C(firmwareSettings)) - the policy is opt-in, so the module creates it, or sets the field it
+    leaves empty; one that says C(onPreparing) (changes only while the host is prepared for provisioning) is its
+    owner's choice and the task is refused with nothing changed. The module waits until the operator has judged
+    the new specs valid, reboots the host, waits for C(operationalStatus) to go C(servicing) and back to C(OK), and
+    verifies the versions and settings the host's objects then report. When servicing fails (C(operationalStatus)
+    C(error), C(errorType) C(servicing error)) the task fails with the host's C(errorMessage); the operator then
+    retries, with the machine off, for as long as the objects ask for the change. Refused as well, before anything
+    changes - a host that is not provisioned, changes of someone else still pending in those objects (the reboot
+    would apply them too), and an image the host's C(status.updates) says was applied already (the operator does not
+    apply one twice).
 author:
   - kubevirt_ops.maintenance contributors (@kubevirt-ops)
 options:
@@ -54,10 +68,12 @@ options:
         description:
           - The firmware to update - V(bios) (the version the System reports as C(BiosVersion)) or the C(Id) of an
             entry of the BMC's C(UpdateService/FirmwareInventory) (for example a NIC or the BMC itself).
+          - Through a BareMetalHost, a component of its HostFirmwareComponents - V(bios), V(bmc) or C(nic:<id>).
         type: str
         required: true
       url:
-        description: The URL the BMC downloads the image from (C(ImageURI)).
+        description: The URL the BMC downloads the image from (C(ImageURI); through a BareMetalHost the C(url) of its
+          HostFirmwareComponents update).
         type: str
         required: true
       version:
@@ -67,6 +83,8 @@ options:
   bios:
     description:
       - BIOS attributes to set, as the BMC names them (C(Bios.Attributes)); values compare case-insensitively.
+      - Through a BareMetalHost, settings of its HostFirmwareSettings, each value checked against its FirmwareSchema
+        (allowed values, bounds, lengths, read-only) before anything changes.
     type: dict
     default: {}
   reboot:
@@ -96,7 +114,7 @@ options:
     description: A file to append progress lines to (they also go to the system log of the host that runs the module).
     type: path
   wait_timeout:
-    description: How many seconds the whole task may take at most (firmware tasks, restart, node Ready).
+    description: How many seconds the whole task may take at most (firmware tasks, restart, servicing, node Ready).
     type: int
     default: 1800
 extends_documentation_fragment:
@@ -147,6 +165,19 @@ EXAMPLES = r"""
   kubevirt_ops.maintenance.node_machine:
     name: worker-4
     reboot: true
+
+- name: New BIOS firmware and SR-IOV on, through the node's BareMetalHost (its operator services it on the reboot)
+  kubevirt_ops.maintenance.node_machine:
+    name: worker-5
+    bmh:
+      name: worker-5
+      namespace: openshift-machine-api
+    firmware:
+      - component: bios
+        url: https://firmware.example.com/r740/bios-2.19.1.exe
+        version: 2.19.1
+    bios:
+      SriovGlobalEnable: Enabled
 """
 
 RETURN = r"""

@@ -561,8 +561,8 @@ def shut_down_vms(result):
 # Every node.kubernetes.io/* taint is the node-lifecycle controller's, written on its own schedule, even
 # node.kubernetes.io/unschedulable, which trails spec.unschedulable (a cordon is judged by that field).
 # virt-handler's heartbeat labels (pkg/virt-handler/heartbeat/heartbeat.go), written once its pod
-# runs on a node and on every beat after.
-SYSTEM_NODE_LABELS = ("kubevirt.io/schedulable", "kubevirt.io/cpumanager")
+# runs on a node and on every beat after: the CPU-manager label is "cpumanager" in v1.7, both keys in v1.8.
+SYSTEM_NODE_LABELS = ("kubevirt.io/schedulable", "kubevirt.io/cpumanager", "cpumanager")
 # virt-handler's node-labeller keeps these in line with the cluster's obsolete CPU models on its own cycle.
 SYSTEM_NODE_LABEL_PREFIXES = ("cpu-model.node.kubevirt.io/", "host-model-cpu.node.kubevirt.io/",
                               "cpu-vendor.node.kubevirt.io/")

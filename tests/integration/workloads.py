@@ -9,7 +9,6 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
-from lab import nodes as lab_nodes
 from lab.wait import wait_for
 
 GROUP, VERSION = "kubevirt.io", "v1"
@@ -210,11 +209,8 @@ def wait_no_namespace_terminating(k8s, timeout=180):
 
 
 def remove_node(k8s, name):
-    """Delete a node a test made (recovered first if it was failed); gone already is fine."""
-    try:
-        lab_nodes.recover(k8s, name, wait=False)
-    except Exception:  # noqa: BLE001 - the node may be gone already
-        pass
+    """Delete a node a test made, dead or alive (the dead machines' record of it goes with it, and its Lease);
+    gone already is fine."""
     try:
         client.CoreV1Api(k8s).delete_node(name)
     except ApiException as exc:

@@ -42,6 +42,11 @@ RESOURCES = {
     "CapiMachine": ("/apis/cluster.x-k8s.io/v1beta1", "machines", True),
     # node_decommission power_off=bmh (module_utils/power.py): Metal3's BareMetalHost.
     "BareMetalHost": ("/apis/metal3.io/v1alpha1", "baremetalhosts", True),
+    # node_machine through a BareMetalHost (module_utils/machine/metal3.py): its firmware, BIOS settings and policy.
+    "HostFirmwareComponents": ("/apis/metal3.io/v1alpha1", "hostfirmwarecomponents", True),
+    "HostFirmwareSettings": ("/apis/metal3.io/v1alpha1", "hostfirmwaresettings", True),
+    "FirmwareSchema": ("/apis/metal3.io/v1alpha1", "firmwareschemas", True),
+    "HostUpdatePolicy": ("/apis/metal3.io/v1alpha1", "hostupdatepolicies", True),
 }
 
 # KubeVirt's aggregated API (served by virt-api) of the actions virtctl performs: start, stop,

@@ -100,6 +100,9 @@ class RedfishMachine:
     def refuse_power_off_if_disabled(self, **details):
         """A BMC has no such switch (a BareMetalHost's ``spec.disablePowerOff``)."""
 
+    def check_changes(self, updates, settings):
+        """Nothing to check ahead: the BMC judges images and BIOS values when it takes them."""
+
     # -- reading -----------------------------------------------------------------------------
 
     def system(self, fresh=True):

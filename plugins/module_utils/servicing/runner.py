@@ -94,6 +94,8 @@ def run(module):
     _refuse_unknown(name, firmware, versions, bios, attributes)
     updates = [entry for entry in firmware if versions[entry["component"]] != entry["version"]]
     settings = dict((key, value) for key, value in bios.items() if not same_value(value, attributes[key]))
+    # What the road itself would refuse (a BareMetalHost's FirmwareSchema, its HostUpdatePolicy), before anything.
+    machine.check_changes(updates, settings)
     summary["firmware_before"] = dict((entry["component"], versions[entry["component"]]) for entry in firmware)
     summary["bios_changed"] = dict((key, {"before": attributes[key], "after": value}) for key, value in settings.items())
     if not (updates or settings or params["reboot"]):

@@ -32,6 +32,23 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("seed", seeds(), ids=lambda s: "seed-%d" % s)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def machines_through_their_bmcs(lab, k8s):
+    """The runs restart machines through their BMCs (the lab's bmc-inventory.yml) and cut their power there: the
+    BareMetalHosts ``lab up`` makes are detached and deleted first, as an administrator does before driving a
+    Metal3 host's BMC (else the operator would power a machine back as ``spec.online`` says), and made again at
+    the end."""
+    from lab import metal3
+    from lab.machines import bmc as lab_bmc
+
+    bmcs = lab_bmc.load(lab.paths)
+    for node in sorted(bmcs):
+        metal3.release_host(k8s, node)
+    yield
+    for node in sorted(bmcs):
+        metal3.restore_host(k8s, bmcs, node)
+
+
 @pytest.fixture(scope="session")
 def chaos_results():
     """Every run's record; written to tests/output/chaos/ when the session ends."""

@@ -1,7 +1,7 @@
-"""A node stops reporting (its heartbeat stops) while the rolling run maintains another node:
-the run notices before touching it, stops safely with one sentence naming the node and
-its state, finishes nothing it cannot finish, releases the lock and says what is left.
-No VM is lost, no PodDisruptionBudget is broken."""
+"""A node's machine dies (its heartbeat stops, its guests die with it) while the rolling run
+maintains another node: the run notices before touching it, stops safely with one sentence
+naming the node and its state, finishes nothing it cannot finish, releases the lock and says
+what is left. No VM is lost but those of the dead machine, no PodDisruptionBudget is broken."""
 
 import os
 import time
@@ -81,5 +81,5 @@ def test_node_failure_during_the_run_stops_it_safely(k8s, lab, pair, fault_names
         assert watcher.violations_excluding([b]) == []
         figure.passed()
     finally:
-        lab.node_recover(b)
+        lab.node_recover(b)  # the machine boots: its VMs start again as new VMIs (run strategy Always)
         runs.module(lab.kubeconfig, "cluster_lock", {"name": LOCK, "state": "absent", "force": True})

@@ -1,8 +1,8 @@
-"""The node being drained goes NotReady (its kubelet stops) while a VM's live migration is under
-way: the drain stops within its grace instead of waiting out its timeout, with one sentence naming
-the node, its state and the pods left; the node stays cordoned and in maintenance (the record says
-Failed). Once the node is back, the same VM finishes moving and maintenance ends cleanly. No
-PodDisruptionBudget is broken, no VM is lost."""
+"""The node being drained goes NotReady (cut off the network: its heartbeat stops, its guests run on)
+while a VM's live migration is under way: the drain stops within its grace instead of waiting out its
+timeout, with one sentence naming the node, its state and the pods left; the node stays cordoned and
+in maintenance (the record says Failed). Once the node is back, the same VM finishes moving and
+maintenance ends cleanly. No PodDisruptionBudget is broken, no VM is lost."""
 
 import threading
 import time
@@ -42,14 +42,14 @@ def test_node_not_ready_mid_drain_stops_it_with_a_sentence(k8s, lab, pair, fault
                 break
             time.sleep(0.2)
         assert worker.is_alive(), "the drain ended before the migration ran: %s" % outcome["run"].output[-3000:]
-        lab.node_fail(a)  # returns once A is NotReady and tainted
+        lab.node_partition(a)  # returns once A is NotReady and tainted
         failed_at = time.monotonic()
         worker.join(600)
         stopped_after = time.monotonic() - failed_at
         run = outcome["run"]
         result = run.result()
         node = core.read_node(a)
-        lab.node_recover(a)
+        lab.node_heal(a)  # back with its guests: the held migration is still under way
         workloads.annotate_vm(k8s, fault_namespace, "held", {HOLD_MIGRATION: None})
         left = runs.module(lab.kubeconfig, "node_maintenance",
                            {"name": a, "state": "absent", "method": "drain"}).result()

@@ -24,6 +24,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from lab import metal3
 from lab import nodes as lab_nodes
 from lab.machines import bmc as lab_bmc
 from lab.paths import LabPaths
@@ -217,6 +218,27 @@ def patch_hco(lab, spec):
 
 def kubevirt_configuration(lab):
     return get(lab, "kubevirt", "kubevirt", "kubevirt")["spec"].get("configuration") or {}
+
+
+def patch_kubevirt(lab, body, subresource=None):
+    """A merge patch of the KubeVirt CR (``subresource="status"``: as virt-operator writes it); the object after it."""
+    extra = [f"--subresource={subresource}"] if subresource else []
+    return json.loads(lab.kubectl("patch", "kubevirt", "kubevirt", "-n", "kubevirt", "--type", "merge", *extra,
+                                  "-p", json.dumps(body), "-o", "json").stdout)
+
+
+def kubevirt_jsonpatch(lab, operations):
+    """Set (None: remove) HCO's ``kubevirt.kubevirt.io/jsonpatch`` annotation."""
+    value = "kubevirt.kubevirt.io/jsonpatch" + ("-" if operations is None else "=" + json.dumps(operations))
+    lab.kubectl("annotate", "--overwrite", HCO_V1BETA1, HCO[2], "-n", HCO[4], value)
+
+
+def hco_conditions(lab):
+    """{type: (status, reason, message)} of the HyperConverged, once HCO has reconciled its generation."""
+    hco = get(lab, HCO[4], HCO_V1BETA1, HCO[2])
+    if status(hco).get("observedGeneration") != hco["metadata"]["generation"]:
+        return {}
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status(hco).get("conditions") or []}
 
 
 def cordon_all_but(lab, keep):
@@ -423,13 +445,15 @@ def test_live_migratable_condition(lab, namespace, case, expected):
 
 
 def feature_gate(lab, name, enabled):
-    """Turn a KubeVirt feature gate on or off in the KubeVirt CR."""
-    gates = [g for g in (kubevirt_configuration(lab).get("developerConfiguration") or {}).get("featureGates") or []
-             if g != name]
+    """Turn a KubeVirt feature gate on or off as on an HCO cluster: HCO owns the KubeVirt CR's spec
+    and puts back a direct edit, so the gate goes through its jsonpatch annotation."""
     if enabled:
-        gates.append(name)
-    lab.kubectl("patch", "kubevirt", "kubevirt", "-n", "kubevirt", "--type", "merge", "-p",
-                json.dumps({"spec": {"configuration": {"developerConfiguration": {"featureGates": gates}}}}))
+        kubevirt_jsonpatch(lab, [{"op": "add", "path": "/spec/configuration/developerConfiguration/featureGates/-",
+                                  "value": name}])
+    else:
+        kubevirt_jsonpatch(lab, None)
+    wait(lambda: (name in ((kubevirt_configuration(lab).get("developerConfiguration") or {}).get("featureGates")
+                           or [])) == enabled, f"HCO to {'add' if enabled else 'remove'} the {name} feature gate")
 
 
 def advertise(lab, node, resource, count):
@@ -690,6 +714,23 @@ def test_run_strategy_after_shutdown_by_eviction(lab, namespace, restore_nodes, 
         obj = get(lab, namespace, "vm", "evicted")
         assert status(obj)["printableStatus"] == "Stopped"
         assert obj["spec"]["runStrategy"] == run_strategy
+
+
+# Page: RerunOnFailure is re-created after an eviction shutdown - when the guest does not shut down:
+# virt-handler signals ACPI until terminationGracePeriodSeconds have passed, then kills the domain and
+# the VMI ends Failed (pkg/virt-handler/vm.go helperVmShutdown, calculateVmPhaseForStatusReason with
+# isACPIEnabled), which RerunOnFailure restarts.
+def test_rerun_on_failure_after_an_eviction_the_guest_ignored(lab, namespace, restore_nodes):
+    deaf = vm("deaf", run_strategy="RerunOnFailure", eviction="None",
+              annotations={"kubevirt-ops.lab/guest-ignores-acpi": "true"},
+              extra_spec={"terminationGracePeriodSeconds": 6})
+    apply(lab, namespace, deaf)
+    before = wait_vmi_running(lab, namespace, "deaf")
+    node = status(before)["nodeName"]
+    drain(lab, node)
+    after = wait_vmi_running(lab, namespace, "deaf", other_than_uid=before["metadata"]["uid"])
+    assert status(after)["nodeName"] != node
+    assert get(lab, namespace, "vm", "deaf")["spec"]["runStrategy"] == "RerunOnFailure"
 
 
 # -- run strategies and actions -----------------------------------------------------------------
@@ -1201,45 +1242,68 @@ def test_drain_needs_delete_emptydir_data_and_skips_virt_handler(lab, namespace,
 
 
 def test_hco_owns_the_kubevirt_configuration(lab):
+    """HCO builds the KubeVirt CR's whole spec and puts back any edit of it
+    (hyperconverged-cluster-operator v1.18.1 controllers/handlers/kubevirt.go, UpdateCR);
+    what it does not expose goes through its jsonpatch annotation (operands/operand.go
+    ApplyPatchToSpec), which taints the HyperConverged."""
     patch_hco(lab, {"evictionStrategy": "LiveMigrateIfPossible"})
     try:
         wait(
             lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrateIfPossible",
             "propagation",
         )
-        lab.kubectl(
-            "patch",
-            "kubevirt",
-            "kubevirt",
-            "-n",
-            "kubevirt",
-            "--type",
-            "merge",
-            "-p",
-            '{"spec":{"configuration":{"evictionStrategy":"None"}}}',
-        )
-        wait(
-            lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrateIfPossible",
-            "HCO to revert the edit",
-        )
+        edited = patch_kubevirt(lab, {"spec": {"configuration": {
+            "evictionStrategy": "None",
+            "migrations": {"bandwidthPerMigration": "64Mi"},
+            "developerConfiguration": {"featureGates": ["HostDevices"]},
+        }}})
+        assert edited["spec"]["configuration"]["migrations"]["bandwidthPerMigration"] == "64Mi"
+
+        def reverted():
+            configuration = kubevirt_configuration(lab)
+            return (configuration.get("evictionStrategy") == "LiveMigrateIfPossible"
+                    and "bandwidthPerMigration" not in configuration["migrations"]
+                    and configuration["developerConfiguration"]["featureGates"] == [])
+
+        wait(reverted, "HCO to revert the edits (bandwidthPerMigration is not set in the HyperConverged)")
+        assert kubevirt_configuration(lab)["migrations"]["parallelMigrationsPerCluster"] == 5
+
+        kubevirt_jsonpatch(lab, [{"op": "add", "path": "/spec/configuration/migrations/bandwidthPerMigration",
+                                  "value": "64Mi"}])
+        wait(lambda: kubevirt_configuration(lab)["migrations"].get("bandwidthPerMigration") == "64Mi"
+             and hco_conditions(lab).get("TaintedConfiguration", ("",))[0] == "True", "the jsonpatch annotation")
     finally:
+        kubevirt_jsonpatch(lab, None)
         patch_hco(lab, {"evictionStrategy": "LiveMigrate"})
-        wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrate", "restore")
+        wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrate"
+             and "bandwidthPerMigration" not in kubevirt_configuration(lab)["migrations"]
+             and "TaintedConfiguration" not in hco_conditions(lab), "restore")
 
 
-def test_hco_serves_v1_stored_beside_v1beta1(lab):
+def test_hco_serves_v1_beside_stored_v1beta1(lab, k8s):
+    # config/crd/bases/hco.kubevirt.io_hyperconvergeds.yaml at v1.18.1: v1beta1 stored (v1 only later).
     crd = get(lab, None, "crd", "hyperconvergeds.hco.kubevirt.io")
     assert {v["name"]: (v["served"], v["storage"]) for v in crd["spec"]["versions"]} == {
-        "v1": (True, True),
-        "v1beta1": (True, False),
+        "v1": (True, False),
+        "v1beta1": (True, True),
     }
-    assert status(crd)["storedVersions"] == ["v1"]
+    assert status(crd)["storedVersions"] == ["v1beta1"]
     v1 = get(lab, HCO[4], HCO_V1, HCO[2])
     beta = get(lab, HCO[4], HCO_V1BETA1, HCO[2])
     assert v1["apiVersion"] == "hco.kubevirt.io/v1" and beta["apiVersion"] == "hco.kubevirt.io/v1beta1"
     assert v1["spec"]["virtualization"]["evictionStrategy"] == beta["spec"]["evictionStrategy"]
     assert v1["spec"]["virtualization"]["liveMigrationConfig"] == beta["spec"]["liveMigrationConfig"]
     assert "evictionStrategy" not in v1["spec"] and "virtualization" not in beta["spec"]
+    # The obsolete CPU models are a list of type set in both versions: a duplicate is refused.
+    custom = client.CustomObjectsApi(k8s)
+    for version, spec in (
+        ("v1beta1", {"obsoleteCPUs": {"cpuModels": ["Penryn", "Nehalem", "Penryn"]}}),
+        ("v1", {"virtualization": {"obsoleteCPUModels": ["Penryn", "Penryn"]}}),
+    ):
+        with pytest.raises(ApiException) as refused:
+            custom.patch_namespaced_custom_object(HCO[0], version, HCO[4], HCO[3], HCO[2], {"spec": spec})
+        assert refused.value.status == 422 and "Duplicate value" in refused.value.body, refused.value.body
+    assert "obsoleteCPUs" not in get(lab, HCO[4], HCO_V1BETA1, HCO[2])["spec"]
     # written through v1, read through v1beta1
     lab.kubectl(
         "patch", HCO_V1, HCO[2], "-n", HCO[4], "--type", "merge",
@@ -1254,6 +1318,70 @@ def test_hco_serves_v1_stored_beside_v1beta1(lab):
     finally:
         patch_hco(lab, {"evictionStrategy": "LiveMigrate"})
         wait(lambda: kubevirt_configuration(lab).get("evictionStrategy") == "LiveMigrate", "restore")
+
+
+HEALTHY = {
+    "ReconcileComplete": ("True", "ReconcileCompleted", "Reconcile completed successfully"),
+    "Available": ("True", "ReconcileCompleted", "Reconcile completed successfully"),
+    "Progressing": ("False", "ReconcileCompleted", "Reconcile completed successfully"),
+    "Degraded": ("False", "ReconcileCompleted", "Reconcile completed successfully"),
+    "Upgradeable": ("True", "ReconcileCompleted", "Reconcile completed successfully"),
+}
+
+
+def test_hco_conditions_follow_the_kubevirt_cr(lab):
+    """HCO's conditions aggregate its components' (controllers/operands/generic_operand.go
+    setConditionsByOperandConditions, hyperconverged_controller.go aggregateComponentConditions):
+    the KubeVirt CR as virt-operator writes it when its deployment fails
+    (pkg/virt-operator/util/client.go UpdateConditionsFailedError) makes HCO Degraded."""
+    wait(lambda: hco_conditions(lab) == HEALTHY, "a healthy HCO")
+    saved = status(get(lab, "kubevirt", "kubevirt", "kubevirt"))["conditions"]
+    message = "An error occurred during deployment: virt-handler is not ready"
+    failed = [{"type": t, "status": s, "reason": "DeploymentFailed", "message": message}
+              for t, s in (("Synchronized", "False"), ("Available", "False"), ("Progressing", "False"),
+                           ("Degraded", "True"))]
+    patch_kubevirt(lab, {"status": {"conditions": failed}}, subresource="status")
+    try:
+        wait(lambda: hco_conditions(lab).get("Degraded", ("",))[0] == "True", "HCO to report Degraded")
+        assert hco_conditions(lab) == {
+            "ReconcileComplete": HEALTHY["ReconcileComplete"],
+            "Available": ("False", "KubeVirtNotAvailable", "KubeVirt is not available: " + message),
+            "Progressing": HEALTHY["Progressing"],
+            "Degraded": ("True", "KubeVirtDegraded", "KubeVirt is degraded: " + message),
+            "Upgradeable": ("False", "HCODegraded", "HCO is not Upgradeable due to degraded components"),
+        }
+        assert status(get(lab, HCO[4], HCO_V1BETA1, HCO[2]))["systemHealthStatus"] == "error"
+    finally:
+        patch_kubevirt(lab, {"status": {"conditions": saved}}, subresource="status")
+    wait(lambda: hco_conditions(lab) == HEALTHY, "HCO healthy again")
+    assert status(get(lab, HCO[4], HCO_V1BETA1, HCO[2]))["systemHealthStatus"] == "healthy"
+
+
+def test_hco_upgrade_in_progress(lab):
+    """An HCO operator of a newer version than the HyperConverged's status.versions upgrades it
+    (hyperconverged_controller.go doReconcile, upgradeMode): Progressing HCOUpgrading until the
+    KubeVirt CR reports the KubeVirt version that operator ships (operands CheckComponentVersion);
+    the lab knob annotations stand for the operator Deployment's HCO_KV_IO_VERSION and KUBEVIRT_VERSION."""
+    def operator_version():
+        versions = status(get(lab, HCO[4], HCO_V1BETA1, HCO[2])).get("versions") or []
+        return next(v["version"] for v in versions if v["name"] == "operator")
+
+    observed = status(get(lab, "kubevirt", "kubevirt", "kubevirt"))["observedKubeVirtVersion"]
+    assert operator_version() == "1.18.1"
+    knob = ("annotate", "--overwrite", HCO_V1BETA1, HCO[2], "-n", HCO[4])
+    lab.kubectl(*knob, "kubevirt-ops.lab/hco-version=1.18.2", "kubevirt-ops.lab/hco-kubevirt-version=v99.0.0")
+    try:
+        upgrading = ("True", "HCOUpgrading", "HCO is now upgrading to version 1.18.2")
+        wait(lambda: hco_conditions(lab).get("Progressing") == upgrading, "HCO to be upgrading")
+        assert hco_conditions(lab)["Available"] == HEALTHY["Available"]
+        assert operator_version() == "1.18.1"  # recorded once the upgrade is complete
+        # The operator ships the KubeVirt already running: the upgrade completes.
+        lab.kubectl(*knob, f"kubevirt-ops.lab/hco-kubevirt-version={observed}")
+        wait(lambda: operator_version() == "1.18.2", "the upgrade to complete")
+        wait(lambda: hco_conditions(lab) == HEALTHY, "HCO healthy after the upgrade")
+    finally:
+        lab.kubectl(*knob, "kubevirt-ops.lab/hco-version-", "kubevirt-ops.lab/hco-kubevirt-version-")
+    wait(lambda: operator_version() == "1.18.1" and hco_conditions(lab) == HEALTHY, "HCO back at 1.18.1")
 
 
 def test_hco_defaults_the_eviction_strategy_from_the_worker_count(lab):
@@ -1310,8 +1438,8 @@ def test_hco_obsolete_cpus_and_node_labeller(lab, restore_nodes):
         models = kubevirt_configuration(lab)["obsoleteCPUModels"]
         assert models.get("486") is True and models.get("Opteron_G2-v1") is True
         hco = get(lab, HCO[4], HCO_V1BETA1, HCO[2])
-        # minCPUModel is accepted, ignored, and not kept: the stored v1 has no place for it.
-        assert hco["spec"]["obsoleteCPUs"] == {"cpuModels": ["Penryn"]}
+        # minCPUModel is accepted, ignored and kept (v1beta1 is stored); v1 has no place for it.
+        assert hco["spec"]["obsoleteCPUs"] == {"cpuModels": ["Penryn"], "minCPUModel": "Haswell-noTSX"}
         assert get(lab, HCO[4], HCO_V1, HCO[2])["spec"]["virtualization"]["obsoleteCPUModels"] == ["Penryn"]
         wait(lambda: label not in labels(followed), "the obsolete model's label to go")
         assert labels(skipped).get(label) == "true"
@@ -1513,7 +1641,7 @@ def test_vmis_keep_their_place_on_a_failed_node_until_it_is_deleted(lab, namespa
         assert status(moved)["nodeName"] != target
         wait_vm_stopped(lab, namespace, "manual")
     finally:
-        lab.cli("up")
+        # The machine boots: its kubelet registers the node deleted meanwhile again (lab/standins/machines.py).
         lab.node_recover(target)
         wait(
             lambda: get(lab, None, "node", target)["metadata"]["labels"].get("kubevirt.io/schedulable")
@@ -1524,21 +1652,26 @@ def test_vmis_keep_their_place_on_a_failed_node_until_it_is_deleted(lab, namespa
 
 @pytest.fixture
 def machine_of(lab):
-    """A worker's BMC (lab/machines); the machine is powered on again at the end, its node Ready."""
+    """A worker's BMC (lab/machines), its BareMetalHost (``lab up`` makes one) detached and deleted first, as an
+    administrator does before driving a Metal3 host's BMC (else the operator would power the machine back as
+    ``spec.online`` says); the machine is powered on again at the end, its node Ready, its host made again."""
     bmcs = lab_bmc.load(LabPaths(lab.state_dir))
+    api = lab_nodes.api_client(lab.kubeconfig)
     touched = []
 
     def machine(node):
-        touched.append(node)
+        if node not in touched:
+            metal3.release_host(api, node)
+            touched.append(node)
         return lab_bmc.Bmc(bmcs[node])
 
     yield machine
-    api = lab_nodes.api_client(lab.kubeconfig)
     for node in touched:
         bmc = lab_bmc.Bmc(bmcs[node])
         if bmc.power_state() != "On":
             bmc.reset("On")
         wait(lambda n=node: lab_nodes._all(api, [n], lab_nodes.is_recovered), f"node {node} Ready again")
+        metal3.restore_host(api, bmcs, node)
 
 
 def _boot_id(lab, node):

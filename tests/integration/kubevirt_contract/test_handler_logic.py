@@ -12,6 +12,7 @@ import yaml
 
 from lab import kwok
 from lab.standins import handler_migratability as m
+from lab.standins import handler_nodes, handler_vmi
 from lab.standins.handler_migration import CONNECTION_TIMEOUT_SECONDS, connection_lost_in, migration_done
 
 
@@ -61,20 +62,78 @@ def test_rwx_claim_is_a_live_migration():
     assert m.conditions(v)[0]["status"] == "True" and m.conditions(v)[2] == m.LIVE_MIGRATION
 
 
+V1_7, V1_8 = (1, 7), (1, 8)
+SECONDARY_NET = [{"name": "blue", "multus": {"networkName": "blue-net"}}]
+ALLOW_BRIDGE = {"kubevirt.io/allow-pod-bridge-network-live-migration": ""}
+
+
+# pkg/network/vmispec/interface.go VerifyVMIMigratable of v1.7.0 and of v1.8.0.
 @pytest.mark.parametrize(
-    "iface, annotations, migratable",
+    "iface, networks, annotations, release, migratable",
     [
-        ({"name": "default", "masquerade": {}}, {}, True),
-        ({"name": "default", "bridge": {}}, {}, False),
-        # The annotation only has to exist (VerifyVMIMigratable).
-        ({"name": "default", "bridge": {}}, {"kubevirt.io/allow-pod-bridge-network-live-migration": ""}, True),
+        ({"name": "default", "masquerade": {}}, POD_NET, {}, V1_7, True),
+        ({"name": "default", "masquerade": {}}, POD_NET, {}, V1_8, True),
+        ({"name": "default", "bridge": {}}, POD_NET, {}, V1_7, False),
+        ({"name": "default", "bridge": {}}, POD_NET, {}, V1_8, False),
+        # The annotation only has to exist.
+        ({"name": "default", "bridge": {}}, POD_NET, ALLOW_BRIDGE, V1_7, True),
+        ({"name": "default", "bridge": {}}, POD_NET, ALLOW_BRIDGE, V1_8, True),
+        # Only secondary networks: no pod network to judge (v1.7 IsPodNetworkWithMasqueradeBindingInterface
+        # is true without one, v1.8 returns early on a nil pod network).
+        ({"name": "blue", "bridge": {}}, SECONDARY_NET, {}, V1_7, True),
+        ({"name": "blue", "bridge": {}}, SECONDARY_NET, {}, V1_8, True),
+        # v1.8's core passt binding migrates.
+        ({"name": "default", "passtBinding": {}}, POD_NET, {}, V1_8, True),
+        # A pod network without an interface of its name: v1.7 lets it through, v1.8 refuses.
+        ({"name": "blue", "bridge": {}}, POD_NET + SECONDARY_NET, {}, V1_7, True),
+        ({"name": "blue", "bridge": {}}, POD_NET + SECONDARY_NET, {}, V1_8, False),
     ],
 )
-def test_pod_network_binding(iface, annotations, migratable):
-    live = m.conditions(vmi(devices={"interfaces": [iface]}, networks=POD_NET, annotations=annotations))[0]
+def test_pod_network_binding(iface, networks, annotations, release, migratable):
+    live = m.conditions(vmi(devices={"interfaces": [iface]}, networks=networks, annotations=annotations),
+                        release=release)[0]
     assert (live["status"] == "True") is migratable
     if not migratable:
         assert live["reason"] == m.INTERFACE
+
+
+def test_interface_messages_follow_the_release():
+    bridged = vmi(devices={"interfaces": [{"name": "default", "bridge": {}}]}, networks=POD_NET)
+    assert "bridge with kubevirt.io/allow-pod-bridge-network-live-migration" in m.conditions(bridged)[0]["message"]
+    assert m.conditions(bridged, release=V1_8)[0]["message"] == (
+        "cannot migrate VMI which does not use masquerade or a migratable plugin to connect to the pod network")
+    orphan = vmi(devices={"interfaces": [{"name": "blue", "bridge": {}}]}, networks=POD_NET + SECONDARY_NET)
+    assert m.conditions(orphan, release=V1_8)[0]["message"] == "no primary interface found for network default"
+
+
+# pkg/virt-handler/vm.go calculateVmPhaseForStatusReason and isACPIEnabled: a killed domain
+# (reason Destroyed) fails the VMI only when the guest had ACPI and a grace period to use it.
+@pytest.mark.parametrize(
+    "domain, grace, phase",
+    [
+        ({"features": {"acpi": {}}}, None, "Failed"),
+        ({"features": {}}, 6, "Failed"),  # ACPI is on unless disabled
+        ({"features": {"acpi": {"enabled": False}}}, 6, "Succeeded"),
+        ({}, 6, "Succeeded"),  # no features, no ACPI in the domain (converter.go); virt-api defaults them
+        ({"features": {"acpi": {}}}, 0, "Succeeded"),  # grace period 0: killed at once, not a failure
+    ],
+)
+def test_a_killed_guest_fails_only_with_acpi_and_a_grace_period(domain, grace, phase):
+    v = vmi(domain=domain)
+    if grace is not None:
+        v["spec"]["terminationGracePeriodSeconds"] = grace
+    assert handler_vmi.killed_phase(v) == phase
+
+
+def test_grace_period_defaults_to_upstreams_30_seconds():
+    assert handler_vmi.grace_period_seconds(vmi()) == 30
+    assert handler_vmi.ACPI_RESEND_SECONDS == 5
+
+
+# pkg/virt-handler/heartbeat/heartbeat.go with v1.CPUManager / v1.DeprecatedCPUManager (api core/v1 types.go).
+def test_cpu_manager_label_keys_per_release():
+    assert handler_nodes.cpu_manager_labels(V1_7) == {"cpumanager": "false"}
+    assert handler_nodes.cpu_manager_labels(V1_8) == {"cpumanager": "false", "kubevirt.io/cpumanager": "false"}
 
 
 def test_interface_blocker_is_reported_before_disks_and_storage_lists_all_but_disks():

@@ -4,18 +4,22 @@ What virt-handler does at the API, checked with kubectl the way a user would on 
 cluster: node heartbeat and device-plugin resources, VMIs started and reported Running
 by the handler of their node, the LiveMigratable conditions, live migrations that keep
 the VMI and move it, failed migrations reported by the source, guests shut down when
-their launcher pod is evicted (Succeeded) or crashing (Failed), the node-labeller's
-skip annotation, and a failed node whose handler falls silent.
+their launcher pod is evicted (Succeeded), crashing (Failed) or ignoring ACPI (killed at
+the end of the grace period), the node-labeller's skip annotation, a failed node whose
+handler falls silent, and a restarted handler that marks its node schedulable only once
+its device plugins are up.
 
 Needs a lab whose KubeVirt is the real virt-controller plus this stand-in (the ``lab``
 fixture of lab/pytest_plugin.py, or ``KUBEVIRT_OPS_LAB_DIR`` pointing at one). Tests
 drain, cordon and fail nodes, so they run one at a time.
 """
 
+import calendar
 import json
 import time
 
 import pytest
+from kubernetes import client, watch
 
 from lab.wait import wait_for
 
@@ -23,6 +27,8 @@ WAIT = 180
 DEVICES = ("devices.kubevirt.io/kvm", "devices.kubevirt.io/tun", "devices.kubevirt.io/vhost-net")
 FAIL_MIGRATION = "kubevirt-ops.lab/fail-migration"
 GUEST_CRASH = "kubevirt-ops.lab/guest-crash"
+IGNORES_ACPI = "kubevirt-ops.lab/guest-ignores-acpi"
+SCHEDULABLE = "kubevirt.io/schedulable"
 SKIP_NODE = "node-labeller.kubevirt.io/skip-node"
 MODEL_LABEL = "cpu-model.node.kubevirt.io/Haswell-noTSX"
 DRAIN_FLAGS = ("--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=120s")
@@ -43,7 +49,8 @@ def apply(lab, manifest, namespace):
     lab.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
 
 
-def vm(name, run_strategy="Always", eviction="LiveMigrate", memory="2Gi", claim=None, annotations=None):
+def vm(name, run_strategy="Always", eviction="LiveMigrate", memory="2Gi", claim=None, annotations=None,
+       grace=None, features=None):
     devices = {
         "disks": [{"name": "root", "disk": {"bus": "virtio"}}],
         "interfaces": [{"name": "default", "masquerade": {}}],
@@ -52,20 +59,24 @@ def vm(name, run_strategy="Always", eviction="LiveMigrate", memory="2Gi", claim=
     if claim:
         devices["disks"].append({"name": "data", "disk": {"bus": "virtio"}})
         volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": claim}})
+    domain = {"devices": devices, "resources": {"requests": {"memory": memory, "cpu": "100m"}}}
+    if features is not None:
+        domain["features"] = features
+    template = {
+        "evictionStrategy": eviction,
+        "domain": domain,
+        "networks": [{"name": "default", "pod": {}}],
+        "volumes": volumes,
+    }
+    if grace is not None:
+        template["terminationGracePeriodSeconds"] = grace
     return {
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachine",
         "metadata": {"name": name, "annotations": annotations or {}},
         "spec": {
             "runStrategy": run_strategy,
-            "template": {
-                "spec": {
-                    "evictionStrategy": eviction,
-                    "domain": {"devices": devices, "resources": {"requests": {"memory": memory, "cpu": "100m"}}},
-                    "networks": [{"name": "default", "pod": {}}],
-                    "volumes": volumes,
-                }
-            },
+            "template": {"spec": template},
         },
     }
 
@@ -120,6 +131,53 @@ def seconds_between(start, end):
     return time.mktime(time.strptime(end, fmt)) - time.mktime(time.strptime(start, fmt))
 
 
+def epoch(timestamp):
+    return calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def release(kubevirt_version):
+    major, minor = kubevirt_version["gitVersion"].lstrip("v").split(".")[:2]
+    return int(major), int(minor)
+
+
+def cpu_manager_labels(kubevirt_version):
+    """The CPU-manager label keys virt-handler's heartbeat writes (pkg/virt-handler/heartbeat/heartbeat.go):
+    v1.CPUManager, "cpumanager" in v1.7; v1.8 renamed it "kubevirt.io/cpumanager" and writes the old
+    key beside it (v1.DeprecatedCPUManager)."""
+    if release(kubevirt_version) >= (1, 8):
+        return {"cpumanager": "false", "kubevirt.io/cpumanager": "false"}
+    return {"cpumanager": "false"}
+
+
+def virtctl(lab, namespace, name, action):
+    lab.kubectl("replace", "--raw",
+                f"/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachines/{name}/{action}",
+                "-f", "-", input="{}")
+
+
+def phase_time(vmi, phase):
+    stamps = [t["phaseTransitionTimestamp"] for t in vmi["status"].get("phaseTransitionTimestamps") or []
+              if t["phase"] == phase]
+    return epoch(stamps[-1]) if stamps else None
+
+
+def watch_until(list_call, args, resource_version, done, what, timeout=WAIT, **kwargs):
+    """Every version of the objects ``list_call(*args, **kwargs)`` lists, from ``resource_version`` on,
+    until ``done(seen)``; ``seen`` is the list of (event type, object) so far, oldest first."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stream = watch.Watch().stream(list_call, *args, resource_version=resource_version, timeout_seconds=10, **kwargs)
+        for event in stream:
+            obj = event["object"]
+            meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata.to_dict()
+            resource_version = meta["resource_version" if "resource_version" in meta else "resourceVersion"]
+            seen.append((event["type"], obj))
+            if done(seen):
+                return seen
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
 @pytest.fixture
 def uncordon(lab):
     drained = []
@@ -131,11 +189,13 @@ def uncordon(lab):
 # -- nodes ----------------------------------------------------------------------------------
 
 
-def test_workers_heartbeat_and_advertise_device_plugins(lab):
+def test_workers_heartbeat_and_advertise_device_plugins(lab, kubevirt_version):
+    cpu_manager = cpu_manager_labels(kubevirt_version)
     for node in worker_nodes(lab):
         labels, status = node["metadata"]["labels"], node["status"]
         assert labels.get("kubevirt.io/schedulable") == "true", node["metadata"]["name"]
         assert "kubevirt.io/heartbeat" in node["metadata"]["annotations"]
+        assert {key: value for key, value in labels.items() if key.endswith("cpumanager")} == cpu_manager
         for resource in DEVICES:
             assert status["capacity"].get(resource) == "1k", (node["metadata"]["name"], resource)
             assert status["allocatable"].get(resource) == "1k", (node["metadata"]["name"], resource)
@@ -151,6 +211,41 @@ def test_device_plugin_resources_come_back(lab):
         30,
         f"{DEVICES[0]} back in the allocatable of {name}",
     )
+
+
+def test_restarted_handler_marks_its_node_schedulable_only_once_its_device_plugins_are_up(lab, k8s, kubevirt_version):
+    """virt-handler's pod goes: its device plugins stop (the kubelet reports 0 of each) and it labels
+    the node unschedulable. The new pod's first heartbeat still says false; only once its plugins
+    are registered and advertised does a beat say true (heartbeat.go heartBeat, waitForDevicePlugins)."""
+    core = client.CoreV1Api(k8s)
+    name = worker_nodes(lab)[0]["metadata"]["name"]
+    [old] = [p for p in get(lab, "pods", "-l", "kubevirt.io=virt-handler", namespace="kubevirt")["items"]
+             if p["spec"].get("nodeName") == name]
+    since = core.read_node(name).metadata.resource_version
+    lab.kubectl("delete", "pod", "-n", "kubevirt", old["metadata"]["name"], "--wait=false")
+
+    def devices(node, field):
+        return {r: (getattr(node.status, field) or {}).get(r) for r in DEVICES}
+
+    def back(seen):
+        nodes = [obj for _, obj in seen]
+        stopped = [i for i, n in enumerate(nodes) if set(devices(n, "allocatable").values()) == {"0"}]
+        return bool(stopped) and any(n.metadata.labels.get(SCHEDULABLE) == "true" for n in nodes[stopped[0]:])
+
+    seen = [obj for _, obj in watch_until(core.list_node, (), since, back, f"{name} schedulable again",
+                                          field_selector=f"metadata.name={name}")]
+    stopped = next(i for i, n in enumerate(seen) if set(devices(n, "allocatable").values()) == {"0"})
+    assert seen[stopped].metadata.labels[SCHEDULABLE] == "false"
+    assert set(devices(seen[stopped], "capacity").values()) == {"0"}
+    for node in seen:
+        if node.metadata.labels.get(SCHEDULABLE) == "true":
+            assert set(devices(node, "capacity").values()) == set(devices(node, "allocatable").values()) == {"1k"}
+    assert devices(seen[-1], "allocatable") == {r: "1k" for r in DEVICES}
+    labels = seen[-1].metadata.labels
+    assert {key: value for key, value in labels.items() if key.endswith("cpumanager")} == cpu_manager_labels(kubevirt_version)
+    wait_for(lambda: any(p["spec"].get("nodeName") == name and p["status"].get("phase") == "Running"
+                         for p in get(lab, "pods", "-l", "kubevirt.io=virt-handler", namespace="kubevirt")["items"]),
+             60, f"virt-handler back on {name}")
 
 
 def test_skip_node_annotation_freezes_labels_whatever_its_value(lab):
@@ -290,6 +385,73 @@ def test_guest_crash_knob_fails_the_vmi_and_rerun_on_failure_restarts_it(lab, na
     )
     assert second is not None
     running_vmi(lab, namespace, "crashy")
+
+
+def test_guest_ignoring_acpi_is_killed_at_the_grace_period(lab, namespace, k8s):
+    """A guest that ignores ACPI keeps running while virt-handler signals it again every 5 s, and is
+    killed once terminationGracePeriodSeconds have passed (pkg/virt-handler/vm.go helperVmShutdown,
+    shutdownVMI). With ACPI in its domain (virt-api's default) the VMI then ends Failed; a guest
+    whose VMI disables ACPI cannot hear the signal, whatever it would do, and its kill is no
+    failure: Succeeded (calculateVmPhaseForStatusReason, isACPIEnabled). Run strategies act on
+    that phase (pkg/virt-controller/watch/vm/vm.go): RerunOnFailure and Always start it again,
+    Manual does not, and a stop (Halted) waits for the kill."""
+    grace = 6
+    ignoring = {IGNORES_ACPI: "true"}
+    specs = {
+        "rerun": dict(run_strategy="RerunOnFailure", annotations=ignoring),
+        "always": dict(run_strategy="Always", annotations=ignoring),
+        "manual": dict(run_strategy="Manual", annotations=ignoring),
+        "halted": dict(run_strategy="Always", annotations=ignoring),
+        "no-acpi": dict(run_strategy="RerunOnFailure", features={"acpi": {"enabled": False}}),
+    }
+    for name, kwargs in specs.items():
+        apply(lab, vm(name, eviction="None", memory="512Mi", grace=grace, **kwargs), namespace)
+    virtctl(lab, namespace, "manual", "start")
+    first = {name: running_vmi(lab, namespace, name)["metadata"]["uid"] for name in specs}
+    api = client.CustomObjectsApi(k8s)
+    since = api.list_namespaced_custom_object("kubevirt.io", "v1", namespace, "virtualmachineinstances")
+    since = since["metadata"]["resourceVersion"]
+
+    asked = time.time()
+    for name in ("rerun", "always", "manual", "no-acpi"):
+        [pod] = [p for p in launcher_pods(lab, namespace, name) if p["status"].get("phase") == "Running"]
+        lab.kubectl("delete", "pod", "-n", namespace, pod["metadata"]["name"], "--wait=false")
+    virtctl(lab, namespace, "halted", "stop")
+
+    def last(seen):
+        latest = {}
+        for kind, obj in seen:
+            latest[obj["metadata"]["uid"]] = (kind, obj)
+        return latest
+
+    def running_again(latest, name):
+        return any(obj["metadata"]["name"] == name and uid != first[name] and obj["status"].get("phase") == "Running"
+                   for uid, (_, obj) in latest.items())
+
+    def done(seen):
+        latest = last(seen)
+        ended = {name: latest.get(first[name], (None, {"status": {}}))[1]["status"].get("phase") for name in specs}
+        return (running_again(latest, "rerun") and running_again(latest, "always") and ended["manual"] == "Failed"
+                and ended["no-acpi"] == "Succeeded" and latest.get(first["halted"], ("",))[0] == "DELETED")
+
+    latest = last(watch_until(api.list_namespaced_custom_object, ("kubevirt.io", "v1", namespace, "virtualmachineinstances"),
+                              since, done, "the guests killed and the VMs restarted as their strategies say"))
+    for name in specs:
+        vmi = latest[first[name]][1]
+        phase = "Succeeded" if name == "no-acpi" else "Failed"
+        assert vmi["status"]["phase"] == phase, name
+        # Not before the grace period (whole-second timestamps, the clock the test shares with the lab).
+        assert phase_time(vmi, phase) >= int(asked) + grace, (name, vmi["status"]["phaseTransitionTimestamps"])
+    for name in ("rerun", "always"):
+        [again] = [obj for uid, (_, obj) in latest.items() if obj["metadata"]["name"] == name and uid != first[name]]
+        assert epoch(again["metadata"]["creationTimestamp"]) >= int(asked) + grace
+    # Manual keeps its Failed VMI, a stopped VM and RerunOnFailure after a clean end start nothing.
+    assert get(lab, "vmi", "manual", namespace=namespace)["metadata"]["uid"] == first["manual"]
+    for name in ("halted", "no-acpi"):
+        wait_for(lambda n=name: (get(lab, "vm", n, namespace=namespace).get("status") or {}).get("printableStatus")
+                 == "Stopped", WAIT, f"{name} Stopped")
+    assert all(obj["metadata"]["name"] not in ("manual", "halted", "no-acpi") or uid == first[obj["metadata"]["name"]]
+               for uid, (_, obj) in latest.items())
 
 
 # -- a failed node --------------------------------------------------------------------------

@@ -4,13 +4,16 @@ With the real virt-controller and virt-api, the VM, VMI, migration, eviction and
 subresource decisions are KubeVirt's own, checked end to end by test_contract.py. What
 remains the lab's is checked here with the exact input that would break it: the
 stand-ins' plumbing (work queue, cluster configuration), the CRDs they install (HCO,
-NodeMaintenance in both groups); the virt-handler stand-in's rules are in
+NodeMaintenance in both groups), the HCO stand-in's KubeVirt spec and conditions; the virt-handler stand-in's rules are in
 test_handler_logic.py.
 """
 
+import json
 import time
 
-from lab.standins import crds, hco_api
+import pytest
+
+from lab.standins import baremetal, crds, hco, hco_api
 from lab.standins import kube as k
 from lab.standins.cluster_config import ClusterConfig
 from lab.standins.workqueue import WorkQueue
@@ -76,7 +79,6 @@ def test_crds_are_structural_and_have_status():
         "machines.machine.openshift.io",
         "machinehealthchecks.cluster.x-k8s.io",
         "machines.cluster.x-k8s.io",
-        "baremetalhosts.metal3.io",
     } == names
 
     def structural(schema, path):
@@ -145,3 +147,136 @@ def test_hyperconverged_conversion_moves_the_fields_upstream_moves():
     )
     assert review["response"]["uid"] == "u" and review["response"]["result"]["status"] == "Success"
     assert review["response"]["convertedObjects"] == [v1]
+
+
+# -- HCO ----------------------------------------------------------------------------------------
+
+
+def test_hyperconverged_crd_stores_v1beta1_and_keeps_cpu_models_a_set():
+    (crd,) = [d for d in crds.definitions() if d["metadata"]["name"] == "hyperconvergeds.hco.kubevirt.io"]
+    versions = {v["name"]: v for v in crd["spec"]["versions"]}
+    assert {n: (v["served"], v["storage"]) for n, v in versions.items()} == {"v1": (True, False), "v1beta1": (True, True)}
+
+    def spec_schema(name):
+        return versions[name]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+
+    beta = spec_schema("v1beta1")["obsoleteCPUs"]["properties"]["cpuModels"]
+    v1 = spec_schema("v1")["virtualization"]["properties"]["obsoleteCPUModels"]
+    assert beta["x-kubernetes-list-type"] == v1["x-kubernetes-list-type"] == "set"
+
+
+def test_hco_builds_the_whole_kubevirt_spec():
+    base = hco.lab_kubevirt_spec()
+    spec = {
+        "evictionStrategy": "LiveMigrateIfPossible",
+        "liveMigrationConfig": {"parallelMigrationsPerCluster": 8, "allowPostCopy": False, "network": None},
+        "obsoleteCPUs": {"cpuModels": ["Penryn"], "minCPUModel": "Haswell"},
+    }
+    built = hco.kubevirt_spec(spec, {}, base)
+    configuration = built["configuration"]
+    assert configuration["evictionStrategy"] == "LiveMigrateIfPossible"
+    # exactly the HyperConverged's live-migration fields: nothing else survives (bandwidthPerMigration)
+    assert configuration["migrations"] == {"parallelMigrationsPerCluster": 8, "allowPostCopy": False}
+    assert configuration["obsoleteCPUModels"]["Penryn"] is True and configuration["obsoleteCPUModels"]["486"] is True
+    assert built["uninstallStrategy"] == "BlockUninstallIfWorkloadsExist"
+    assert configuration["network"] == base["configuration"]["network"]
+    assert "evictionStrategy" not in hco.kubevirt_spec({}, {}, base)["configuration"]
+    assert base == hco.lab_kubevirt_spec()  # not modified
+
+    gate = [{"op": "add", "path": "/spec/configuration/developerConfiguration/featureGates/-", "value": "HostDevices"},
+            {"op": "replace", "path": "/spec/configuration/migrations/parallelMigrationsPerCluster", "value": 2}]
+    patched = hco.kubevirt_spec(spec, {hco.KUBEVIRT_JSONPATCH_ANNOTATION: json.dumps(gate)}, base)
+    assert patched["configuration"]["developerConfiguration"]["featureGates"] == ["HostDevices"]
+    assert patched["configuration"]["migrations"]["parallelMigrationsPerCluster"] == 2
+    for bad in ('[{"op": "add", "path": "/metadata/labels", "value": {}}]',
+                '[{"op": "replace", "path": "/spec/nothing/there", "value": 1}]', "{", '{"op": "add"}'):
+        with pytest.raises(ValueError, match="invalid jsonPatch in the kubevirt.kubevirt.io/jsonpatch annotation"):
+            hco.kubevirt_spec(spec, {hco.KUBEVIRT_JSONPATCH_ANNOTATION: bad}, base)
+
+
+def kubevirt_conditions(available="True", progressing="False", degraded="False", message="m"):
+    return [{"type": t, "status": s, "reason": "R", "message": message}
+            for t, s in (("Available", available), ("Progressing", progressing), ("Degraded", degraded))]
+
+
+COMPLETED = ("ReconcileCompleted", "Reconcile completed successfully")
+
+
+def test_hco_conditions_aggregate_the_kubevirt_cr_conditions():
+    negative, ready = hco.component_conditions("KubeVirt", kubevirt_conditions())
+    assert negative == {} and ready
+    healthy = hco.aggregate(negative, False, "1.18.1")
+    assert {t: c[0] for t, c in healthy.items()} == {
+        "ReconcileComplete": "True", "Available": "True", "Progressing": "False", "Degraded": "False",
+        "Upgradeable": "True"}
+    assert hco.system_health(healthy, False) == "healthy"
+
+    # Degraded (virt-operator's UpdateConditionsFailedError)
+    negative, ready = hco.component_conditions("KubeVirt", kubevirt_conditions("False", "False", "True", "boom"))
+    degraded = hco.aggregate(negative, False, "1.18.1")
+    assert not ready and degraded == {
+        "ReconcileComplete": ("True",) + COMPLETED,
+        "Available": ("False", "KubeVirtNotAvailable", "KubeVirt is not available: boom"),
+        "Progressing": ("False",) + COMPLETED,
+        "Degraded": ("True", "KubeVirtDegraded", "KubeVirt is degraded: boom"),
+        "Upgradeable": ("False", "HCODegraded", "HCO is not Upgradeable due to degraded components"),
+    }
+    assert hco.system_health(degraded, False) == hco.system_health(degraded, True) == "error"
+
+    # Progressing: still Available, not Upgradeable
+    negative, _ = hco.component_conditions("KubeVirt", kubevirt_conditions(progressing="True", message="rolling"))
+    progressing = hco.aggregate(negative, False, "1.18.1")
+    assert progressing["Available"] == ("True",) + COMPLETED and progressing["Degraded"] == ("False",) + COMPLETED
+    assert progressing["Progressing"] == ("True", "KubeVirtProgressing", "KubeVirt is progressing: rolling")
+    assert progressing["Upgradeable"] == ("False", "KubeVirtProgressing", "KubeVirt is progressing: rolling")
+    assert hco.system_health(progressing, False) == "warning"
+
+    # No conditions yet, or no Available one
+    negative, ready = hco.component_conditions("KubeVirt", [])
+    assert not ready and negative["Available"] == ("False", "KubeVirtConditions", "KubeVirt resource has no conditions")
+    negative, ready = hco.component_conditions("KubeVirt", kubevirt_conditions()[1:])
+    assert not ready and negative == {"Available": ("False", "KubeVirtNotAvailable", 'missing "Available" condition')}
+
+    # Upgrading: Progressing whatever the components say, and health not a warning for it
+    upgrading = hco.aggregate({}, True, "1.18.2")
+    assert upgrading["Progressing"] == ("True", "HCOUpgrading", "HCO is now upgrading to version 1.18.2")
+    assert upgrading["Available"][0] == "True" and hco.system_health(upgrading, True) == "healthy"
+
+
+def test_hco_conditions_keep_their_transition_time_and_fill_unknown():
+    before = hco.set_conditions([], hco.aggregate({}, False, "1.18.1"), 1, "t1")
+    assert [c["type"] for c in before] == list(hco.CONDITION_TYPES)
+    assert all(c["lastTransitionTime"] == "t1" and c["observedGeneration"] == 1 for c in before)
+    after = hco.set_conditions(before + [{"type": "TaintedConfiguration", "status": "True"}],
+                               {"ReconcileComplete": ("True",) + COMPLETED}, 2, "t2")
+    by_type = {c["type"]: c for c in after}
+    assert by_type["ReconcileComplete"]["lastTransitionTime"] == "t1"
+    assert by_type["Available"] == {"type": "Available", "status": "Unknown", "reason": "StatusUnknown",
+                                    "message": "Unknown Status", "observedGeneration": 2, "lastTransitionTime": "t2"}
+    assert "TaintedConfiguration" in by_type
+
+
+def test_baremetalhost_bmc_addresses_and_reboot_annotations_read_as_upstream():
+    """baremetal-operator pkg/hardwareutils/bmc/redfish.go (address forms) and internal/controller/metal3.io/
+    baremetalhost_controller.go hasRebootAnnotation (modes) as lab/standins/baremetal.py reads them."""
+    assert baremetal.parse_address("redfish+https://10.0.0.1:8000/redfish/v1/Systems/abc") == (
+        "https://10.0.0.1:8000", "/redfish/v1/Systems/abc")
+    assert baremetal.parse_address("redfish://bmc.example/redfish/v1/Systems/1") == (
+        "https://bmc.example", "/redfish/v1/Systems/1")
+    assert baremetal.parse_address("redfish+http://bmc.example:8000") == ("http://bmc.example:8000", None)
+    assert baremetal.parse_address("idrac-redfish://bmc.example/redfish/v1/") == ("https://bmc.example", None)
+    for address, message in (("ipmi://10.0.0.1", "Unknown BMC type 'ipmi' for address ipmi://10.0.0.1"),
+                             ("redfish+ftp://h/x", "Unknown BMC type 'redfish+ftp' for address redfish+ftp://h/x"),
+                             ("", "Empty BMC address Missing BMC connection detail 'Address'")):
+        with pytest.raises(baremetal.RegistrationError) as refused:
+            baremetal.parse_address(address)
+        assert str(refused.value) == message
+    assert baremetal.reboot_request({}) == (False, "soft")
+    assert baremetal.reboot_request({"reboot.metal3.io": ""}) == (True, "soft")
+    assert baremetal.reboot_request({"reboot.metal3.io/a": "not json"}) == (True, "soft")
+    assert baremetal.reboot_request({"reboot.metal3.io/a": '{"mode": "soft"}',
+                                     "reboot.metal3.io/b": '{"mode": "hard"}'}) == (True, "hard")
+    assert baremetal.reboot_request({"reboot.metal3.iox": ""}) == (False, "soft")
+    # Without "force": true a reboot annotation counts only for a provisioned host.
+    assert baremetal.reboot_request({"reboot.metal3.io": ""}, provisioned=False) == (False, "soft")
+    assert baremetal.reboot_request({"reboot.metal3.io/x": '{"force": true}'}, provisioned=False) == (True, "soft")

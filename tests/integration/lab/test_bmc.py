@@ -11,7 +11,7 @@ import pytest
 import requests
 from kubernetes import client
 
-from lab import nodes, settings
+from lab import metal3, nodes, settings
 from lab.machines import bmc as lab_bmc
 from lab.paths import LabPaths
 from lab.wait import wait_for
@@ -32,9 +32,14 @@ def bmcs(lab):
 
 @pytest.fixture
 def machine(lab, bmcs):
-    """The BMC of the last worker, without faults and powered on again at the end whatever the test did."""
+    """The BMC of the last worker, without faults and powered on again at the end whatever the test did.
+    Its BareMetalHost (``lab up`` makes one) is detached and deleted first, as an administrator does before
+    driving a Metal3 host's BMC (else the operator would power the machine back as ``spec.online`` says),
+    and made again at the end."""
     name = sorted(bmcs)[-1]
     paths = LabPaths(lab.state_dir)
+    api = nodes.api_client(lab.kubeconfig)
+    metal3.release_host(api, name)
     yield name, lab_bmc.Bmc(bmcs[name])
     lab_bmc.set_faults(paths, name)
     again = lab_bmc.Bmc(bmcs[name])
@@ -56,6 +61,7 @@ def machine(lab, bmcs):
         return lease.spec.holder_identity != MACHINE_OFF and nodes._all(api, [name], nodes.is_recovered)
 
     wait_for(booted, 300, f"node {name} to be back after its machine's power cycles")
+    metal3.restore_host(api, bmcs, name)
 
 
 def _get(url, entry, **kwargs):

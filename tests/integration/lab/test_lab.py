@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from lab import network, nodes, processes
+from lab.machines import bmc as lab_bmc
 from lab.paths import LabPaths
 from lab.wait import wait_for
 
@@ -277,9 +278,36 @@ def test_daemonset_has_a_pod_on_every_node(lab, k8s, namespace):
     assert {p.spec.node_name for p in live_pods(k8s, namespace, "app=agent")} == expected
 
 
+def _status_line(lab, name):
+    """The node's line of ``lab status``."""
+    lines = [line for line in lab.cli("status", check=False).stdout.splitlines() if line.split()[:2] == ["node", name]]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def _power_states(lab, name):
+    """Every power state the node's machine reached, as its BMC logged them (lab/machines)."""
+    with open(lab.paths.machines / lab_bmc.POWER_LOG) as log:
+        return [entry["power_state"] for entry in map(json.loads, log) if entry["name"] == name]
+
+
 def test_node_fail_and_recover(lab, k8s, restore_nodes):
+    """node-fail: the node's machine crashes (powered on, nothing runs), the node turns NotReady and is tainted
+    unreachable. node-recover: the machine is reset through its BMC and boots with a new boot ID; a node deleted
+    while the machine was dead is registered again by its kubelet, as the lab made it, and becomes a KubeVirt
+    node again. node-partition and node-heal: the heartbeat stops while the machine runs on, and the same boot
+    goes on."""
     name = worker_names(k8s)[-1]
     core = client.CoreV1Api(k8s)
+    machine = lab_bmc.Bmc(lab_bmc.load(lab.paths)[name])
+    before = core.read_node(name)
+
+    lab.cli("node-partition", name, "--no-wait")
+    assert "partitioned" in _status_line(lab, name) and machine.power_state() == "On"
+    lab.cli("node-heal", name)
+    healed = core.read_node(name)
+    assert nodes.is_recovered(healed) and "partitioned" not in _status_line(lab, name)
+    assert (healed.metadata.uid, healed.status.node_info.boot_id) == (before.metadata.uid, before.status.node_info.boot_id)
 
     lab.cli("node-fail", name)
 
@@ -288,13 +316,27 @@ def test_node_fail_and_recover(lab, k8s, restore_nodes):
     assert nodes.UNREACHABLE_TAINT in nodes.taint_keys(node)
     effects = {t.effect for t in node.spec.taints if t.key == nodes.UNREACHABLE_TAINT}
     assert "NoExecute" in effects
-    assert name in lab.cli("status", check=False).stdout
+    assert machine.power_state() == "On"  # a crash, not a power-off
+    assert "machine dead" in _status_line(lab, name)
 
+    # Deleted while its machine is dead: its kubelet registers it again when the machine boots.
+    core.delete_node(name)
+    wait_for(lambda: name not in lab_node_names(k8s), WAIT, f"node {name} to be deleted")
+    powered = len(_power_states(lab, name))
     lab.cli("node-recover", name)
 
     node = core.read_node(name)
-    assert nodes.ready_condition(node) == "True"
-    assert nodes.UNREACHABLE_TAINT not in nodes.taint_keys(node)
+    assert _power_states(lab, name)[powered:] == ["Off", "On"] and machine.power_state() == "On"
+    assert node.metadata.uid != before.metadata.uid
+    assert node.status.node_info.boot_id not in (None, before.status.node_info.boot_id)
+    registered = nodes.manifest(nodes.NodePlan(name, False, "", ""), "")
+    assert registered["metadata"]["labels"].items() <= (node.metadata.labels or {}).items()
+    assert node.metadata.annotations[nodes.KWOK_ANNOTATION] == nodes.KWOK_ANNOTATION_VALUE
+    assert (node.spec.provider_id, node.spec.pod_cidr) == (before.spec.provider_id, before.spec.pod_cidr)
+    assert [a.to_dict() for a in node.status.addresses] == [a.to_dict() for a in before.status.addresses]
+    assert nodes.is_recovered(node) and "machine dead" not in _status_line(lab, name)
+    wait_for(lambda: (core.read_node(name).metadata.labels or {}).get("kubevirt.io/schedulable") == "true", WAIT,
+             f"node {name} to be a KubeVirt node again")
 
 
 def bare_pod(name, node):
@@ -316,7 +358,8 @@ def pod_ready(core, namespace, name):
 def test_a_live_kubelet_puts_back_the_readiness_the_node_controller_took(lab, k8s, namespace, restore_nodes):
     """The node-lifecycle controller marks the pods of a node with a stale Lease not Ready
     (MarkPodsNotReady: Ready False, containers untouched). A kubelet that still runs writes
-    its own status back; a dead one does not, until it comes back."""
+    its own status back; a dead machine's does not, until the machine boots again and its
+    kubelet starts the pod again."""
     live, dead = worker_names(k8s)[:2]
     core = client.CoreV1Api(k8s)
     for name, node in (("on-live", live), ("on-dead", dead)):
@@ -332,8 +375,8 @@ def test_a_live_kubelet_puts_back_the_readiness_the_node_controller_took(lab, k8
     assert pod_ready(core, namespace, "on-live") == "False"
     wait_for(lambda: pod_ready(core, namespace, "on-live") == "True", WAIT, "the kubelet to put Ready back")
 
-    # A dead kubelet: the controller itself marks the pod not Ready, and it stays so, even when
-    # kwok had taken up a status sync before the failure (lab/dead_machines.py).
+    # A dead machine: the controller itself marks the pod not Ready, and it stays so, even when
+    # kwok had taken up a status sync before the death (lab/dead_machines.py).
     lab.cli("node-fail", dead)
     wait_for(lambda: pod_ready(core, namespace, "on-dead") == "False", WAIT,
              "the node-lifecycle controller to mark the pod not Ready")
@@ -343,7 +386,7 @@ def test_a_live_kubelet_puts_back_the_readiness_the_node_controller_took(lab, k8
         time.sleep(1)
     lab.cli("node-recover", dead)
     wait_for(lambda: pod_ready(core, namespace, "on-dead") == "True", WAIT,
-             "the recovered kubelet to put Ready back")
+             "the kubelet of the booted machine to run the pod again")
 
 
 def test_restart_apiserver_keeps_port_and_cluster(lab, k8s):
@@ -484,9 +527,9 @@ def test_labs_started_side_by_side_never_choose_the_same_port(tmp_path):
 
 
 def test_the_api_server_refuses_every_status_write_of_a_dead_machines_kubelet(lab, k8s, namespace, restore_nodes):
-    """A dead machine writes nothing, ever: from the node's failure until its recovery the API server
+    """A dead machine writes nothing, ever: from the machine's death until it boots again the API server
     refuses kwok's status writes for the node and its pods (lab/dead_machines.py), whatever kwok
-    had already taken up. Once the node is recovered they go through again."""
+    had already taken up. Once the machine has booted they go through again."""
     node = worker_names(k8s)[2]
     core = client.CoreV1Api(k8s)
     core.create_namespaced_pod(namespace, bare_pod("on-dead-machine", node))

@@ -125,19 +125,21 @@ def test_builtin_and_effective_are_what_kubevirt_uses(lab, k8s, run_module, clea
     assert set(result["effective"]) == true_keys(kubectl_obsolete(lab))
 
 
-def test_min_cpu_model_warns_and_is_not_kept_by_hco_storing_v1(k8s, run_module, clean_hco):
-    # HCO >= 1.18 stores hco.kubevirt.io/v1, which has no minCPUModel: the conversion drops it.
+def test_min_cpu_model_warns_and_is_kept_by_hco_storing_v1beta1(k8s, run_module, clean_hco):
+    # HCO 1.18.1 stores hco.kubevirt.io/v1beta1: minCPUModel is kept (and ignored by HCO). An HCO that
+    # stores v1 drops it, and the module says so (tests/unit/plugins/modules/test_vm_config_modules.py).
     result = run_module("hco_obsolete_cpus", {"min_cpu_model": "Penryn", "namespace": "kubevirt-hyperconverged"})
-    assert result["changed"] is False and result["min_cpu_model"] is None
+    assert result["changed"] is True and result["min_cpu_model"] == "Penryn"
     assert "ignored by recent versions" in str(result.get("warnings"))
-    assert "did not keep spec.obsoleteCPUs.minCPUModel" in str(result.get("warnings"))
-    assert "minCPUModel" not in (hco(k8s)["spec"].get("obsoleteCPUs") or {})
+    assert "did not keep" not in str(result.get("warnings"))
+    assert hco(k8s)["spec"]["obsoleteCPUs"]["minCPUModel"] == "Penryn"
     again = run_module("hco_obsolete_cpus", {"min_cpu_model": "Penryn"})
-    assert again["changed"] is False and again["min_cpu_model"] is None
+    assert again["changed"] is False and again["min_cpu_model"] == "Penryn"
     result = run_module("hco_obsolete_cpus", {"min_cpu_model": "Penryn", "cpu_models": ["Penryn"]})
-    assert result["changed"] is True and result["cpu_models"] == ["Penryn"] and result["min_cpu_model"] is None
+    assert result["changed"] is True and result["cpu_models"] == ["Penryn"] and result["min_cpu_model"] == "Penryn"
     result = run_module("hco_obsolete_cpus", {"min_cpu_model": "Penryn", "state": "absent"})
-    assert result["changed"] is False and result["min_cpu_model"] is None
+    assert result["changed"] is True and result["min_cpu_model"] is None and result["cpu_models"] == ["Penryn"]
+    assert "minCPUModel" not in hco(k8s)["spec"]["obsoleteCPUs"]
 
 
 def test_error_without_hyperconverged(k8s, run_module):

@@ -1,8 +1,8 @@
 """node_decommission deletes a node only once its machine is off, and sees it not come back.
 
 Each test decommissions a KWOK node that exists only for it. A KWOK node heartbeats like a kubelet
-(its Lease in kube-node-lease is renewed); the lab's BareMetalHost stand-in (lab/standins/
-baremetal.py) powers a node off by stopping that heartbeat, as ``lab node-fail`` does.
+(its Lease in kube-node-lease is renewed); when its machine dies (``lab node-fail``, which kills a node
+without a BMC as a power-off kills a worker: lab/standins/machines.py) the heartbeat stops for good.
 """
 
 import itertools
@@ -14,10 +14,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-import runs
 import workloads
 from safety import ResourceVersions, wait_stable
 
+from lab import metal3
 from lab import nodes as lab_nodes
 from lab.machines import bmc as lab_bmc
 from lab.paths import LabPaths
@@ -93,31 +93,28 @@ def test_heartbeating_node_is_refused_and_nothing_changes(k8s, run_module, spare
     assert read_node(k8s, node) is not None and not read_node(k8s, node).spec.unschedulable
 
 
-def test_power_off_through_the_bare_metal_host_the_provider_id_names(k8s, namespace, run_module, spare):
-    host = "host-%s" % uuid.uuid4().hex[:5]
-    node = spare("metal3://%s/%s/m3m-%s" % (namespace, host, host))
-    client.CustomObjectsApi(k8s).create_namespaced_custom_object(*METAL3[:2], namespace, METAL3[2], {
-        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-        "metadata": {"name": host, "namespace": namespace}, "spec": {"online": True}})
-    wait_for(lambda: (get_bmh(k8s, namespace, host).get("status") or {}).get("poweredOn") is True, 60,
-             "BareMetalHost %s to report poweredOn" % host)
+def test_power_off_through_the_bare_metal_host_the_provider_id_names(lab, k8s, run_module, host_worker):
+    node, host = host_worker
+    namespace, name = host["metadata"]["namespace"], host["metadata"]["name"]
     wait_stable()
     versions = ResourceVersions(k8s)
-    bmh_version = get_bmh(k8s, namespace, host)["metadata"]["resourceVersion"]
+    bmh_version = get_bmh(k8s, namespace, name)["metadata"]["resourceVersion"]
 
     checked = run_module("node_decommission", {"name": node, "power_off": "bmh"}, check=True)
     assert checked["changed"] and checked["deleted"] and checked["powered_off_by"] == "bmh", checked
-    assert checked["power_off"]["bmh"] == "%s/%s" % (namespace, host)
-    assert versions.changes() == [] and get_bmh(k8s, namespace, host)["metadata"]["resourceVersion"] == bmh_version
+    assert checked["power_off"]["bmh"] == "%s/%s" % (namespace, name)
+    assert versions.changes() == [] and get_bmh(k8s, namespace, name)["metadata"]["resourceVersion"] == bmh_version
 
     result = run_module("node_decommission", {"name": node, "power_off": "bmh", "reregistration_watch": 5})
     assert not result.get("failed"), result
     assert result["deleted"] and result["powered_off_by"] == "bmh", result
-    assert result["power_off"]["method"] == "bmh" and result["power_off"]["bmh"] == "%s/%s" % (namespace, host)
+    assert result["power_off"]["method"] == "bmh" and result["power_off"]["bmh"] == "%s/%s" % (namespace, name)
     assert result["power_off"]["heartbeat"]["alive"] is False
     assert result["reregistration"] == {"watch_seconds": 5, "reregistered": False}
-    bmh = get_bmh(k8s, namespace, host)
+    bmh = get_bmh(k8s, namespace, name)
     assert bmh["spec"]["online"] is False and bmh["status"]["poweredOn"] is False
+    # The operator powered the machine off through its BMC.
+    assert lab_bmc.Bmc(lab_bmc.load(LabPaths(lab.state_dir))[node]).power_state() == "Off"
     assert read_node(k8s, node) is None
     again = run_module("node_decommission", {"name": node, "power_off": "bmh"})
     assert again["changed"] is False and again["deleted"] is False
@@ -217,6 +214,44 @@ def test_remediation_is_paused_until_the_node_is_deleted(lab, k8s, namespace, ru
         assert read_node(k8s, node) is None
     finally:
         checks.delete_all()
+
+
+def back_as_kubevirt_node(lab, k8s, node):
+    """``lab up`` registers a deleted worker anew; wait until it is a Ready KubeVirt node with its pods."""
+    lab.cli("up")
+
+    def back():
+        current = read_node(k8s, node)
+        return (current is not None and lab_nodes.is_ready(current)
+                and (current.metadata.labels or {}).get("kubevirt.io/schedulable") == "true")
+
+    wait_for(back, 600, "node %s to be a Ready KubeVirt node again" % node)
+    workloads.wait_node_pods_ready(k8s, node, 600)
+
+
+@pytest.fixture
+def host_worker(lab, k8s):
+    """(node, its BareMetalHost) of the last worker, its Node registered again with the providerID a machine
+    controller writes (``metal3://<namespace>/<host>/<machine>``: a lab node's kwok:// one cannot change). Afterwards
+    the host is online again (its machine on) and the node back as ``lab up`` registers it."""
+    bmcs = lab_bmc.load(LabPaths(lab.state_dir))
+    node = sorted(bmcs)[-1]
+    host = metal3.restore_host(k8s, bmcs, node)
+    current = core(k8s).read_node(node)
+    ip = next(a.address for a in current.status.addresses if a.type == "InternalIP")
+    body = lab_nodes.manifest(lab_nodes.NodePlan(node, False, ip, current.spec.pod_cidr),
+                              current.status.node_info.kubelet_version)
+    body["spec"]["providerID"] = "metal3://%s/%s/m3m-%s" % (host["metadata"]["namespace"], host["metadata"]["name"], node)
+    core(k8s).delete_node(node)
+    wait_for(lambda: read_node(k8s, node) is None, 120, "node %s to be deleted" % node)
+    core(k8s).create_node(body)
+    wait_for(lambda: lab_nodes.is_ready(core(k8s).read_node(node)), 180, "node %s to be Ready" % node)
+    yield node, host
+    metal3.restore_host(k8s, bmcs, node, timeout=300)
+    left = read_node(k8s, node)
+    if left is not None and (left.spec.provider_id or "").startswith("metal3://"):
+        workloads.remove_node(k8s, node)
+    back_as_kubevirt_node(lab, k8s, node)
 
 
 # -- power_off=redfish: the machine's own BMC (lab/machines: a Redfish System per worker) -----------------------

@@ -1,5 +1,5 @@
-"""node_fence on the lab's machines: a dead node's machine is powered off through its Redfish BMC
-(lab/machines), confirmed off from the BMC, and only then is the node tainted out-of-service, so that
+"""node_fence on the lab's machines: a dead node's machine (crashed, still powered on) is powered off through its
+Redfish BMC (lab/machines), confirmed off from the BMC, and only then is the node tainted out-of-service, so that
 KubeVirt starts its VMs elsewhere at once; state=absent powers it on and lifts the fence. A node whose
 kubelet still heartbeats is refused with nothing changed."""
 
@@ -11,6 +11,7 @@ from kubernetes import client
 import workloads
 from safety import ResourceVersions, wait_stable
 
+from lab import metal3
 from lab import nodes as lab_nodes
 from lab.machines import bmc as lab_bmc
 from lab.paths import LabPaths
@@ -22,18 +23,16 @@ WAIT = 300
 
 @pytest.fixture
 def machine(lab, k8s):
-    """(node, other worker, bmc.json entry) of the last worker; afterwards its machine is on, its node Ready
-    and untainted, its heartbeat back."""
+    """(node, other worker, bmc.json entry) of the last worker, its machine out of Metal3's hands (its
+    BareMetalHost would power it on again behind the fence); afterwards its machine is on and booted, its host
+    back, its node Ready and untainted, its heartbeat back."""
     bmcs = lab_bmc.load(LabPaths(lab.state_dir))
     workers = sorted(bmcs)
     node, other = workers[-1], workers[-2]
+    metal3.release_host(k8s, node)
     yield node, other, dict(bmcs[node])
-    bmc = lab_bmc.Bmc(bmcs[node])
-    if bmc.power_state() != "On":
-        bmc.reset("On")
-        wait_for(lambda: bmc.power_state() == "On", 60, "the machine of %s to be On" % node)
-    if node in lab_nodes.failed_names(k8s):
-        lab.node_recover(node)
+    lab.node_recover(node, wait=False)  # a dead machine is reset (powered on when off) and boots
+    metal3.restore_host(k8s, bmcs, node)
     core = client.CoreV1Api(k8s)
     taints = [t for t in core.read_node(node).spec.taints or [] if t.key != OUT_OF_SERVICE]
     core.patch_node(node, {"spec": {"taints": [t.to_dict() for t in taints] or None}})
@@ -74,7 +73,7 @@ def test_a_dead_node_is_fenced_through_its_bmc_its_vms_restart_elsewhere_and_it_
     assert workloads.vm_nodes(k8s, namespace) == {"always": node, "once": node}
     first = workloads.get_vmi(k8s, namespace, "always")["metadata"]["uid"]
 
-    lab.node_fail(node)  # the kubelet died: the node turns NotReady, its VMIs stay Running in the API
+    lab.node_fail(node)  # the machine crashed, powered on: the node turns NotReady, its VMIs stay Running in the API
     assert workloads.vm_nodes(k8s, namespace) == {"always": node, "once": node}
     checked = run_module("node_fence", {"name": node, "bmc": lab_bmc.module_option(entry)}, check=True)
     assert checked["changed"] and checked["fenced"], checked

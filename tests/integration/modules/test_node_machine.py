@@ -8,10 +8,12 @@ import json
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 import workloads
 from safety import ResourceVersions, wait_stable
 
+from lab import metal3
 from lab import nodes as lab_nodes
 from lab.machines import bmc as lab_bmc
 from lab.paths import LabPaths
@@ -20,23 +22,48 @@ from lab.wait import wait_for
 WAIT = 300
 
 
-@pytest.fixture
-def machine(lab, k8s):
-    """(node, bmc.json entry, power log path) of the last worker, cordoned; afterwards uncordoned, its machine on
-    and its node Ready with its pods."""
+def take_worker(lab, k8s):
+    """(node, bmc.json entry, power log path) of the last worker, cordoned."""
     paths = LabPaths(lab.state_dir)
     bmcs = lab_bmc.load(paths)
     node = sorted(bmcs)[-1]
-    core = client.CoreV1Api(k8s)
-    core.patch_node(node, {"spec": {"unschedulable": True}})
-    yield node, dict(bmcs[node]), paths.machines / lab_bmc.POWER_LOG
-    bmc = lab_bmc.Bmc(bmcs[node])
+    client.CoreV1Api(k8s).patch_node(node, {"spec": {"unschedulable": True}})
+    return node, dict(bmcs[node]), paths.machines / lab_bmc.POWER_LOG
+
+
+def give_back(k8s, node, entry):
+    """The worker's machine on, its node uncordoned, Ready and with its pods."""
+    bmc = lab_bmc.Bmc(entry)
     if bmc.power_state() != "On":
         bmc.reset("On")
         wait_for(lambda: bmc.power_state() == "On", 60, "the machine of %s to be On" % node)
-    core.patch_node(node, {"spec": {"unschedulable": None}})
+    client.CoreV1Api(k8s).patch_node(node, {"spec": {"unschedulable": None}})
     wait_for(lambda: lab_nodes._all(k8s, [node], lab_nodes.is_recovered), WAIT, "node %s Ready again" % node)
     workloads.wait_node_pods_ready(k8s, node, WAIT)
+
+
+@pytest.fixture
+def machine(lab, k8s):
+    """The last worker's machine reached through its BMC alone: its BareMetalHost (``lab up`` makes one) is
+    detached and deleted first, as an administrator does before driving a Metal3 host's BMC (else the operator
+    would power it back as ``spec.online`` says), and made again afterwards."""
+    node, entry, log = take_worker(lab, k8s)
+    metal3.release_host(k8s, node)
+    yield node, entry, log
+    give_back(k8s, node, entry)
+    metal3.restore_host(k8s, lab_bmc.load(LabPaths(lab.state_dir)), node)
+
+
+@pytest.fixture
+def host_machine(lab, k8s):
+    """The last worker with the BareMetalHost ``lab up`` made for it (in ``openshift-machine-api``, linked to the
+    node by the annotation ``kubevirt-ops.lab/node``); afterwards as it was."""
+    node, entry, log = take_worker(lab, k8s)
+    bmcs = lab_bmc.load(LabPaths(lab.state_dir))
+    host = metal3.restore_host(k8s, bmcs, node)
+    yield node, host, log
+    give_back(k8s, node, entry)
+    metal3.restore_host(k8s, bmcs, node)
 
 
 def power_lines(path, node):
@@ -123,9 +150,11 @@ def test_what_the_machine_does_not_have_and_bad_credentials_are_refused_and_noth
                                           "firmware": [{"component": "nic-7", "url": "https://firmware.example/n.bin",
                                                         "version": "1.0"}]})
     assert unknown.get("failed"), unknown
+    # The machine's firmware: its System's BIOS version and its own entries of the BMC's inventory.
     assert unknown["msg"] == (
-        "Option firmware[0].component nic-7 names no firmware of node %s's machine (it reports bios); option bios names "
-        "attribute NoSuchSetting, which node %s's machine does not have; nothing was changed." % (node, node))
+        "Option firmware[0].component nic-7 names no firmware of node %s's machine (it reports bios, %s.BIOS, %s.BMC); "
+        "option bios names attribute NoSuchSetting, which node %s's machine does not have; nothing was changed."
+        % (node, node, node, node))
 
     wrong = run_module("node_machine", {"name": node, "reboot": True,
                                         "bmc": lab_bmc.module_option(entry, password="not-" + entry["password"])})
@@ -163,43 +192,78 @@ def test_a_machine_is_never_restarted_under_a_vm(k8s, namespace, run_module, mac
 METAL3 = ("metal3.io", "v1alpha1", "baremetalhosts")
 
 
-def test_through_a_bare_metal_host_a_restart_is_a_reboot_annotation_and_firmware_is_refused(
-        k8s, namespace, run_module, machine):
-    node, _entry, _log = machine
-    host = "host-%s" % node
+def test_through_a_bare_metal_host_firmware_and_bios_are_applied_by_servicing_on_its_reboot(
+        lab, k8s, run_module, host_machine):
+    node, host, log = host_machine
+    namespace, name = host["metadata"]["namespace"], host["metadata"]["name"]
     custom = client.CustomObjectsApi(k8s)
-    # A lab node's providerID (kwok://) cannot name its host: the stand-in finds the node by annotation.
-    custom.create_namespaced_custom_object(*METAL3[:2], namespace, METAL3[2], {
-        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-        "metadata": {"name": host, "namespace": namespace, "annotations": {"kubevirt-ops.lab/node": node}},
-        "spec": {"online": True}})
+    bmc = lab_bmc.Bmc(lab_bmc.load(LabPaths(lab.state_dir))[node])
 
-    def bmh():
-        return custom.get_namespaced_custom_object(*METAL3[:2], namespace, METAL3[2], host)
+    def read(plural):
+        try:
+            return custom.get_namespaced_custom_object(*METAL3[:2], namespace, plural, name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
 
-    wait_for(lambda: (bmh().get("status") or {}).get("poweredOn") is True, 60, "BareMetalHost %s powered on" % host)
+    def firmware_objects():
+        return dict((plural, (read(plural) or {}).get("metadata", {}).get("resourceVersion"))
+                    for plural in ("hostfirmwarecomponents", "hostfirmwaresettings", "hostupdatepolicies"))
+
+    # The operator makes the host's firmware objects once it registered it (the fixture may have made the host anew).
+    wait_for(lambda: ((read("hostfirmwarecomponents") or {}).get("status") or {}).get("components") and (
+        (read("hostfirmwaresettings") or {}).get("status") or {}).get("settings"), WAIT,
+        "the firmware objects of BareMetalHost %s/%s" % (namespace, name))
+    shown = bmc.show()
+    version = lab_bmc.flashed_version(shown["bios_version"])
+    turbo = "Disabled" if shown["bios"]["ProcTurboMode"] == "Enabled" else "Enabled"
+    road = {"name": node, "bmh": {"name": name, "namespace": namespace}}
+    firmware = [{"component": "bios", "url": "https://firmware.example/bios-%s.bin" % version, "version": version}]
+
+    # Bad input: one sentence, and nothing changed in the cluster (the host's firmware objects included) or on the BMC.
     wait_stable()
-    versions = ResourceVersions(k8s)
-    refused = run_module("node_machine", {"name": node, "bmh": {"name": host, "namespace": namespace},
-                                          "firmware": [{"component": "bios", "url": "https://firmware.example/b.bin",
-                                                        "version": "2.0.0"}]})
+    versions, objects = ResourceVersions(k8s), firmware_objects()
+    pending = bmc.get("/BIOS/Settings")["Attributes"]
+    refused = run_module("node_machine", dict(road, firmware=firmware, bios={"NoSuchSetting": "On"}))
     assert refused.get("failed"), refused
-    assert refused["msg"] == (
-        "Option firmware: firmware updates through a BareMetalHost (HostFirmwareComponents) are not supported by this "
-        "version of the collection, and this machine is reached through the BareMetalHost %s/%s; nothing was changed."
-        % (namespace, host))
-    assert versions.changes() == []
+    assert refused["msg"] == ("Option bios names attribute NoSuchSetting, which node %s's machine does not have; "
+                              "nothing was changed." % node)
+    assert versions.changes() == [] and firmware_objects() == objects
+    assert bmc.show() == shown and bmc.get("/BIOS/Settings")["Attributes"] == pending
 
     before = boot_id(k8s, node)
-    done = run_module("node_machine", {"name": node, "bmh": {"name": host, "namespace": namespace}, "reboot": True})
+    powered = len(power_lines(log, node))
+    done = run_module("node_machine", dict(road, firmware=firmware, bios={"ProcTurboMode": turbo}))
     assert not done.get("failed"), done
     summary = done["machine"]
-    assert summary["road"] == "metal3" and summary["bmh"] == "%s/%s" % (namespace, host)
+    assert summary["road"] == "metal3" and summary["bmh"] == "%s/%s" % (namespace, name)
+    assert summary["firmware_before"] == {"bios": shown["bios_version"]} and summary["firmware_after"] == {"bios": version}
+    assert summary["bios_changed"] == {"ProcTurboMode": {"before": shown["bios"]["ProcTurboMode"], "after": turbo}}
     assert summary["boot_id_before"] == before and summary["boot_id_after"] not in (None, before)
-    # Rebooted with the collection's own reboot annotation (the host's spec.online, its owner's, left alone),
-    # which is gone afterwards.
+    # Asked in the host's HostFirmwareComponents and -Settings, applied while the operator serviced the host on the
+    # reboot of the collection's own annotation (the host's spec.online, its owner's, left alone).
     assert [a["action"] for a in summary["actions"]] == [
-        "restart (reboot.metal3.io/kubevirt-ops.maintenance soft, removed once off)"], summary
-    assert bmh()["spec"]["online"] is True and bmh()["status"]["poweredOn"] is True
-    assert not [a for a in bmh()["metadata"].get("annotations") or {} if a.startswith("reboot.metal3.io")]
+        "firmware bios %s" % version, "bios ProcTurboMode",
+        "restart (reboot.metal3.io/kubevirt-ops.maintenance soft, removed once off, serviced by baremetal-operator)"], \
+        summary["actions"]
+    assert read("hostupdatepolicies")["spec"] == {"firmwareSettings": "onReboot", "firmwareUpdates": "onReboot"}
+    assert [c["currentVersion"] for c in read("hostfirmwarecomponents")["status"]["components"]
+            if c["component"] == "bios"] == [version]
+    assert read("hostfirmwaresettings")["status"]["settings"]["ProcTurboMode"] == turbo
+    now = bmc.show()
+    assert now["bios_version"] == version and now["firmware"]["bios"] == {"version": version, "staged": None}
+    assert now["bios"]["ProcTurboMode"] == turbo and now["power_state"] == "On"
+    after = read("baremetalhosts")
+    assert after["spec"]["online"] is True and after["status"]["poweredOn"] is True
+    assert after["status"]["operationalStatus"] == "OK"
+    assert not [a for a in after["metadata"].get("annotations") or {} if a.startswith("reboot.metal3.io")]
+    # The operator powered the machine off for the reboot; servicing powered it on to run the new firmware.
+    assert [json.loads(line)["power_state"] for line in power_lines(log, node)[powered:]] == ["Off", "On"]
     assert lab_nodes.is_ready(client.CoreV1Api(k8s).read_node(node))
+
+    # Asked again: the host reports what was asked, so nothing is written and the machine is left alone.
+    objects, powered = firmware_objects(), len(power_lines(log, node))
+    again = run_module("node_machine", dict(road, firmware=firmware, bios={"ProcTurboMode": turbo}))
+    assert not again.get("failed") and again["changed"] is False and again["machine"]["actions"] == [], again
+    assert firmware_objects() == objects and len(power_lines(log, node)) == powered

@@ -12,7 +12,10 @@ from kubernetes import client
 
 import runs
 import workloads
+from lab import metal3
 from lab import nodes as lab_nodes
+from lab.machines import bmc as lab_bmc
+from lab.paths import LabPaths
 from lab.wait import wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,10 +72,7 @@ def doomed_node(k8s):
 
     wait_for(ready_for_vms, 180, "node %s to be Ready for VMs" % plan.name)
     yield plan.name
-    try:
-        lab_nodes.recover(k8s, plan.name, wait=False)
-    except Exception:  # noqa: BLE001 - the node may be gone already
-        pass
+    # Deleting it ends its machine's death too (the dead machines' record of it goes, and its Lease).
     try:
         core(k8s).delete_node(plan.name)
     except client.exceptions.ApiException as exc:
@@ -148,8 +148,29 @@ def test_control_plane_node_is_refused_and_nothing_changes(lab, k8s, tmp_path, l
     assert lease(k8s, lock_name) is None
 
 
-def test_heartbeating_node_is_refused_then_powered_off_through_its_bare_metal_host(lab, k8s, namespace, tmp_path,
-                                                                                  lock_name, doomed_node):
+@pytest.fixture
+def hosted_worker(lab, k8s):
+    """The last worker, whose machine has the BareMetalHost ``lab up`` made for it; afterwards the host is online
+    again (its machine on) and the node back as ``lab up`` registers it."""
+    bmcs = lab_bmc.load(LabPaths(lab.state_dir))
+    node = sorted(bmcs)[-1]
+    host = metal3.restore_host(k8s, bmcs, node)
+    yield node, host
+    metal3.restore_host(k8s, bmcs, node, timeout=300)
+    lab.cli("up")
+
+    def back():
+        current = core(k8s).read_node(node) if node_exists(k8s, node) else None
+        return (current is not None and lab_nodes.is_ready(current)
+                and (current.metadata.labels or {}).get("kubevirt.io/schedulable") == "true")
+
+    wait_for(back, 600, "node %s to be a Ready KubeVirt node again" % node)
+    workloads.wait_node_pods_ready(k8s, node, 600)
+
+
+def test_heartbeating_node_is_refused_then_powered_off_through_its_bare_metal_host(
+        lab, k8s, tmp_path, lock_name, hosted_worker):
+    doomed_node, host = hosted_worker
     refused = decommission(lab, tmp_path, lock_name, doomed_node)
     assert refused.returncode != 0
     messages = [result.get("msg", "") for _task, result in refused.failures()]
@@ -157,22 +178,18 @@ def test_heartbeating_node_is_refused_then_powered_off_through_its_bare_metal_ho
     assert node_exists(k8s, doomed_node) and lease(k8s, lock_name) is None  # refused before the lock
     assert not core(k8s).read_node(doomed_node).spec.unschedulable
 
-    # A lab node's providerID is kwok://<name>: the host is named explicitly (the lab's stand-in
-    # finds the node it powers by the annotation).
-    host = {"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-            "metadata": {"name": "host-%s" % doomed_node, "namespace": namespace,
-                         "annotations": {"kubevirt-ops.lab/node": doomed_node}},
-            "spec": {"online": True}}
-    custom = client.CustomObjectsApi(k8s)
-    custom.create_namespaced_custom_object("metal3.io", "v1alpha1", namespace, "baremetalhosts", host)
+    # A lab node's providerID is kwok://<name>: the host is named explicitly.
+    name, namespace = host["metadata"]["name"], host["metadata"]["namespace"]
     run = decommission(lab, tmp_path, lock_name, doomed_node, node_decommission_power_off="bmh",
-                       node_decommission_bmh={"name": host["metadata"]["name"], "namespace": namespace},
+                       node_decommission_bmh={"name": name, "namespace": namespace},
                        node_decommission_reregistration_watch=5)
     assert run.returncode == 0, (run.failures()[:1], run.output[-3000:])
     assert not node_exists(k8s, doomed_node)
-    after = custom.get_namespaced_custom_object("metal3.io", "v1alpha1", namespace, "baremetalhosts",
-                                                host["metadata"]["name"])
+    after = client.CustomObjectsApi(k8s).get_namespaced_custom_object("metal3.io", "v1alpha1", namespace,
+                                                                      "baremetalhosts", name)
     assert after["spec"]["online"] is False and after["status"]["poweredOn"] is False
+    # The operator powered the machine off through its BMC.
+    assert lab_bmc.Bmc(lab_bmc.load(LabPaths(lab.state_dir))[doomed_node]).power_state() == "Off"
     results = dict(run.results())
     assert results["Drain and delete the node"]["powered_off_by"] == "bmh"
     reports = sorted((tmp_path / "reports").glob("decommission-%s-*/report.json" % doomed_node))

@@ -15,6 +15,7 @@ import runs
 import workloads
 from test_rolling_maintenance import PLAYBOOK, base_vars, failure_messages, node_marks, report_of
 
+from lab import metal3
 from lab.machines import bmc as lab_bmc
 from lab.paths import LabPaths
 
@@ -33,13 +34,20 @@ def lock_name(k8s):
 
 
 @pytest.fixture
-def machines(lab):
-    """bmc.json of the lab, and the nodes put back in service afterwards."""
+def machines(lab, k8s):
+    """bmc.json of the lab, the machines of NODES reached through their BMCs alone (their BareMetalHosts,
+    which ``lab up`` makes, detached and deleted first, as an administrator does before driving a Metal3
+    host's BMC), and afterwards the nodes put back in service and their hosts made again."""
     paths = LabPaths(lab.state_dir)
-    yield paths, lab_bmc.load(paths)
+    bmcs = lab_bmc.load(paths)
+    for name in NODES:
+        metal3.release_host(k8s, name)
+    yield paths, bmcs
     for name in NODES:
         runs.module(lab.kubeconfig, "node_maintenance", {"name": name, "state": "absent"})
     lab.restore_nodes()
+    for name in NODES:
+        metal3.restore_host(k8s, bmcs, name)
 
 
 def boot_ids(k8s):
