@@ -3,7 +3,8 @@
 ``python -m lab.lane DIR COMMAND [ARG...]`` brings a lab up in the state directory DIR (after
 taking down whatever an earlier, interrupted lane left running there), runs COMMAND with
 ``$KUBEVIRT_OPS_LAB_DIR`` naming it, and takes the lab down whatever COMMAND's outcome, also
-when the lane is interrupted (SIGINT, SIGTERM: passed on to COMMAND first). It exits with
+when the lane is interrupted (SIGINT, SIGTERM: passed on to COMMAND and every process it started, which
+are killed once COMMAND ends). It exits with
 COMMAND's exit code, or 1 when the lab did not come up.
 
 The tests' ``lab`` fixture reuses a running lab named by ``$KUBEVIRT_OPS_LAB_DIR`` when it runs
@@ -36,10 +37,13 @@ def run(state_dir, command):
         return 1
     print(f"lab lane: the lab in {paths.state_dir} is up ({time.monotonic() - started:.0f} s); "
           f"running {' '.join(command)}", flush=True)
-    child = subprocess.Popen(command, env=dict(os.environ, **{STATE_DIR_ENV: str(paths.state_dir)}))
+    # COMMAND and everything it starts form a process group of their own, so a signal reaches all of them
+    # (make passes SIGTERM to no child of its own), and nothing of the lane outlives its lab.
+    child = subprocess.Popen(command, env=dict(os.environ, **{STATE_DIR_ENV: str(paths.state_dir)}),
+                             start_new_session=True)
 
     def pass_on(signum, _frame):
-        child.send_signal(signum)
+        _signal_group(child, signum)
 
     previous = {s: signal.signal(s, pass_on) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -47,10 +51,16 @@ def run(state_dir, command):
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        _signal_group(child, signal.SIGKILL)
+        child.wait()
         cluster.down(paths)
+
+
+def _signal_group(child, signum):
+    try:
+        os.killpg(child.pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def main(argv=None):

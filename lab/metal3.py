@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.paths import cache_root
 from lab.wait import wait_for
 
 MODULE = "github.com/metal3-io/baremetal-operator/apis"
@@ -55,14 +56,6 @@ CRD_TIMEOUT = 60
 
 class BuildError(LabError):
     """The CRDs could not be generated; the message says why."""
-
-
-def cache_root():
-    configured = os.environ.get("KUBEVIRT_OPS_LAB_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "kubevirt-ops-lab"
 
 
 @dataclass(frozen=True)

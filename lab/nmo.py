@@ -28,7 +28,7 @@ from pathlib import Path
 
 from lab import certs, components, kubeconfig, network, nodes, processes
 from lab.errors import LabError
-from lab.paths import REPO_ROOT
+from lab.paths import REPO_ROOT, cache_root
 from lab.wait import wait_for
 
 MODULE = "github.com/medik8s/node-maintenance-operator"
@@ -47,14 +47,6 @@ MODULE_FILES = {
 
 class BuildError(LabError):
     """The operator could not be built; the message says why."""
-
-
-def cache_root():
-    configured = os.environ.get("KUBEVIRT_OPS_LAB_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "kubevirt-ops-lab"
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 STATE_DIR_ENV = "KUBEVIRT_OPS_LAB_DIR"
 
 
+def cache_root():
+    """Where the lab's builds are kept (binaries, generated manifests), shared by every lab and checkout:
+    ``$KUBEVIRT_OPS_LAB_CACHE``, else ``~/.cache/kubevirt-ops-lab`` (as lab/build.sh)."""
+    configured = os.environ.get("KUBEVIRT_OPS_LAB_CACHE")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kubevirt-ops-lab"
+
+
 def default_state_dir():
     """The state dir named by the environment, else ``<repo>/.lab`` (git-ignored)."""
     configured = os.environ.get(STATE_DIR_ENV)

@@ -66,7 +66,7 @@ import time
 
 from lab.errors import LabError
 from lab.standins import kube as k
-from lab.standins.baremetal import BmcError
+from lab.standins.baremetal import SERVICING_ERROR, BmcError
 from lab.standins import objects as o
 from lab.standins.informer import Informer
 from lab.standins.workqueue import Controller
@@ -81,8 +81,6 @@ ON_REBOOT = "onReboot"
 CHANGE_DETECTED = "ChangeDetected"
 VALID = "Valid"
 SERVICING = "servicing"
-SERVICING_ERROR = "servicing error"
-PROVISIONED_STATES = ("provisioned", "externally provisioned")
 # The firmware components baremetal-operator keeps (``GetFirmwareComponents``; NICs are ``nic:<id>``).
 COMPONENTS = ("bios", "bmc")
 NIC_PREFIX = "nic:"

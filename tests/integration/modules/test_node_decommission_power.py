@@ -258,24 +258,20 @@ def host_worker(lab, k8s):
 
 @pytest.fixture
 def bmc_worker(lab, k8s):
-    """(node, its bmc.json entry) of the last worker; afterwards its machine is on and its node back: Ready and a
-    KubeVirt node again (``lab up`` registers a deleted one anew)."""
+    """(node, its bmc.json entry) of the last worker, its machine reached through its BMC alone: its BareMetalHost
+    (``lab up`` makes one) is detached and deleted first, as an administrator does before driving a Metal3 host's
+    BMC (else the operator would power the machine back as ``spec.online`` says). Afterwards its machine is on, its
+    node back (Ready and a KubeVirt node again: ``lab up`` registers a deleted one anew) and its host made again."""
     bmcs = lab_bmc.load(LabPaths(lab.state_dir))
     node = sorted(bmcs)[-1]
+    metal3.release_host(k8s, node)
     yield node, dict(bmcs[node])
     machine = lab_bmc.Bmc(bmcs[node])
     if machine.power_state() != "On":
         machine.reset("On")
         wait_for(lambda: machine.power_state() == "On", 60, "the machine of %s to be On" % node)
-    lab.cli("up")
-
-    def back():
-        current = read_node(k8s, node)
-        return (current is not None and lab_nodes.is_ready(current)
-                and (current.metadata.labels or {}).get("kubevirt.io/schedulable") == "true")
-
-    wait_for(back, 600, "node %s to be a Ready KubeVirt node again" % node)
-    workloads.wait_node_pods_ready(k8s, node, 600)
+    back_as_kubevirt_node(lab, k8s, node)
+    metal3.restore_host(k8s, bmcs, node)
 
 
 def test_power_off_through_the_bmc_then_the_node_is_deleted(lab, k8s, run_module, bmc_worker, tmp_path):

@@ -606,7 +606,10 @@ def extra_nodes(k8s):
         return all(lab_nodes.is_ready(n) and (n.metadata.labels or {}).get("kubevirt.io/schedulable") == "true"
                    for n in found)
 
-    wait_for(ready_for_vms, 180, "the extra nodes to be Ready for VMs")
+    # A new node gets its virt-handler pod from the DaemonSet controller, which on a loaded machine may find its
+    # cache behind its own last write ("read version ... is not as new as written version") and requeue the
+    # DaemonSet with its rate limiter's growing backoff (kube-controller-manager daemon_controller.go): minutes.
+    wait_for(ready_for_vms, 600, "the extra nodes to be Ready for VMs")
     yield names
     for name in names:
         workloads.remove_node(k8s, name)
