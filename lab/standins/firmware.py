@@ -62,9 +62,9 @@ cache of BIOS settings and firmware components, its provision state) in memory:
 import copy
 import hashlib
 import threading
-import time
 
 from lab.errors import LabError
+from lab.wait import wait_for
 from lab.standins import kube as k
 from lab.standins.baremetal import SERVICING_ERROR, BmcError
 from lab.standins import objects as o
@@ -323,11 +323,11 @@ def _run_service_steps(node, bmc, settings, updates):
 
 
 def _wait(check, what):
-    deadline = time.monotonic() + BOOT_SECONDS
-    while not check():
-        if time.monotonic() > deadline:
-            raise ServiceFailed(f"timed out waiting for {what}")
-        time.sleep(0.5)
+    """lab.wait's wait for the machine's boot, a servicing failure when it does not come."""
+    try:
+        wait_for(check, BOOT_SECONDS, what)
+    except LabError as e:
+        raise ServiceFailed(str(e)) from None
 
 
 # -- the controller ---------------------------------------------------------------------------------------------------
