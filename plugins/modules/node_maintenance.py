@@ -27,6 +27,10 @@ description:
     (HTTP 429) is retried as soon as a watch shows that budget allowing a disruption again, else with backoff.
   - With O(method=cr), a NodeMaintenance (C(nodemaintenance.medik8s.io), or C(nodemaintenance.kubevirt.io) when only
     that API is served) named C(kubevirt-ops-<node>) is created and its status is reported in the same shape.
+  - With O(method=auto) (the default) and the node-maintenance operator installed, the node enters maintenance as with
+    O(method=drain) (cordon, taints, label and the record, which names method C(cr)), its VMs are evacuated as that
+    drain evacuates them (paced to KubeVirt's free migration lanes), and then the NodeMaintenance is created; the
+    operator drains the other pods and holds the node (see O(method)).
   - With either method, entering maintenance takes off the taint C(kubevirt-ops.io/maintenance-pending:PreferNoSchedule)
     that a rolling run (M(kubevirt_ops.maintenance.pending_nodes)) puts on the nodes still to do; the node is cordoned
     now, and done once it leaves maintenance, so VMs leaving the next nodes may come to it then. Leaving maintenance
@@ -110,7 +114,24 @@ options:
       - V(drain) asks KubeVirt to evacuate the node's VMs only as fast as it migrates them (no more at once than its
         C(parallelOutboundMigrationsPerNode) and C(parallelMigrationsPerCluster)), so each migration starts as a slot
         frees; the operator, like C(kubectl drain), asks for all of them at once, and KubeVirt looks again at the
-        migrations it holds back only every 5 seconds.
+        migrations it holds back only every 5 seconds (C(handleTargetPodCreation) in
+        C(pkg/virt-controller/watch/migration/migration.go) of KubeVirt 1.7).
+      - When V(auto) chooses V(cr) and O(wait=true), the VMs leave first at KubeVirt's own pace and the
+        NodeMaintenance comes after them. The node is cordoned, tainted, labelled and recorded as by V(drain), the
+        virt-launcher pods are evicted as V(drain) evicts them (VMs that cannot migrate handled by O(non_migratable),
+        VMs with a C(restart_elsewhere) fate started again elsewhere), and then the NodeMaintenance is created and
+        followed until it is V(Succeeded). The operator finds the node already cordoned and tainted as it would do
+        it itself, drains the other pods, and takes its Lease C(medik8s-leases/node-<name>), so what the
+        NodeMaintenance gives stays - the console's maintenance state, the Lease that keeps medik8s remediation
+        away, a drain of the rest that goes on if this task dies. RV(method) is V(cr) and RV(method_reason) says
+        that the VMs left first. Measured on the lab (6 VMs off one node, KubeVirt 1.7, 2 migrations per node),
+        V(auto) 19.0 s, V(drain) 17.8 s, V(cr) 30.3 s; no migration was held Pending by KubeVirt's limits with
+        V(auto) (0.4-1.3 s each in Pending), four were with V(cr) (up to 12.8 s).
+      - An evacuation that fails or times out ends the task as a failed drain does, with RV(phase) V(Failed), the pods
+        left explained, the node left cordoned with this collection's marks and no NodeMaintenance. A later task
+        with V(auto) (or V(cr)) resumes it and creates the NodeMaintenance; V(drain) takes it over as a drain;
+        O(state=absent) ends it as a drain's. With O(wait=false), V(auto) creates the NodeMaintenance at once and
+        the operator drains everything at its pace, as with V(cr).
     type: str
     choices: [auto, drain, cr]
     default: auto
@@ -178,7 +199,8 @@ seealso:
   - module: kubevirt_ops.maintenance.node_decommission
 notes:
   - Needs to list nodes, pods, PodDisruptionBudgets and KubeVirt objects cluster-wide, patch nodes, create
-    C(pods/eviction) in the namespaces of the node's pods, and (for O(method=cr)) create and delete NodeMaintenances.
+    C(pods/eviction) in the namespaces of the node's pods (with O(method=auto) choosing the NodeMaintenance, of
+    its virt-launcher pods), and (for O(method=cr), or V(auto) choosing it) create and delete NodeMaintenances.
     Missing permissions are reported before anything is changed.
   - Pausing remediation needs to list and patch the NodeHealthChecks and MachineHealthChecks (and list the Machines) the
     cluster serves; cancelling evacuations needs update of C(virtualmachineinstances/evacuate) (the action C(evacuate/cancel)) of
@@ -243,6 +265,7 @@ method_reason:
     - Why RV(method) was used, one sentence; with O(method=auto), which way it went (for example that the
       NodeMaintenance operator ignores an option that is set, so the node is drained directly). When the choice
       leaves options unused, or avoids the installed operator because of them, the same sentence is also a warning.
+    - When O(method=auto) evacuates the VMs before it creates the NodeMaintenance, a second sentence says so.
   returned: always
   type: str
   sample: "method auto chose drain: the NodeMaintenance operator ignores pod_selector='app=web' (it evicts every pod)."

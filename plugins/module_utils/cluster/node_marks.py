@@ -81,16 +81,19 @@ def maintenance_view(node):
     }
 
 
-def enter_changes(node, reason=None):
+def enter_changes(node, reason=None, method=None):
     """(patch or None, after view, record) that put the node into maintenance as NMO does.
 
     The record lists what was actually added, so that leaving maintenance removes that and
-    nothing else; an existing record (an earlier, interrupted run) is kept.
+    nothing else; an existing record (an earlier, interrupted run) is kept. ``method``: the way
+    in to record (default: the existing record's, else "drain").
     """
     existing = maintenance_record(node)
     added = set((existing or {}).get("added") or [])
     patch, marked = _marks_patch(node, added)
     record = dict(existing or {"method": "drain", "started": now_seconds()})
+    if method is not None:
+        record["method"] = method
     if marked or existing is None:
         record["phase"] = "Running"  # a finished drain keeps its phase until the node changes again
     if reason is not None:

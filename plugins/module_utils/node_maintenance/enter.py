@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubevirt_ops.maintenance contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Entering maintenance the two ways node_maintenance knows: drain the node directly, or create a
-NodeMaintenance CR and follow its status."""
+"""Entering maintenance the ways node_maintenance knows: drain the node directly; create a
+NodeMaintenance CR and follow its status; or (method auto with the node-maintenance operator)
+evacuate the node's VMs at KubeVirt's pace first, then create the CR for the rest."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -23,7 +24,8 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.eng
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import WaitTimeoutError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.explain import explain_pending
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance.result import vm_report
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import pods_permission
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import DrainOptions, pods_permission
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import percent
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import (
     Informer,
     wait_for_object,
@@ -31,11 +33,12 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waite
 )
 
 
-def _permissions_for_drain(plan, options, shutdown):
-    namespaces = sorted(set(p["metadata"]["namespace"] for p in plan.evict))
+def _permissions_for_drain(plan, drain_options, shutdown, launchers_only=False):
+    namespaces = sorted(set(p["metadata"]["namespace"] for p in plan.evict
+                            if not launchers_only or kubevirt.is_launcher_pod(p)))
     perms = [Permission("patch", "nodes")]
     if namespaces:
-        perms.append(pods_permission(namespaces, options.drain.disable_eviction))
+        perms.append(pods_permission(namespaces, drain_options.disable_eviction))
     perms.extend(restart_elsewhere.permissions(shutdown, plan.vms))
     return perms
 
@@ -68,12 +71,14 @@ def _drain_phase(client, name, outcome, drainer, deadline, explanations, result)
         result["phase"] = "Succeeded" if not outcome.pending else "Running"
 
 
-def _cordon(module, result, node, progress, note=""):
-    """Cordon and taint the node and record it as in maintenance by this collection; (node after, diff)."""
+def _cordon(module, result, node, progress, note="", method=None):
+    """Cordon and taint the node and record it as in maintenance by this collection (``method``: the way in
+    the record names, node_marks.enter_changes); (node after, diff)."""
     name = nodes_mod.node_name(node)
     before = node_marks.maintenance_view(node)
     node_after, (patch, after, _record) = node_marks.update_node(
-        module.client, name, lambda current: node_marks.enter_changes(current, module.params.get("reason")), node=node)
+        module.client, name, lambda current: node_marks.enter_changes(current, module.params.get("reason"), method),
+        node=node)
     result["changed"] = result["changed"] or patch is not None
     if patch is not None:
         progress.line("phase=Running cordoned, tainted %s:NoSchedule%s" % (node_marks.DRAIN_TAINT["key"], note))
@@ -95,21 +100,34 @@ def enter_without_drain(module, result, plan, node, progress):
 def enter_drain(module, result, plan, node, shutdown, options, deadline, progress, owner=None, began=None):
     """Cordon and drain; ``began()`` is called once the cordon is written (not when the node was cordoned
     already by an earlier call)."""
-    params = module.params
     client = module.client
     name = plan.node
-    require(client, _permissions_for_drain(plan, options, shutdown), "drain node %s" % name)
-    node_after, diff = _cordon(module, result, node, progress)
+    require(client, _permissions_for_drain(plan, options.drain, shutdown), "drain node %s" % name)
+    node_after, diff = _cordon(module, result, node, progress, method="drain")
     if began is not None and result["changed"]:
         began()
+    outcome, drainer, explanations = _drain(module, result, plan, shutdown, options.drain, deadline, progress,
+                                            owner, module.params["wait"])
+    _drain_report(module, result, plan, node_after, outcome, drainer, explanations, deadline, progress)
+    if module.diff_mode:
+        result["diff"] = diff
+    return outcome.timed_out
+
+
+def _drain(module, result, plan, shutdown, drain_options, deadline, progress, owner, wait):
+    """Shut down the VMs of ``shutdown`` and run the drain engine on the node's pods ``drain_options``
+    select; its numbers, phase and last error go to ``result``. (outcome, drainer, explanations of the
+    pods left)."""
+    client = module.client
+    name = plan.node
     wait_only = restart_elsewhere.shut_down(client, shutdown)
     if shutdown:
         result["changed"] = True
         progress.line(_vm_list_line("that cannot migrate", [(vm["namespace"], vm["name"]) for vm in shutdown]))
-    drainer = Drainer(client, name, options.drain, deadline, progress=progress, wait_only=wait_only,
-                      watch_budgets=plan.budgets_matter(), non_migratable=params["non_migratable"],
+    drainer = Drainer(client, name, drain_options, deadline, progress=progress, wait_only=wait_only,
+                      watch_budgets=plan.budgets_matter(), non_migratable=module.params["non_migratable"],
                       not_ready_grace=NOT_READY_GRACE, owner=owner)
-    outcome = drainer.run(wait=params["wait"])
+    outcome = drainer.run(wait=wait)
     if outcome.evicted:
         result["changed"] = True
     result["total_pods"] = outcome.total
@@ -120,26 +138,89 @@ def enter_drain(module, result, plan, node, shutdown, options, deadline, progres
     if outcome.shut_down:
         progress.line(_vm_list_line("whose live migrations kept failing", outcome.shut_down))
     _drain_phase(client, name, outcome, drainer, deadline, explanations, result)
+    return outcome, drainer, explanations
+
+
+def _drain_report(module, result, plan, node, outcome, drainer, explanations, deadline, progress):
+    """The end of a drain by this collection: the VMs it shut down started again elsewhere (waited for), where
+    each VM went, the phase recorded on the node and the last status line."""
+    client = module.client
+    wait = module.params["wait"]
     restarted = {}
-    if params["wait"] and outcome.fatal is None and not outcome.refused:
-        restarted = restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
-    result["vms"] = vm_report(client, plan, explanations, final=params["wait"], restarted=restarted)
-    node_marks.set_record_phase(client, node_after, result["phase"], result["last_error"])
+    if wait and outcome.fatal is None and not outcome.refused:
+        restarted = restart_elsewhere.start_again(client, plan.vms, plan.node, deadline, progress)
+    result["vms"] = vm_report(client, plan, explanations, final=wait, restarted=restarted)
+    node_marks.set_record_phase(client, node, result["phase"], result["last_error"])
     progress.update(outcome.total, outcome.eviction, len(outcome.pending),
                     sum(1 for t in outcome.pending if t.launcher), phase=result["phase"],
                     vms=drainer.pending_vms(), error=result["last_error"] or drainer.last_error)
+
+
+# -- method auto with the node-maintenance operator: the VMs first, at KubeVirt's pace ---------------------
+#
+# The operator drains with k8s.io/kubectl's drain library (RunNodeDrain in
+# controllers/nodemaintenance_controller.go of medik8s/node-maintenance-operator v0.17.0), which evicts every
+# pod of the node at once. For a virt-launcher pod an eviction only marks its VMI for evacuation, and
+# virt-controller then creates a migration for every marked VMI while it counts a free slot - counting only
+# migrations past Pending (pkg/virt-controller/watch/drain/evacuation/evacuation.go, FilterRunningMigrations) -
+# and holds those over parallelOutboundMigrationsPerNode / parallelMigrationsPerCluster in Pending, looking
+# at them again only 5 s later (handleTargetPodCreation, pkg/virt-controller/watch/migration/migration.go of
+# kubevirt v1.7.0). So the VMs leave first through this collection's drain engine, which asks for an
+# evacuation only as a migration lane frees (drain/engine.py), and only then is the NodeMaintenance created:
+# the operator finds the node cordoned and tainted as it would leave it itself (AddOrRemoveTaint and
+# RunCordonOrUncordon change nothing then, controllers/taint.go), takes its Lease medik8s-leases/node-<name>,
+# drains what is left and reports Succeeded, and the console shows the node in maintenance as with method cr.
+
+def _evacuation_options(drain_options):
+    """The drain options of the evacuation: the same, for the node's virt-launcher pods only."""
+    return DrainOptions(ignore_daemonsets=drain_options.ignore_daemonsets,
+                        delete_emptydir_data=drain_options.delete_emptydir_data, force=drain_options.force,
+                        pod_selector=kubevirt.LAUNCHER_LABEL, grace_period=drain_options.grace_period,
+                        disable_eviction=False)
+
+
+def enter_cr_after_evacuation(module, result, plan, node, cr_kind, shutdown, options, deadline, progress,
+                              owner=None, began=None):
+    """Enter maintenance as a drain does (cordon, taints, the record naming method cr), evacuate the node's VMs
+    with the drain engine, then create the NodeMaintenance and follow it. A failed or timed-out evacuation ends
+    the call as a failed drain (the node stays cordoned, no NodeMaintenance); a later call resumes it."""
+    client = module.client
+    name = plan.node
+    evacuation = _evacuation_options(options.drain)
+    group = nm_cr.API_VERSIONS[cr_kind].split("/")[0]
+    require(client, _permissions_for_drain(plan, evacuation, shutdown, launchers_only=True) +
+            [Permission("create", "nodemaintenances", group=group)], "put node %s into maintenance" % name)
+    node_after, diff = _cordon(module, result, node, progress, method="cr")
+    if began is not None and result["changed"]:
+        began()
+    outcome, drainer, explanations = _drain(module, result, plan, shutdown, evacuation, deadline, progress, owner,
+                                            wait=True)
     if module.diff_mode:
         result["diff"] = diff
-    return outcome.timed_out
+    if result["phase"] != "Succeeded":
+        _drain_report(module, result, plan, node_after, outcome, drainer, explanations, deadline, progress)
+        return outcome.timed_out
+    kind, cr = _cr_to_follow(client, name, cr_kind, None, module.params.get("reason"), result, progress,
+                             after="VMs evacuated")
+    timed_out = _follow_cr(module, result, plan, kind, cr, deadline, progress, owner)
+    # The whole maintenance in the numbers: the pods the evacuation and the operator removed together.
+    result["total_pods"] = plan.total_pods
+    result["eviction_pods"] = len(plan.evict)
+    if result["phase"] != "Succeeded":
+        result["drain_progress"] = percent(len(plan.evict), min(len(plan.evict), len(result["pending_pods"])))
+    node_marks.set_record_phase(client, nodes_mod.get_node(client, name), result["phase"], result["last_error"])
+    return timed_out
 
 
-def _cr_to_follow(client, name, cr_kind, ours_cr, reason, result, progress):
-    """(kind, CR) of the node's NodeMaintenance: ours when there is one, else a new one."""
+def _cr_to_follow(client, name, cr_kind, ours_cr, reason, result, progress, after=None):
+    """(kind, CR) of the node's NodeMaintenance: ours when there is one, else a new one (``after``: what
+    was done before, for the progress line)."""
     if ours_cr is not None:
         return ours_cr
     cr = client.create(cr_kind, nm_cr.body(cr_kind, name, reason))
     result["changed"] = True
-    progress.line("phase=Running created %s %s" % ("NodeMaintenance", cr["metadata"]["name"]))
+    done = "%s, " % after if after else ""
+    progress.line("phase=Running %screated NodeMaintenance %s" % (done, cr["metadata"]["name"]))
     return cr_kind, cr
 
 
@@ -240,6 +321,19 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
                         deadline.remaining(), "NodeMaintenance %s to cordon node %s" % (cr_name, name))
         restart_elsewhere.shut_down(client, shutdown)
         result["changed"] = True
+    timed_out = _follow_cr(module, result, plan, kind, cr, deadline, progress, owner)
+    if module.diff_mode:
+        result["diff"] = {"before": before, "after": node_marks.maintenance_view(nodes_mod.get_node(client, name))}
+    return timed_out
+
+
+def _follow_cr(module, result, plan, kind, cr, deadline, progress, owner):
+    """Follow the node's NodeMaintenance (until its phase is final, with wait) and report it in ``result``;
+    True when it timed out."""
+    params = module.params
+    client = module.client
+    name = plan.node
+    cr_name = cr["metadata"]["name"]
     namespaces = dict((p["metadata"]["name"], p["metadata"]["namespace"]) for p in plan.evict)
     timed_out, ended = False, None
     if params["wait"]:
@@ -257,8 +351,6 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
     if params["wait"] and ended is None and view["phase"] in ("Succeeded", "Running"):
         restarted = restart_elsewhere.start_again(client, plan.vms, name, deadline, progress)
     result["vms"] = vm_report(client, plan, explanations, final=params["wait"], restarted=restarted)
-    if module.diff_mode:
-        result["diff"] = {"before": before, "after": node_marks.maintenance_view(nodes_mod.get_node(client, name))}
     return timed_out
 
 

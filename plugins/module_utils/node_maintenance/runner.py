@@ -7,7 +7,8 @@ Entering: read the cluster once and compute the plan; refuse (nothing changed) w
 plan has blockers the non_migratable policy does not handle; then either drain directly
 (cordon, taint and label as the node-maintenance operator does, shut down exactly the
 blocking VMs when asked, run the drain engine) or create a NodeMaintenance CR and follow
-its status. Both report in the same shape. Leaving: undo what this collection added.
+its status - with method auto, after evacuating the VMs as the drain does. All report in
+the same shape. Leaving: undo what this collection added.
 
 This file chooses and runs; the two ways in are in enter.py, the way out in leave.py, and
 the shape of the result in result.py.
@@ -37,6 +38,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster.l
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination.lock import refuse_while_held
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance.enter import (
     enter_cr,
+    enter_cr_after_evacuation,
     enter_drain,
     enter_without_drain,
 )
@@ -130,11 +132,14 @@ def choose_method(requested, name, cr_kind, ours_cr, node, ignored=()):
     """(method, reason, warning): the method to use, one sentence saying why, and a warning
     (or None) when options the node-maintenance operator ignores are kept unused."""
     record = node_marks.maintenance_record(node)
+    # A record naming method cr: method auto began the maintenance with the evacuation of the VMs, and created
+    # the NodeMaintenance after it, or is still to (enter.enter_cr_after_evacuation).
+    cr_record = record is not None and record.get("method") == "cr"
     if requested == "cr":
         if cr_kind is None:
             raise InvalidInputError("method=cr needs the NodeMaintenance CRD (nodemaintenance.medik8s.io or "
                                     "nodemaintenance.kubevirt.io), which this cluster does not serve.", node=name)
-        if record is not None:
+        if record is not None and not cr_record:
             raise InvalidInputError("Node %s is in maintenance through a drain by this collection; end it with "
                                     "state=absent before using method=cr." % name, node=name)
         if ignored:
@@ -159,9 +164,10 @@ def choose_method(requested, name, cr_kind, ours_cr, node, ignored=()):
             return "cr", reason, reason
         return "cr", ("method auto kept cr: node %s is already in maintenance through NodeMaintenance %s."
                       % (name, cr_name)), None
-    if record is not None:
+    if record is not None and not cr_record:
         return "drain", ("method auto kept drain: node %s is already in maintenance through a drain by this "
                          "collection." % name), None
+    # A new maintenance, or one whose NodeMaintenance is still to be created: chosen afresh.
     if cr_kind is None:
         return "drain", ("method auto chose drain: the cluster does not serve the NodeMaintenance API "
                          "(no node-maintenance operator)."), None
@@ -169,8 +175,22 @@ def choose_method(requested, name, cr_kind, ours_cr, node, ignored=()):
     if ignored:
         reason = "method auto chose drain: the NodeMaintenance operator ignores %s." % _ignored_text(ignored)
         return "drain", reason, reason
+    if cr_record:
+        return "cr", ("method auto kept cr: node %s is already in maintenance by this collection, its "
+                      "NodeMaintenance not created yet." % name), None
     return "cr", ("method auto chose cr: the NodeMaintenance operator is installed (%s is served) and no option "
                   "it ignores is set." % group), None
+
+
+# Added to method_reason when method auto evacuates the VMs before it creates the NodeMaintenance.
+PACED_NOTE = ("The VMs leave first, paced to KubeVirt's free migration lanes as method drain does; then the "
+              "NodeMaintenance drains the rest and holds the node.")
+
+
+def paced_evacuation(requested, method, ours_cr, params):
+    """True when method auto evacuates the node's VMs itself before it creates the NodeMaintenance: the CR is
+    chosen, none exists yet, and the module waits (without wait it leaves the whole drain to the operator)."""
+    return requested == "auto" and method == "cr" and ours_cr is None and params["wait"]
 
 
 def run(module):
@@ -199,6 +219,9 @@ def enter(module):
                                                    operator_ignored(params))
     if warning:
         module.warn(warning)
+    paced = paced_evacuation(params["method"], method, ours_cr, params)
+    if paced:
+        method_reason = "%s %s" % (method_reason, PACED_NOTE)
     plan = compute_plan(snapshot, name, options)
     result = base_result(name, method)
     result["method_reason"] = method_reason
@@ -221,7 +244,7 @@ def enter(module):
     with restored_on_failure(module, name, progress, result, "Entering maintenance of"):
         with story.told_on_failure(module.events, node, story.FAILED, "Maintenance", lambda: result["changed"]):
             timed_out = _enter(module, result, plan, node, method, drain, shutdown, options, deadline, progress,
-                               cr_kind, ours_cr, owner)
+                               cr_kind, ours_cr, owner, paced)
             result["duration_seconds"] = round(deadline.elapsed(), 1)
             if result["phase"] == "Failed":
                 error = WaitTimeoutError if timed_out else MaintenanceError
@@ -231,9 +254,10 @@ def enter(module):
     return result
 
 
-def _enter(module, result, plan, node, method, drain, shutdown, options, deadline, progress, cr_kind, ours_cr, owner):
-    """Enter maintenance the chosen way; True when it timed out. The node's Event tells it began
-    once the cordon or the CR is written."""
+def _enter(module, result, plan, node, method, drain, shutdown, options, deadline, progress, cr_kind, ours_cr, owner,
+           paced=False):
+    """Enter maintenance the chosen way (``paced``: paced_evacuation); True when it timed out. The node's Event
+    tells it began once the cordon or the CR is written."""
     def began():
         story.began(module.events, node, result, len(plan.vms), module.params.get("reason"))
 
@@ -244,6 +268,9 @@ def _enter(module, result, plan, node, method, drain, shutdown, options, deadlin
     elif method == "drain":
         timed_out = enter_drain(module, result, plan, node, shutdown, options, deadline, progress, owner=owner,
                                 began=began)
+    elif paced:
+        timed_out = enter_cr_after_evacuation(module, result, plan, node, cr_kind, shutdown, options, deadline,
+                                              progress, owner=owner, began=began)
     else:
         timed_out = enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progress, owner=owner,
                              began=began)

@@ -5,8 +5,10 @@ leaves the nodes as it found them (our taints, label, record and NodeMaintenance
 nodes uncordoned), also when it fails.
 """
 
+import datetime
 import json
 import os
+import time
 import uuid
 
 import pytest
@@ -679,6 +681,115 @@ def test_drain_asks_for_evacuations_only_as_fast_as_kubevirt_migrates(k8s, names
     assert migrated == names
     assert len(watched.seen) == 6 and watched.most_unfinished == 2, (len(watched.seen), watched.most_unfinished)
     assert all(vmi(k8s, namespace, n)["status"]["nodeName"] == second for n in names)
+
+
+# Phases in which KubeVirt counts a migration against its limits (VirtualMachineInstanceMigration.IsRunning,
+# kubevirt.io/api core/v1 types.go); Pending (and no phase yet) is where it holds the others back.
+RUNNING_MIGRATION_PHASES = ("Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running")
+
+
+class PendingRecorder(workloads.MigrationRecorder):
+    """The migrations of the namespace as MigrationRecorder sees them, plus, in the order the API server
+    sent the changes: ``held``, the migrations seen Pending while ``lanes`` others were running (the only
+    case in which KubeVirt's limits keep a migration Pending: handleTargetPodCreation in
+    pkg/virt-controller/watch/migration/migration.go then looks at it again 5 s later), and
+    ``pending_seconds``, how long each was seen Pending by the watch."""
+
+    def __init__(self, k8s, namespace, lanes):
+        super().__init__(k8s, namespace)
+        self.lanes = lanes
+        self.phases = {}
+        self.pending_since = {}
+        self.pending_seconds = {}
+        self.held = set()
+
+    def _record(self, item, deleted=False):
+        super()._record(item, deleted)
+        uid = item["metadata"]["uid"]
+        phase = (item.get("status") or {}).get("phase") or "Pending"
+        now = time.monotonic()
+        if deleted:
+            self.phases.pop(uid, None)
+        else:
+            self.phases[uid] = phase
+        if phase == "Pending" and not deleted:
+            self.pending_since.setdefault(uid, now)
+        elif uid not in self.pending_seconds:
+            self.pending_seconds[uid] = now - self.pending_since.get(uid, now)
+        running = sum(1 for p in self.phases.values() if p in RUNNING_MIGRATION_PHASES)
+        if running >= self.lanes:
+            self.held.update(u for u, p in self.phases.items() if p == "Pending")
+
+
+def pending_by_timestamps(migration):
+    """Seconds from a migration's creation to its leaving Pending, from its timestamps (whole seconds)."""
+    created = migration["metadata"]["creationTimestamp"]
+    left = sorted(entry["phaseTransitionTimestamp"] for entry in migration["status"].get("phaseTransitionTimestamps")
+                  or [] if entry.get("phase") not in ("Pending", None))
+    if not left:
+        return None
+    stamps = [datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ") for text in (created, left[0])]
+    return (stamps[1] - stamps[0]).total_seconds()
+
+
+def migration_lanes(k8s):
+    """KubeVirt's limit on migrations off one node: the lesser of its two limits (defaults 2 and 5)."""
+    kv = custom(k8s).get_namespaced_custom_object(GROUP, VERSION, "kubevirt", "kubevirts", "kubevirt")
+    limits = ((kv.get("spec") or {}).get("configuration") or {}).get("migrations") or {}
+    return min(limits.get("parallelOutboundMigrationsPerNode", 2), limits.get("parallelMigrationsPerCluster", 5))
+
+
+def test_auto_with_the_operator_evacuates_at_kubevirts_pace_then_the_cr_holds_the_node(k8s, namespace, run_module):
+    """The default (method auto, the node-maintenance operator installed) is not the slow path: the VMs
+    leave first, no faster than KubeVirt migrates them, so no migration waits in Pending over KubeVirt's
+    limits; then the NodeMaintenance drains the rest (a Deployment's pod), is Succeeded, and the operator
+    holds its Lease on the node. state=absent leaves the node clean."""
+    first, second = workers(k8s)[:2]
+    lanes = migration_lanes(k8s)
+    names = ["auto-%d" % i for i in range(3 * lanes)]
+    workloads.vms_start_on(k8s, namespace, (first, second), names, "256Mi")
+    start_deployment(k8s, namespace, first, "rest", 1)
+    with PendingRecorder(k8s, namespace, lanes) as watched:
+        started = time.monotonic()
+        result = run_module("node_maintenance", {"name": first, "reason": "paced"})
+        took = time.monotonic() - started
+        wait_for(lambda: len(watched.seen) >= len(names) and not watched.unfinished, 60,
+                 "the migrations to be seen ended")
+    assert result["phase"] == "Succeeded" and result["method"] == "cr", result
+    assert result["method_reason"].startswith("method auto chose cr") and \
+        "paced to KubeVirt's free migration lanes" in result["method_reason"], result["method_reason"]
+    assert sorted(v["name"] for v in result["vms"]["migrated"] if v["namespace"] == namespace) == names
+    assert all(vmi(k8s, namespace, n)["status"]["nodeName"] == second for n in names)
+    seen = list(watched.seen.values())
+    pending = dict((m["spec"]["vmiName"], (round(watched.pending_seconds.get(m["metadata"]["uid"], 0.0), 2),
+                                           pending_by_timestamps(m))) for m in seen)
+    print("\nmethod auto: %d VMs in %.1f s (%.2f s per VM), lanes %d, most migrations unfinished at once %d; "
+          "Pending per VM (watch s, timestamps s): %s" % (
+              len(names), took, took / len(names), lanes, watched.most_unfinished, pending))
+    # One migration per VM, each Succeeded; none ever Pending while the node's lanes were all taken.
+    assert len(seen) == len(names) and all(m["status"]["phase"] == "Succeeded" for m in seen), seen
+    assert watched.held == set(), pending
+    assert watched.most_unfinished <= lanes, watched.most_unfinished
+
+    # What the console and medik8s see: our NodeMaintenance Succeeded, the operator's Lease on the node, the
+    # Deployment's pod drained by the operator.
+    (cr,) = [cr for _g, cr in node_maintenances(k8s) if cr["spec"]["nodeName"] == first]
+    assert ours(cr) and cr["spec"]["reason"] == "paced" and cr["status"]["phase"] == "Succeeded", cr
+    lease = client.CoordinationV1Api(k8s).read_namespaced_lease("node-%s" % first, "medik8s-leases")
+    assert lease.spec.holder_identity == "node-maintenance"
+    assert ready_pods(k8s, namespace, "rest", first) == []
+    assert node_state(k8s, first) == {"unschedulable": True, "label": "true", "record": True,
+                                      "taints": ["medik8s.io/drain", "node.kubernetes.io/unschedulable"]}
+    again = run_module("node_maintenance", {"name": first, "reason": "paced"})
+    assert again["changed"] is False and again["method"] == "cr", again
+
+    left = run_module("node_maintenance", {"name": first, "state": "absent"})
+    assert left["changed"] is True and left["method"] == "cr", left
+    assert node_maintenances_of(k8s, first) == []
+    assert node_state(k8s, first) == {"unschedulable": False, "taints": [], "label": None, "record": False}
+    with pytest.raises(ApiException) as gone:
+        client.CoordinationV1Api(k8s).read_namespaced_lease("node-%s" % first, "medik8s-leases")
+    assert gone.value.status == 404
 
 
 def test_a_drain_tells_its_story_on_the_node_and_on_each_of_its_30_vms(k8s, namespace, run_module):
