@@ -13,7 +13,7 @@ PYTEST_WORKERS ?= 1
 # Every pytest tier writes its tests' outcomes and times to tests/output/junit/<tier>.xml.
 PYTEST_REPORT = --junitxml=$(CURDIR)/tests/output/junit/$@.xml
 
-.PHONY: help venv collection test checks lab-build-default lab-lane-checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-cluster lab-lane-faults lane-modules-shared lane-cluster-shared lane-faults-shared sanity sanity-run lint docs-lint ee-context test-versions test-versions-edges integration-core-edges changelog-lint unit unit-floor integration integration-cluster integration-modules integration-kubevirt-other test-roles test-roles-batches test-roles-runs test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test checks lab-build-default lab-lane-checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-cluster lab-lane-faults lane-checks-shared lane-modules-shared lane-cluster-shared lane-faults-shared sanity sanity-run lint docs-lint ee-context test-versions test-versions-edges integration-core-edges changelog-lint unit unit-floor integration integration-cluster integration-modules integration-kubevirt-other test-roles test-roles-batches test-roles-runs test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
@@ -64,9 +64,14 @@ lab-build-default: venv collection
 lab-tiers: lab-build-default
 	$(MAKE) -j$(words $(LAB_LANES)) $(LAB_LANES)
 
-# Once the static checks are done their lane has room for the short chaos session.
+# Once the static checks are done their lane has room for a lab of its own: the short chaos session,
+# then the rolling runs in failure-domain batches.
 lab-lane-checks: checks lab-build-default
+	$(LAB_LANE)/checks $(MAKE) lane-checks-shared
+
+lane-checks-shared:
 	$(call timed,test-chaos)
+	$(call timed,test-roles-batches)
 
 # The tiers of a lane share one lab (lab/lane.py: up in .build/labs/<lane>, down at the end whatever
 # happens): a tier's tests reuse the running lab $KUBEVIRT_OPS_LAB_DIR names, as they reuse it between their
@@ -82,7 +87,7 @@ lane-modules-shared:
 	$(call timed,integration-core-edges)
 	$(call timed,test-awx)
 	$(call timed,molecule)
-	$(call timed,test-roles-batches)
+	$(call timed,test-machines)
 
 lab-lane-cluster: venv collection
 	$(LAB_LANE)/cluster $(MAKE) lane-cluster-shared
@@ -99,7 +104,6 @@ lab-lane-faults: venv collection
 lane-faults-shared:
 	$(call timed,test-faults)
 	$(call timed,test-security)
-	$(call timed,test-machines)
 
 # ansible-test sanity runs on the oldest and the newest ansible-core, the unit tests on the newest and on
 # the floor (the oldest ansible-core with the oldest libraries); make test-versions runs them on every one.
