@@ -25,8 +25,9 @@ RESULTS = REPO / "bench" / "results"
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=3, help="runs per scenario and peer (median reported)")
-    p.add_argument("--scenarios", default="1,2,3,4,5,6", help="comma-separated: 1,2,3,4,5,6 (default all)")
-    p.add_argument("--peers", default="kubectl,k8s_drain,ours_drain,ours_cr,nmo,ours_role,ours_role_parallel",
+    p.add_argument("--scenarios", default="1,2,3,4,5,6,7,8", help="comma-separated: 1 to 8 (default all)")
+    p.add_argument("--peers", default="kubectl,k8s_drain,ours_drain,ours_cr,nmo,ours_role,ours_role_parallel,"
+                                      "ours_role_bmc,kubectl_bmc,ours_role_limits",
                    help="comma-separated peer keys (default: all but ours_role_drain, the role with method drain)")
     p.add_argument("--lab-dir", type=Path, default=Path(os.environ.get("KUBEVIRT_OPS_BENCH_LAB_DIR")
                                                         or labs.default_dir("bench-lab")),
@@ -106,7 +107,7 @@ def main(argv=None):
             (args.output / "latest.json").write_text(text)
             (args.output / "latest.md").write_text(report.sanitize(report.markdown(result)))
 
-    small = wanted & {"1", "2", "3", "4"}
+    small = wanted & {"1", "2", "3", "4", "7", "8"}
     try:
         if small:
             _on_lab(args, result, save, wanted_peers, args.lab_dir.resolve(), 4, sorted(small), noop=True)
@@ -170,20 +171,21 @@ def _on_lab(args, result, save, wanted_peers, lab_dir, workers, keys, noop):
                     _say_record(record)
                     result["runs"].append(record)
                     save()
-        for key in ("4", "6"):
+        for key in ("4", "6", "7", "8"):
             if key not in keys:
                 continue
             scenario = sc.SCENARIOS[key]
-            for iteration in range(args.iterations):
-                for peer in roll_peers:
-                    if (peer.key, type(peer).__name__) not in ready or peer.key not in scenario.peers:
-                        continue
-                    say(f"scenario {key}, {peer.label}, iteration {iteration + 1}/{args.iterations}")
-                    record = _guarded(lambda: sc.run_rolling(ctx, scenario, peer, iteration),
-                                      key, peer, iteration)
-                    _say_record(record)
-                    result["runs"].append(record)
-                    save()
+            with sc.machines_through_their_bmcs(ctx, scenario), sc.migration_link(ctx, scenario):
+                for iteration in range(args.iterations):
+                    for peer in roll_peers:
+                        if (peer.key, type(peer).__name__) not in ready or peer.key not in scenario.peers:
+                            continue
+                        say(f"scenario {key}, {peer.label}, iteration {iteration + 1}/{args.iterations}")
+                        record = _guarded(lambda: sc.run_rolling(ctx, scenario, peer, iteration),
+                                          key, peer, iteration)
+                        _say_record(record)
+                        result["runs"].append(record)
+                        save()
         if noop:
             say("no-op module runs vs ansible.builtin.ping")
             sc.reset(kube, ctx.workers)

@@ -319,20 +319,70 @@ class KubectlRolling(Kubectl):
         return Outcome(m, m.returncode == 0, error)
 
 
+class KubectlBmcRolling(Kubectl):
+    """Scenario 7: node after node, ``kubectl drain``, a restart of its machine through its Redfish BMC with
+    ``curl`` (``ComputerSystem.Reset`` ForceRestart, the credentials in a netrc file), a poll every second until
+    the node is Ready with a new boot ID, ``kubectl uncordon``: what an administrator writes by hand."""
+
+    key = "kubectl_bmc"
+    label = "kubectl drain + curl Redfish restart + uncordon loop"
+
+    def run_rolling(self, env, nodes):
+        import tempfile
+
+        from lab.machines import bmc as lab_bmc
+
+        bmcs = lab_bmc.load(LabPaths(env.lab_dir))
+        k = f"{KUBECTL} --kubeconfig={env.kubeconfig}"
+        boot_id = "-o jsonpath='{.status.nodeInfo.bootID}'"
+        ready = "-o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}'"
+        with tempfile.TemporaryDirectory(prefix="bench-bmc-loop-") as tmp:
+            lines = ["set -e"]
+            for node in nodes:
+                entry = bmcs[node]
+                netrc = Path(tmp) / f"{node}.netrc"
+                host = entry["address"].split("/")[2].split(":")[0]
+                fd = os.open(netrc, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(f"machine {host} login {entry['username']} password {entry['password']}\n")
+                lines += [
+                    f"boot=$({k} get node {node} {boot_id})",
+                    f"{k} drain {node} --ignore-daemonsets --delete-emptydir-data --force --timeout={env.timeout}s",
+                    f"curl -sSf --cacert {entry['ca_file']} --netrc-file {netrc} -H 'Content-Type: application/json' "
+                    f"-d '{{\"ResetType\": \"ForceRestart\"}}' {entry['address']}/Actions/ComputerSystem.Reset",
+                    f"until [ \"$({k} get node {node} {boot_id})\" != \"$boot\" ] && "
+                    f"[ \"$({k} get node {node} {ready})\" = True ]; do sleep 1; done",
+                    f"{k} uncordon {node}",
+                ]
+            m = measure.run(["bash", "-c", "\n".join(lines) + "\n"], timeout=env.timeout * len(nodes) + 60)
+        error = None if m.returncode == 0 else (m.stderr.strip().splitlines() or ["exit %d" % m.returncode])[-1]
+        return Outcome(m, m.returncode == 0, error)
+
+
 class OursRole(Peer):
     """The ``rolling_maintenance`` role, through ``bench/playbooks/rolling.yml``."""
 
     clients = ("kubevirt_ops.maintenance",)
 
-    def __init__(self, method="auto", max_parallel=1, failure_domain=""):
+    def __init__(self, method="auto", max_parallel=1, failure_domain="", reboot=False, limits=None):
         self.method = method
         self.max_parallel = max_parallel
         self.failure_domain = failure_domain
+        # reboot "bmc": each machine restarts through its BMC (the lab's bmc-inventory.yml), scenario 7.
+        self.reboot = reboot
         self.key = "ours_role" if method == "auto" else f"ours_role_{method}"
         self.label = "rolling_maintenance role" + ("" if method == "auto" else f" (method {method})")
         if max_parallel > 1:
             self.key += "_parallel"
             self.label += f", max_parallel {max_parallel}" + (f" by {failure_domain}" if failure_domain else "")
+        if reboot:
+            self.key += f"_{reboot}"
+            self.label += f", reboot through the {reboot.upper()}"
+        # Migration limits raised for the run (rolling_maintenance_migration_limits), scenario 8.
+        self.limits = dict(limits or {})
+        if self.limits:
+            self.key += "_limits"
+            self.label += ", migration limits " + ", ".join(f"{k} {v}" for k, v in sorted(self.limits.items()))
 
     def prepare(self, env):
         if not (REPO / "roles" / "rolling_maintenance" / "tasks" / "main.yml").exists():
@@ -344,8 +394,17 @@ class OursRole(Peer):
         report_dir = tempfile.mkdtemp(prefix="bench-rolling-report-")
         extra = {"bench_nodes": nodes, "bench_report_dir": report_dir, "bench_drain_timeout": env.timeout,
                  "bench_method": self.method, "bench_max_parallel": self.max_parallel,
-                 "bench_failure_domain": self.failure_domain}
-        argv = [str(env.our_bin / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                 "bench_failure_domain": self.failure_domain, "bench_reboot": self.reboot,
+                 "bench_migration_limits": self.limits}
+        if self.limits:
+            from bench.scenarios import link_of
+
+            link = link_of(env.kube)
+            extra["bench_link_speed"] = str(int(link)) if link else ""
+        inventories = ["-i", "localhost,"]
+        if self.reboot == "bmc":
+            inventories += ["-i", str(LabPaths(env.lab_dir).bmc_inventory)]
+        argv = [str(env.our_bin / "ansible-playbook"), *inventories, "-c", "local",
                 str(REPO / "bench" / "playbooks" / "rolling.yml"), "-e", json.dumps(extra)]
         penv = env.our_ansible_env()
         penv["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.default"
@@ -381,4 +440,6 @@ def _timeline(report_dir):
 
 def rolling_peers():
     return [OursRole(), KubectlRolling(), OursRole("drain"),
-            OursRole(max_parallel=2, failure_domain="topology.kubernetes.io/zone")]
+            OursRole(max_parallel=2, failure_domain="topology.kubernetes.io/zone"),
+            OursRole(reboot="bmc"), KubectlBmcRolling(),
+            OursRole(limits={"parallel_outbound_migrations_per_node": 4})]

@@ -6,7 +6,12 @@
    the lab's migration limits (5 per cluster, 2 outbound per node) on;
 4. rolling maintenance of 4 workers running 40 VMs (10 each, 4Gi guest memory),
    compared with the lower bound the migration limits and migration time imply;
-5. scale (see scale.py).
+5. scale (see scale.py);
+6. several nodes at once (8 workers in 2 zones);
+7. rolling maintenance of 4 workers running 12 VMs with a restart of each machine through its
+   Redfish BMC while its node is drained, against a hand-written loop doing the same;
+8. one node with 20 VMs whose migrations share the node's link (4x a migration's bandwidth): the role
+   with KubeVirt's default limits against the role raising them for the run (4 outbound per node).
 """
 
 import math
@@ -46,6 +51,10 @@ class RollingScenario:
     peers: tuple = ("ours_role", "kubectl", "ours_role_drain")
     # Failure domains: a value of ZONE_LABEL per node (scenario 6), none by default.
     zones: tuple = ()
+    # "bmc": each node's machine restarts through its BMC while the node is drained (scenario 7).
+    reboot: str = ""
+    # Each node's migration link, as a multiple of a migration's bandwidth (scenario 8; 0: no link limit).
+    link_multiple: int = 0
 
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -58,6 +67,11 @@ SCENARIOS = {
     "4": RollingScenario("4", "rolling maintenance: 4 workers, 40 VMs"),
     "6": RollingScenario("6", "several nodes at once: 8 workers in 2 zones, 80 VMs, max_parallel 2 by zone vs 1",
                          nodes=8, peers=("ours_role", "ours_role_parallel"), zones=("zone-a", "zone-b") * 4),
+    "7": RollingScenario("7", "rolling maintenance with a restart through each machine's BMC: 4 workers, 12 VMs",
+                         vms_per_node=3, vm_memory="1Gi", peers=("ours_role_bmc", "kubectl_bmc"), reboot="bmc"),
+    "8": RollingScenario("8", "one node, 20 VMs, a link of 4x a migration's bandwidth: KubeVirt's default migration "
+                              "limits vs 4 outbound per node for the run", nodes=1, vms_per_node=20, vm_memory="2Gi",
+                         peers=("ours_role", "ours_role_limits"), link_multiple=4),
 }
 
 SMOKE_SCENARIO = DrainScenario("smoke", "smoke: 4 pods under a PDB, 1 VM", replica_sets=2, per_set=2,
@@ -341,7 +355,16 @@ def migration_phase_stats(migrations):
         totals.append(stamps[-1][1] - created)
     mean = {k: round(sum(v) / len(v), 2) for k, v in phases.items()}
     return {"succeeded": len(totals), "mean_total_seconds": round(sum(totals) / len(totals), 2) if totals else None,
-            "mean_phase_seconds": mean}
+            "mean_phase_seconds": mean, "mean_active_seconds": active_seconds(mean, totals)}
+
+
+def active_seconds(mean_phases, totals):
+    """The mean time of a migration once KubeVirt let it out of Pending (its lane free) to Succeeded: what one
+    migration takes whoever asked for it; the time in Pending is queueing for a lane, the driver's pace."""
+    if not totals:
+        return None
+    queued = mean_phases.get("created->Pending", 0.0) + mean_phases.get("Pending->Scheduling", 0.0)
+    return round(sum(totals) / len(totals) - queued, 2)
 
 
 def prepare_rolling(kube, scenario, nodes):
@@ -415,6 +438,69 @@ def out_together(watcher, nodes):
     return groups
 
 
+def machines_through_their_bmcs(ctx, scenario):
+    """For a scenario that restarts machines through their BMCs: their BareMetalHosts out of the operator's hands
+    for its runs (lab/metal3.py ``hosts_released``; else the operator powers a machine it reads Off back on, as
+    baremetal-operator's ``manageHostPower`` does), made again afterwards. Nothing for the other scenarios."""
+    import contextlib
+
+    if scenario.reboot != "bmc":
+        return contextlib.nullcontext()
+    from kubernetes import config
+
+    from lab import metal3
+    from lab.machines import bmc as lab_bmc
+    from lab.paths import LabPaths
+
+    api = config.new_client_from_config(config_file=str(ctx.kubeconfig))
+    return metal3.hosts_released(api, lab_bmc.load(LabPaths(ctx.lab_dir)), ctx.workers[:scenario.nodes])
+
+
+KUBEVIRT = ("kubevirt", "kubevirt")
+
+
+def migration_link(ctx, scenario):
+    """Scenario 8: the nodes' migration link (lab/standins/links.py) at ``link_multiple`` times a migration's
+    bandwidth for the scenario's runs, none again afterwards. Nothing for the other scenarios."""
+    import contextlib
+
+    from lab.standins.links import LINK_ANNOTATION
+
+    if not scenario.link_multiple:
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def linked():
+        settings = migration_settings(ctx.kube, ctx.lab_dir)
+        link = int(settings["bandwidth_bytes_per_second"] * scenario.link_multiple)
+        ctx.kube.patch("KubeVirt", KUBEVIRT[1], {"metadata": {"annotations": {LINK_ANNOTATION: str(link)}}},
+                       namespace=KUBEVIRT[0])
+        try:
+            yield link
+        finally:
+            ctx.kube.patch("KubeVirt", KUBEVIRT[1], {"metadata": {"annotations": {LINK_ANNOTATION: None}}},
+                           namespace=KUBEVIRT[0])
+
+    return linked()
+
+
+def link_of(kube):
+    """The lab's migration link in bytes per second, 0 for none."""
+    from lab.standins.links import link_bytes_per_second
+
+    crs, _ = kube.list("KubeVirt")
+    return link_bytes_per_second(crs[0]) if crs else 0.0
+
+
+def migration_configuration(kube):
+    crs, _ = kube.list("KubeVirt")
+    return (((crs[0].get("spec") or {}).get("configuration") or {}).get("migrations") or {}) if crs else {}
+
+
+def boot_ids(kube, nodes):
+    return {n: ((kube.get("Node", n).get("status") or {}).get("nodeInfo") or {}).get("bootID") for n in nodes}
+
+
 def run_rolling(ctx, scenario, peer, iteration):
     kube = ctx.kube
     nodes = ctx.workers[:scenario.nodes]
@@ -434,9 +520,15 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
     prepared = prepare_rolling(kube, scenario, nodes)
     record["prepare_seconds"] = prepared.seconds
     watcher = RollingWatcher(kube, prepared.namespace, nodes).start()
+    booted = boot_ids(kube, nodes)
+    limits_before = migration_configuration(kube)
+    link = link_of(kube)
     offset = ctx.audit.mark()
     outcome = peer.run_rolling(ctx.env, nodes)
     watcher.stop()
+    # Scenario 7: every machine restarted (a new boot ID), none that should not have been.
+    not_restarted = [n for n, boot in boot_ids(kube, nodes).items() if boot == booted[n]] if scenario.reboot else []
+    restarted = [n for n, boot in boot_ids(kube, nodes).items() if boot != booted[n]] if not scenario.reboot else []
     m = outcome.measured
     counts = ctx.audit.count(offset, m.started, m.ended)
     settings = migration_settings(kube, ctx.lab_dir)
@@ -476,8 +568,11 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
             "vm_problems": problems,
             "nodes_left_cordoned": still_cordoned,
             "all_nodes_visited": len(watcher.cordoned) == len(nodes),
+            "machines_not_restarted": not_restarted,
+            "machines_restarted_unasked": restarted,
             "watch_errors": watcher.errors,
-            "correct": not problems and not still_cordoned and len(watcher.cordoned) == len(nodes),
+            "correct": not problems and not still_cordoned and len(watcher.cordoned) == len(nodes)
+            and not not_restarted and not restarted,
         },
     })
     if bounds["observed_placement_seconds"]:
@@ -486,10 +581,61 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
         record["overhead_per_node_seconds"] = round(overhead / len(nodes), 2)
         record["ratio_to_lower_bound"] = round(m.wall_seconds / bounds["observed_placement_seconds"], 3)
     record["ratio_to_ideal_bound"] = round(m.wall_seconds / bounds["ideal_seconds"], 3)
+    floor = kubevirt_floor(settings, peer, vm_counts, groups, record["migrations"].get("mean_active_seconds"))
+    if floor:
+        record["kubevirt_floor_seconds"] = floor
+        record["ratio_to_kubevirt_floor"] = round(m.wall_seconds / floor, 3)
     if scenario.zones:
         record["parallel"] = parallel_stats(node_windows, dict(zip(nodes, scenario.zones)),
                                             watcher.migrations.values())
+    if scenario.link_multiple:
+        record["link"] = link_stats(settings, scenario, peer, vm_counts, link, record["migrations"])
+        limits_restored = migration_configuration(kube) == limits_before
+        record["link"]["limits_restored"] = limits_restored
+        record["correctness"]["limits_restored"] = limits_restored
+        record["correctness"]["correct"] = record["correctness"]["correct"] and limits_restored
     return record
+
+
+def peer_lanes(settings, peer):
+    """Migrations at once off one node during the peer's run: its own limits for the run, else the cluster's."""
+    limits = getattr(peer, "limits", None) or {}
+    return min(limits.get("parallel_outbound_migrations_per_node") or settings["parallel_outbound_migrations_per_node"],
+               limits.get("parallel_migrations_per_cluster") or settings["parallel_migrations_per_cluster"])
+
+
+def kubevirt_floor(settings, peer, vm_counts, groups, mean_migration_seconds):
+    """Seconds KubeVirt itself needs for the run's drains: each node's VMs (at cordon) in waves of the lanes it
+    allows, each wave the run's measured mean migration time (out of Pending to Succeeded); nodes out together
+    (``groups``) share the cluster's migrations and last as long as their slowest."""
+    if not mean_migration_seconds or not vm_counts:
+        return None
+    lanes = peer_lanes(settings, peer)
+    if groups:
+        cluster = settings["parallel_migrations_per_cluster"]
+        waves = sum(max(math.ceil(n / max(1, min(lanes, cluster // len(g)))) for n in g) for g in groups)
+    else:
+        waves = sum(math.ceil(n / lanes) for n in vm_counts)
+    return round(waves * mean_migration_seconds, 2)
+
+
+def link_stats(settings, scenario, peer, vm_counts, link, migrations):
+    """Scenario 8: the floors of the run. The link floor: the guests' memory over the node's link, what no setting
+    of KubeVirt can beat; the lanes floor: waves of the lanes the run had (its own limits, else the cluster's), each
+    a migration's memory at its bandwidth or its share of the link; KubeVirt's floor: the same waves at the run's
+    measured mean migration time (out of Pending to Succeeded: the target pod's start-up included)."""
+    from kubernetes.utils import parse_quantity
+
+    memory = float(parse_quantity(scenario.vm_memory))
+    vms = sum(vm_counts) or scenario.vms_per_node * scenario.nodes
+    lanes = peer_lanes(settings, peer)
+    rate = min(settings["bandwidth_bytes_per_second"], link / lanes) if link else settings["bandwidth_bytes_per_second"]
+    waves = math.ceil(vms / lanes)
+    mean = (migrations or {}).get("mean_active_seconds")
+    return {"link_bytes_per_second": link, "lanes": lanes,
+            "link_floor_seconds": round(vms * memory / link, 2) if link else None,
+            "lanes_floor_seconds": round(waves * memory / rate, 2),
+            "kubevirt_floor_seconds": round(waves * mean, 2) if mean else None}
 
 
 def measure_noop(ctx, iterations):

@@ -35,6 +35,13 @@ def main(argv=None):
         help="create no BareMetalHost for the workers (their machines are reached through their BMCs only)",
     )
     up.add_argument(
+        "--metal3-workers",
+        type=int,
+        metavar="N",
+        help="only the first N workers are Metal3 hosts (a BareMetalHost, the providerID a Metal3 cluster gives "
+        "them); the others are reached through their BMCs (bmc-inventory.yml). A new lab's choice",
+    )
+    up.add_argument(
         "--no-kubevirt",
         action="store_true",
         help="do not start KubeVirt, its stand-ins nor the node-maintenance-operator "
@@ -111,6 +118,7 @@ def main(argv=None):
                 kubevirt_version=args.kubevirt_version,
                 scheduler_profile=args.scheduler_profile,
                 metal3_hosts=not args.no_metal3,
+                metal3_workers=args.metal3_workers,
             )
         elif args.command == "build":
             cluster.build(paths, args.kubevirt_version)

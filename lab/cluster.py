@@ -58,6 +58,7 @@ def up(
     kubevirt_mode=None,
     scheduler_profile=None,
     metal3_hosts=True,
+    metal3_workers=None,
 ):
     """Bring the lab to the requested shape, starting only what is not running.
 
@@ -68,7 +69,9 @@ def up(
     ``scheduler_profile`` (a name of lab/scheduler.py; None keeps the lab's, "default" for a
     new lab) is how the kube-scheduler scores nodes; a running lab switches by restarting
     only the kube-scheduler. ``metal3_hosts``: a BareMetalHost for every worker that has none
-    (lab/metal3.py; not in the scale profile); without it none is created.
+    (lab/metal3.py; not in the scale profile); without it none is created. ``metal3_workers`` (a new
+    lab's choice): only that many workers, the first ones, are Metal3 hosts, registered with the providerID a
+    Metal3 cluster gives them; the others have no BareMetalHost and ``bmc-inventory.yml`` gives their BMCs.
     """
     _check_scheduler_profile(scheduler_profile)
     kubevirt_version = kubevirt_version or os.environ.get(KUBEVIRT_VERSION_ENV) or None
@@ -84,6 +87,8 @@ def up(
         raise LabError(f"unknown KubeVirt mode {kubevirt_mode!r}; one of: {', '.join(KUBEVIRT_MODES)}")
     if workers < 0 or control_plane_nodes < 1:
         raise LabError("need at least one control-plane node and zero or more workers")
+    if metal3_workers is not None and not (0 <= metal3_workers <= workers and metal3_hosts and kubevirt):
+        raise LabError(f"--metal3-workers {metal3_workers} needs KubeVirt, BareMetalHosts and 0 to {workers} workers")
     if profile is not None and profile not in lab_settings.PROFILES:
         raise LabError(f"unknown profile {profile!r}; one of: {', '.join(lab_settings.PROFILES)}")
     started = time.monotonic()
@@ -97,8 +102,9 @@ def up(
         for component in CORE:
             _ensure_running(ctx, component)
         api = nodes.api_client(paths.kubeconfig)
+        _choose_metal3_workers(ctx, api, metal3_workers)
         nodes.ensure_dead_machine_policy(api)
-        planned = nodes.plan(control_plane_nodes, workers)
+        planned = nodes.plan(control_plane_nodes, workers, ctx.settings.metal3_workers)
         created = nodes.ensure(api, planned, binaries.kubernetes_version(ctx.settings.bin_dir))
         if created:
             say(f"created {len(created)} nodes: {_names(created)}")
@@ -114,9 +120,12 @@ def up(
             control_plane.ensure(ctx, api, say)
             metal3.install(api)
             _ensure_standins(paths, hco)
-        bmc.ensure(ctx, [(n.name, n.ip) for n in planned if not n.control_plane], say)
-        if kubevirt and metal3_hosts and ctx.settings.profile == "default" and workers:
-            metal3.ensure_hosts(api, bmc.load(paths), say)
+        hosts = [n.name for n in planned if not n.control_plane and (
+            ctx.settings.metal3_workers is None or n.provider_id.startswith("metal3://"))]
+        bmc.ensure(ctx, [(n.name, n.ip) for n in planned if not n.control_plane], say,
+                   managed=hosts if ctx.settings.metal3_workers is not None else ())
+        if kubevirt and metal3_hosts and ctx.settings.profile == "default" and hosts:
+            metal3.ensure_hosts(api, {name: entry for name, entry in bmc.load(paths).items() if name in hosts}, say)
     say(
         f"up in {time.monotonic() - started:.0f}s: {len(planned)} nodes"
         f"{'' if ctx.settings.profile == 'default' else f' ({ctx.settings.profile} profile)'},"
@@ -454,6 +463,17 @@ def build(paths, kubevirt_versions=None):
     metal3.ensure_built()
     say("binaries built: kubernetes, etcd, kwok, KubeVirt %s, node-maintenance-operator, the Metal3 CRDs"
         % ", ".join(kubevirt_versions or [DEFAULT_VERSION]))
+
+
+def _choose_metal3_workers(ctx, api, metal3_workers):
+    """Record a new lab's ``metal3_workers``: a node's providerID is set when it registers and never changes."""
+    if metal3_workers is None or metal3_workers == ctx.settings.metal3_workers:
+        return
+    if nodes.list_nodes(api):
+        raise LabError(f"the lab's nodes are registered already ({ctx.settings.metal3_workers or 'no'} Metal3 "
+                       f"workers); take the lab down to register {metal3_workers}")
+    ctx.settings.metal3_workers = metal3_workers
+    lab_settings.save(ctx.paths, ctx.settings)
 
 
 def _prepare(

@@ -1,14 +1,16 @@
 """``make demo``: rolling maintenance of every lab worker, with VMs migrating, then the report.
 
 1. Bring up a lab of its own (state in ``.lab/demo``): one control-plane node, 4 workers, their
-   machines behind Redfish BMCs (no BareMetalHosts: ``up --no-metal3``).
+   machines behind Redfish BMCs; two of them are Metal3 hosts (``up --metal3-workers 2``: a
+   BareMetalHost each, named by the node's providerID), the other two are reached through their BMCs.
 2. Create 16 VMs of mixed eviction and run strategies, and a Deployment guarded by a
    PodDisruptionBudget. One VM would block a drain (LiveMigrate with a ReadWriteOnce disk);
    the demo's policy, ``non_migratable: shutdown``, shuts it down so that its run strategy
    (Always) starts it again on another node.
 3. Run ``playbooks/demo.yml`` (the rolling_maintenance role over every worker; while each is
-   drained, its machine gets a BIOS image and a BIOS setting through its Redfish BMC and restarts
-   through it), with the lab's ``bmc-inventory.yml`` beside ``localhost``.
+   drained, its machine gets a BIOS image and a BIOS setting and restarts: through its BareMetalHost
+   (HostFirmwareComponents, HostFirmwareSettings, the reboot annotation) or through its Redfish BMC),
+   with the lab's ``bmc-inventory.yml`` (the BMCs of the machines no host manages) beside ``localhost``.
 4. Check that every VM that ran before runs after, print the report's path and summary.
 5. Take the lab down, always, also when something failed.
 """
@@ -32,6 +34,7 @@ from lab.wait import wait_for
 NAMESPACE = "demo"
 GROUP, VERSION = "kubevirt.io", "v1"
 WORKERS = 4
+METAL3_WORKERS = 2
 VM_TIMEOUT = 300
 
 # name, eviction strategy, run strategy, disk access mode (None: no PVC), memory
@@ -196,9 +199,9 @@ def main(argv=None):
     })
     rc = 1
     try:
-        # The machines are reached through their BMCs alone (bmc-inventory.yml): no BareMetalHost whose operator
-        # would power a machine back as its spec.online says.
-        run([sys.executable, "-m", "lab", "up", "--nodes", str(WORKERS), "--no-metal3",
+        # Two roads to the machines: the first METAL3_WORKERS workers are Metal3 hosts (their providerID names
+        # their BareMetalHost), the others are reached through their BMCs (bmc-inventory.yml).
+        run([sys.executable, "-m", "lab", "up", "--nodes", str(WORKERS), "--metal3-workers", str(METAL3_WORKERS),
              "--scheduler-profile", args.scheduler_profile], env)
         api = config.new_client_from_config(config_file=str(state_dir / "kubeconfig"))
         log("creating %d VMs and a Deployment of 6 pods guarded by a PodDisruptionBudget" % len(VMS))

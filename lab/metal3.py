@@ -18,10 +18,14 @@ Every worker gets a BareMetalHost (``up``; not with ``up --no-metal3``) in
 ``openshift-machine-api``, named as its node, whose ``spec.bmc`` is the worker's Redfish System
 (``redfish+https://...``, lab/machines) with a credentials Secret ``<node>-bmc-secret``, and the
 annotation ``kubevirt-ops.lab/node`` naming the node (a lab node's providerID is ``kwok://<name>``
-and cannot name its host).
+and cannot name its host). With ``up --metal3-workers N`` only the first N workers get a host, and
+they register with the providerID Cluster API Provider Metal3 gives a node
+(``metal3://openshift-machine-api/<host>/<machine>``), so the collection finds the host from the node
+as on a Metal3 cluster; the other workers' machines are reached through their BMCs.
 """
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -365,3 +369,16 @@ def restore_host(api, bmcs, node, timeout=120):
 
     wait_for(on, timeout, f"BareMetalHost {namespace}/{name} to report its machine on")
     return host
+
+
+@contextlib.contextmanager
+def hosts_released(api, bmcs, nodes):
+    """The BareMetalHosts of ``nodes`` out of Metal3's hands (release_host) for the block, so that their machines
+    can be driven through their BMCs; made again as ``lab up`` made them afterwards (restore_host), also after a
+    failure. Yields the nodes whose host was released."""
+    released = [node for node in nodes if release_host(api, node) is not None]
+    try:
+        yield released
+    finally:
+        for node in released:
+            restore_host(api, bmcs, node)

@@ -52,9 +52,20 @@ class NodePlan:
     control_plane: bool
     ip: str
     pod_cidr: str
+    provider_id: str = ""
 
 
-def plan(control_plane_nodes, workers):
+def metal3_provider_id(name):
+    """The providerID of a worker that is a Metal3 host: Cluster API Provider Metal3 writes
+    ``metal3://<namespace>/<BareMetalHost>/<Metal3Machine>`` (the lab names all three after the node)."""
+    from lab import metal3
+
+    return f"metal3://{metal3.NAMESPACE}/{name}/{name}"
+
+
+def plan(control_plane_nodes, workers, metal3_workers=None):
+    """The lab's nodes; the first ``metal3_workers`` workers are Metal3 hosts (their providerID names their
+    BareMetalHost), every other node's providerID is ``kwok://<name>``."""
     nodes = [
         NodePlan(f"lab-cp-{i}", True, network.control_plane_node_ip(i), "")
         for i in range(1, control_plane_nodes + 1)
@@ -63,8 +74,10 @@ def plan(control_plane_nodes, workers):
         NodePlan(f"lab-worker-{i}", False, network.worker_node_ip(i), "")
         for i in range(1, workers + 1)
     ]
+    metal3_names = {f"lab-worker-{i}" for i in range(1, (metal3_workers or 0) + 1)}
     return [
-        NodePlan(n.name, n.control_plane, n.ip, network.node_pod_cidr(ordinal))
+        NodePlan(n.name, n.control_plane, n.ip, network.node_pod_cidr(ordinal),
+                 metal3_provider_id(n.name) if n.name in metal3_names else f"kwok://{n.name}")
         for ordinal, n in enumerate(nodes, start=1)
     ]
 
@@ -74,7 +87,7 @@ def manifest(node, kubelet_version):
     spec = {
         "podCIDR": node.pod_cidr,
         "podCIDRs": [node.pod_cidr],
-        "providerID": f"kwok://{node.name}",
+        "providerID": node.provider_id or f"kwok://{node.name}",
     }
     if node.control_plane:
         spec["taints"] = [{"key": CONTROL_PLANE_ROLE, "effect": "NoSchedule"}]
@@ -223,7 +236,7 @@ def registration(paths, name):
     settings = lab_settings.load(paths)
     if settings is None:
         return None
-    for node in plan(settings.control_plane_nodes, settings.workers):
+    for node in plan(settings.control_plane_nodes, settings.workers, settings.metal3_workers):
         if node.name == name:
             return manifest(node, binaries.kubernetes_version(settings.bin_dir))
     return None

@@ -87,6 +87,9 @@ class Settings:
     service_address: str = None
     # How the kube-scheduler scores nodes: a name of lab/scheduler.py (``up --scheduler-profile``).
     scheduler_profile: str = "default"
+    # How many workers (the first ones) are Metal3 hosts, registered with the providerID a Metal3 cluster gives
+    # them (``up --metal3-workers``); None: every worker keeps its kwok:// providerID.
+    metal3_workers: int = None
 
     def choose_ports(self):
         self.ports = dict(zip(PORT_NAMES, network.free_ports(len(PORT_NAMES))))

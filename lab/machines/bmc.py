@@ -100,8 +100,9 @@ def _mac(name):
     return "52:54:00:%02x:%02x:%02x" % (digest[0], digest[1], digest[2])
 
 
-def ensure(ctx, workers, say):
-    """Start the BMCs of ``workers`` ([(node name, node IP)]) unless they run; write ``bmc.json``."""
+def ensure(ctx, workers, say, managed=()):
+    """Start the BMCs of ``workers`` ([(node name, node IP)]) unless they run; write ``bmc.json`` and
+    ``bmc-inventory.yml`` (without the machines of ``managed``, which are reached through their BareMetalHosts)."""
     if not workers:
         return
     address = netif.ensure(ctx.paths.state_dir, ctx.settings.service_address)
@@ -133,7 +134,7 @@ def ensure(ctx, workers, say):
 
     wait_for(serving, START_TIMEOUT, "the Redfish BMCs to serve")
     _write_private(ctx.paths.bmc_file, json.dumps(bmcs, indent=2, sort_keys=True) + "\n")
-    _write_private(ctx.paths.bmc_inventory, inventory(bmcs))
+    _write_private(ctx.paths.bmc_inventory, inventory({n: e for n, e in bmcs.items() if n not in managed}))
 
 
 INVENTORY_GROUP = "lab_machines"

@@ -66,6 +66,12 @@ class ClusterConfig:
             value = self._default_bandwidth
         return float(parse_quantity(str(value)))
 
+    def migration_link_bytes_per_second(self):
+        """Each node's migration link (links.py), 0 for none."""
+        from lab.standins.links import link_bytes_per_second
+
+        return link_bytes_per_second(self.kubevirt())
+
     def unschedulable_pending_timeout(self):
         value = self._migrations().get("unschedulablePendingTimeoutSeconds")
         return DEFAULT_UNSCHEDULABLE_PENDING_TIMEOUT if value is None else int(value)

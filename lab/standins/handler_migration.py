@@ -29,7 +29,8 @@ on failure or abort ``failed``, ``failureReason``, ``endTimestamp`` (and ``abort
 
 No bytes move: the transfer lasts guest memory / bandwidth, the bandwidth being the
 KubeVirt CR's ``spec.configuration.migrations.bandwidthPerMigration`` when set, else the
-stand-in's ``--migration-bandwidth`` ("0" = instant). Lab knob: a VMI or its VM
+stand-in's ``--migration-bandwidth`` ("0" = instant), or less where the migrations from and to a
+node share its link (links.py: the KubeVirt CR's annotation ``kubevirt-ops.lab/migration-link``). Lab knob: a VMI or its VM
 annotated ``kubevirt-ops.lab/fail-migration: "true"`` fails every migration at the end
 of the transfer, reported by the source as a real failure; virt-controller then fails
 the migration object and (for evacuations) retries with its own backoff. Another:
@@ -75,12 +76,12 @@ death leaves alone), so they survive a restart of this process.
 
 import datetime
 import hashlib
-import time
 
 from lab.standins import kube as k
 from lab.standins import objects as o
 from lab.standins.handler_nodes import NODE_LEASE_NAMESPACE, handler_alive, migration_address, node_failed
 from lab.standins.handler_vmi import guest_pod, owner_vm, update_vmi
+from lab.standins.links import Links
 from lab.standins.workqueue import Controller
 
 CREATE_MIGRATION_TARGET_ANNOTATION = "kubevirt.io/create-migration-target"
@@ -158,7 +159,7 @@ class MigrationHandler(Controller):
 
     def __init__(self, sim):
         super().__init__(sim)
-        self._started = {}  # migration UID -> monotonic start, for an exact transfer time
+        self._links = Links()  # the transfers under way, on the nodes' migration links
         sim.vmis.add_handler(self._on_vmi)
         sim.pods.add_handler(self._on_pod)
         sim.vms.add_handler(self._on_vm)
@@ -227,7 +228,7 @@ class MigrationHandler(Controller):
     def _target(self, vmi, state, node):
         """One step of migration-target.go ``sync``: (wrote the VMI?, seconds until the next step)."""
         if migration_done(state):
-            self._started.pop(state.get("migrationUid"), None)
+            self._end_transfer(state)
             return self._final_cleanup(vmi), None
         if state.get("failed"):
             return False, None
@@ -320,7 +321,7 @@ class MigrationHandler(Controller):
         if not state.get("startTimestamp"):
             if not state.get("targetNodeAddress") or not state.get("targetDirectMigrationNodePorts"):
                 return False, None  # waiting for the target to publish its ports
-            self._started[uid] = time.monotonic()
+            self._start_transfer(vmi, state)
             update_vmi(
                 self.kube,
                 vmi,
@@ -362,25 +363,29 @@ class MigrationHandler(Controller):
         if abort:
             new["abortStatus"] = "Succeeded"
         update_vmi(self.kube, vmi, {"migrationState": new})
-        self._started.pop(state.get("migrationUid"), None)
+        self._end_transfer(state)
         self.log.info("%s: migration %s failed: %s", k.key_of(vmi), state.get("migrationUid"), reason)
         return True, None
 
     # -- timing -------------------------------------------------------------------------
 
-    def _duration(self, vmi):
-        bandwidth = self.sim.config.bandwidth_bytes_per_second()
-        if bandwidth <= 0:
-            return 0.0
-        return o.guest_memory_bytes(o.spec(vmi)) / bandwidth
+    def _start_transfer(self, vmi, state, elapsed=0.0):
+        config = self.sim.config
+        self._links.start(state.get("migrationUid"), k.key_of(vmi), state.get("sourceNode"), state.get("targetNode"),
+                          float(o.guest_memory_bytes(o.spec(vmi))), config.bandwidth_bytes_per_second(),
+                          config.migration_link_bytes_per_second(), elapsed)
+
+    def _end_transfer(self, state):
+        """The transfer is over: the transfers that shared a link with it go faster, so they are looked at again."""
+        for key in self._links.end(state.get("migrationUid"), self.sim.config.migration_link_bytes_per_second()):
+            self.enqueue(key)
 
     def _transfer_left(self, vmi, state):
-        """Seconds until the transfer ends; measured from this process's own start when
-        it saw it, else from ``startTimestamp`` (whole seconds, so at most one second
-        longer than exact)."""
-        started = self._started.get(state.get("migrationUid"))
-        if started is not None:
-            elapsed = time.monotonic() - started
-        else:
-            elapsed = (o.seconds_since(state.get("startTimestamp")) or 0.0) - 1.0
-        return max(0.0, self._duration(vmi) - elapsed)
+        """Seconds until the transfer ends at today's rates (links.py). A transfer started before this process
+        (a restarted stand-in) counts from ``startTimestamp`` (whole seconds, so at most one second longer than
+        exact), at its cap."""
+        uid = state.get("migrationUid")
+        if not self._links.known(uid):
+            self._start_transfer(vmi, state, max(0.0, (o.seconds_since(state.get("startTimestamp")) or 0.0) - 1.0))
+        left = self._links.seconds_left(uid, self.sim.config.migration_link_bytes_per_second())
+        return 0.0 if left is None else left

@@ -22,7 +22,9 @@ description:
   - Firmware images go to the BMC (C(UpdateService.SimpleUpdate), its task followed to the end) and BIOS settings to
     the pending settings (C(Bios/Settings)); both take effect at the next boot, so the machine is then restarted
     (C(GracefulRestart), C(ForceRestart) when no new boot came within half of O(wait_timeout)). The node must come
-    back Ready with a new boot ID, and the machine must report the versions and settings asked for; a machine that
+    back Ready with a new boot ID and, on a KubeVirt node, with virt-handler beating again (a new
+    C(kubevirt.io/heartbeat) and C(kubevirt.io/schedulable=true); a label left by the handler that died with the
+    machine does not count), and the machine must report the versions and settings asked for; a machine that
     did not change fails the task, never silently "done".
   - Idempotent - firmware already at its version and BIOS attributes already set are left alone, and with nothing
     left to do (and O(reboot=false)) nothing is sent to the machine.

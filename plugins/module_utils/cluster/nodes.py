@@ -13,6 +13,11 @@ __metaclass__ = type
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import InvalidInputError
 
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+# virt-handler's marks on its node (kubevirt pkg/virt-handler/heartbeat/heartbeat.go): the label every virt-launcher
+# pod selects, "true" only once its device plugins registered with the kubelet ("false" in its first beat after it
+# starts and when it stops cleanly), and the time of its last beat (at start, then every 60 to 132 s).
+KUBEVIRT_SCHEDULABLE_LABEL = "kubevirt.io/schedulable"
+KUBEVIRT_HEARTBEAT_ANNOTATION = "kubevirt.io/heartbeat"
 ETCD_GUARD_PDB = ("openshift-etcd", "etcd-guard-pdb")
 
 
@@ -58,6 +63,22 @@ def not_ready_reason(node):
 def boot_id(node):
     """``status.nodeInfo.bootID``: the kernel's boot id, as the kubelet read it when it started."""
     return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
+
+
+def runs_virt_handler(node):
+    """Whether a virt-handler has ever beaten on the node (KubeVirt runs there)."""
+    return KUBEVIRT_SCHEDULABLE_LABEL in labels_of(node)
+
+
+def virt_handler_heartbeat(node):
+    return ((node.get("metadata") or {}).get("annotations") or {}).get(KUBEVIRT_HEARTBEAT_ANNOTATION)
+
+
+def virt_handler_back(node, heartbeat_before):
+    """Whether virt-handler beat again since ``heartbeat_before`` (the node's annotation before its machine
+    restarted) and takes VMs: a label left "true" by a handler that died with its machine is not enough."""
+    return virt_handler_heartbeat(node) not in (None, heartbeat_before) and \
+        labels_of(node).get(KUBEVIRT_SCHEDULABLE_LABEL) == "true"
 
 
 def is_cordoned(node):

@@ -212,37 +212,46 @@ def _restart(module, client, name, node, machine, summary, deadline, progress):
     """Restart the machine and wait until the node is Ready with a new boot ID. A graceful restart that has not
     brought a new boot within half of what is left is followed by a forced one."""
     before = nodes_mod.boot_id(node)
+    # On a KubeVirt node the machine is back once virt-handler beat again and takes VMs, not at the kubelet's Ready.
+    handler = nodes_mod.virt_handler_heartbeat(node) if nodes_mod.runs_virt_handler(node) else False
     graceful = module.params["graceful"]
     with _action(summary, "restart") as entry:
         sent = [machine.restart(deadline.remaining(), graceful=graceful)]
         progress.line("phase=Running restarting the machine of node %s (%s), waiting for a new boot" % (
             name, sent[-1]))
         try:
-            node = _wait_boot(client, name, before, deadline.remaining() / 2.0 if graceful else deadline.remaining())
+            node = _wait_boot(client, name, before, handler,
+                              deadline.remaining() / 2.0 if graceful else deadline.remaining())
         except WaitTimeoutError:
             if not graceful:
                 raise
             sent.append(machine.restart(deadline.remaining(), graceful=False))
             progress.line("phase=Running no new boot after %s, %s sent" % (sent[0], sent[-1]))
-            node = _wait_boot(client, name, before, deadline.remaining())
+            node = _wait_boot(client, name, before, handler, deadline.remaining())
         entry["action"] = "restart (%s)" % ", ".join(sent)
     summary["boot_id_after"] = nodes_mod.boot_id(node)
     story.machine_restarted(module.events, node, "%s, %s" % (machine.describe(), ", ".join(sent)))
     return node
 
 
-def _wait_boot(client, name, before, timeout):
+def _wait_boot(client, name, before, handler, timeout):
+    """The node once Ready with a boot ID other than ``before`` and, unless ``handler`` is False, virt-handler's
+    heartbeat other than ``handler`` (its annotation before the restart) with the node taking VMs again."""
     def booted(current):
-        return current is not None and nodes_mod.boot_id(current) not in (None, before) and nodes_mod.is_ready(current)
+        return current is not None and nodes_mod.boot_id(current) not in (None, before) and \
+            nodes_mod.is_ready(current) and (handler is False or nodes_mod.virt_handler_back(current, handler))
 
     def pending():
         current = client.get_or_none("Node", name) or {}
         if nodes_mod.boot_id(current) in (None, before):
             return "its boot ID is still %s" % before
-        return "booted again, but %s" % nodes_mod.not_ready_reason(current)
+        if not nodes_mod.is_ready(current):
+            return "booted again, but %s" % nodes_mod.not_ready_reason(current)
+        return "booted again and Ready, but virt-handler has not beaten since (label %s=%s)" % (
+            nodes_mod.KUBEVIRT_SCHEDULABLE_LABEL, nodes_mod.labels_of(current).get(nodes_mod.KUBEVIRT_SCHEDULABLE_LABEL))
 
-    return wait_for_object(client, "Node", name, booted, timeout,
-                           "node %s to boot again and be Ready" % name, describe_pending=pending)
+    what = "node %s to boot again and be Ready%s" % (name, "" if handler is False else ", virt-handler with it")
+    return wait_for_object(client, "Node", name, booted, timeout, what, describe_pending=pending)
 
 
 def _verify(module, name, machine, firmware, bios, summary):

@@ -197,3 +197,60 @@ def test_kwok_leaves_launcher_pods_to_the_handler_only_when_asked():
     text = "kind: Stage\nspec:\n  selector:\n    matchExpressions:\n    - key: .metadata.deletionTimestamp\n      operator: Exists\n"
     stage = yaml.safe_load(kwok._without_launchers(text))
     assert kwok.NOT_A_LAUNCHER in stage["spec"]["selector"]["matchExpressions"]
+
+
+# -- the nodes' migration links (lab/standins/links.py) ----------------------------------------
+
+GI = 2.0 ** 30
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_migrations_share_their_nodes_link_until_each_is_at_its_cap():
+    from lab.standins.links import Links
+
+    clock = Clock()
+    links = Links(clock)
+    link = 4 * GI
+    # Two 4Gi guests off one node, each capped at 1Gi/s: the link (4Gi/s) has room for both at their cap.
+    links.start("m1", "ns/a", "n1", "n2", 4 * GI, GI, link)
+    links.start("m2", "ns/b", "n1", "n3", 4 * GI, GI, link)
+    assert links.seconds_left("m1", link) == pytest.approx(4.0)
+    # Six at once: 4Gi/s shared by six, two thirds of a Gi each.
+    for i in range(3, 7):
+        links.start("m%d" % i, "ns/v%d" % i, "n1", "n%d" % (i + 1), 4 * GI, GI, link)
+    clock.now = 1.0
+    assert links.seconds_left("m1", link) == pytest.approx((4 * GI - 2.0 / 3 * GI) / (2.0 / 3 * GI))
+    # Four of them end: the two left are at their cap again, and the ones sharing n1 are named to look again.
+    for i in range(3, 7):
+        named = links.end("m%d" % i, link)
+        assert "ns/a" in named and "ns/b" in named
+    assert links.seconds_left("m2", link) == pytest.approx(4 - 2.0 / 3)
+    # A target's link counts too: two transfers into n9 from different nodes share it.
+    links.start("m7", "ns/c", "n5", "n9", 2 * GI, 0, GI)
+    links.start("m8", "ns/d", "n6", "n9", 2 * GI, 0, GI)
+    assert links.seconds_left("m7", GI) == pytest.approx(4.0)
+
+
+def test_without_a_link_each_migration_runs_at_its_cap_and_without_a_cap_at_once():
+    from lab.standins.links import Links, link_bytes_per_second
+
+    clock = Clock()
+    links = Links(clock)
+    links.start("m1", "ns/a", "n1", "n2", 2 * GI, GI, 0)
+    links.start("m2", "ns/b", "n1", "n3", 2 * GI, GI, 0)
+    assert links.seconds_left("m1", 0) == pytest.approx(2.0)
+    # A stand-in that restarted counts what already ran at the cap.
+    links.start("m3", "ns/c", "n1", "n4", 2 * GI, GI, 0, elapsed=1.5)
+    assert links.seconds_left("m3", 0) == pytest.approx(0.5)
+    links.start("m4", "ns/d", "n1", "n5", 2 * GI, 0, 0)
+    assert links.seconds_left("m4", 0) == 0.0
+    assert links.seconds_left("unknown", 0) is None
+    assert link_bytes_per_second({"metadata": {"annotations": {"kubevirt-ops.lab/migration-link": "4Gi"}}}) == 4 * GI
+    assert link_bytes_per_second({}) == 0.0

@@ -325,6 +325,47 @@ def test_migration_keeps_the_vmi_and_moves_it(lab, namespace):
     assert source and source[0]["status"]["phase"] == "Succeeded"
 
 
+@pytest.fixture
+def migration_link(lab):
+    """Set the lab's migration link speed (lab/standins/links.py) for the test; none again afterwards."""
+    def set_link(value):
+        lab.kubectl("annotate", "--overwrite", "-n", "kubevirt", "kubevirt", "kubevirt",
+                    f"kubevirt-ops.lab/migration-link={value}")
+
+    yield set_link
+    lab.kubectl("annotate", "-n", "kubevirt", "kubevirt", "kubevirt", "kubevirt-ops.lab/migration-link-", check=False)
+
+
+def test_migrations_off_one_node_share_its_link(lab, namespace, migration_link):
+    """Two 8Gi guests leave one node at once over a link of 1Gi/s, each migration capped at 1Gi/s: each gets half
+    of the link, so each copy takes about 16 s where one alone would take 8 s."""
+    apply(lab, vm("first", memory="8Gi"), namespace)
+    node = running_vmi(lab, namespace, "first")["status"]["nodeName"]
+    second = vm("second", memory="8Gi")
+    second["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": {"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}}]}}
+    apply(lab, second, namespace)
+    assert running_vmi(lab, namespace, "second")["status"]["nodeName"] == node
+    migration_link("1Gi")
+    for name in ("first", "second"):
+        apply(lab, migration(f"move-{name}", name), namespace)
+    for name in ("first", "second"):
+        wait_for(lambda n=name: (get(lab, "vmim", f"move-{n}", namespace=namespace) or {}).get("status", {}).get(
+            "phase") in ("Succeeded", "Failed"), WAIT, f"the migration of {name} to end")
+    states = {}
+    for name in ("first", "second"):
+        assert get(lab, "vmim", f"move-{name}", namespace=namespace)["status"]["phase"] == "Succeeded"
+        states[name] = get(lab, "vmi", name, namespace=namespace)["status"]["migrationState"]
+        assert states[name]["sourceNode"] == node
+    # Both copied together for most of the time (each started before the other ended), at half the link each.
+    first, second = states["first"], states["second"]
+    assert epoch(first["startTimestamp"]) < epoch(second["endTimestamp"])
+    assert epoch(second["startTimestamp"]) < epoch(first["endTimestamp"])
+    for state in states.values():
+        assert seconds_between(state["startTimestamp"], state["endTimestamp"]) >= 13, state
+
+
 def test_fail_migration_knob_fails_the_migration_at_the_source(lab, namespace):
     apply(lab, vm("stubborn", memory="1Gi", annotations={FAIL_MIGRATION: "true"}), namespace)
     before = running_vmi(lab, namespace, "stubborn")

@@ -101,3 +101,35 @@ def test_a_vm_or_a_migration_from_or_to_the_node_refuses_the_restart(vmis, migra
         runner._refuse_unless_drained(client, NODE, node(), False, staged=True)
     assert staged.value.msg.endswith("the firmware and BIOS changes handed to the BMC wait for the machine's next "
                                      "restart.")
+
+
+def booted_node(boot, ready="True", schedulable="true", heartbeat="2026-11-29T10:00:00Z"):
+    labels = {} if schedulable is None else {"kubevirt.io/schedulable": schedulable}
+    annotations = {} if heartbeat is None else {"kubevirt.io/heartbeat": heartbeat}
+    return {"metadata": {"name": NODE, "labels": labels, "annotations": annotations},
+            "status": {"nodeInfo": {"bootID": boot}, "conditions": [{"type": "Ready", "status": ready}]}}
+
+
+@pytest.mark.parametrize("current, handler, back", [
+    # A new boot, Ready, virt-handler beat since and takes VMs.
+    (booted_node("b2", heartbeat="2026-11-29T10:05:00Z"), "2026-11-29T10:00:00Z", True),
+    # The label a handler that died with its machine left "true", its last beat: not back.
+    (booted_node("b2"), "2026-11-29T10:00:00Z", False),
+    # The new handler's first beat: its device plugins have not registered yet.
+    (booted_node("b2", schedulable="false", heartbeat="2026-11-29T10:05:00Z"), "2026-11-29T10:00:00Z", False),
+    # Not Ready, or the old boot.
+    (booted_node("b2", ready="Unknown", heartbeat="2026-11-29T10:05:00Z"), "2026-11-29T10:00:00Z", False),
+    (booted_node("b1", heartbeat="2026-11-29T10:05:00Z"), "2026-11-29T10:00:00Z", False),
+    # A node without KubeVirt: the kubelet's Ready with a new boot is enough.
+    (booted_node("b2", schedulable=None, heartbeat=None), False, True),
+])
+def test_a_restarted_machine_is_back_once_virt_handler_beat_again(monkeypatch, current, handler, back):
+    seen = {}
+
+    def wait_for_object(client, kind, name, predicate, timeout, what, describe_pending=None):
+        seen["what"] = what
+        return predicate(current)
+
+    monkeypatch.setattr(runner, "wait_for_object", wait_for_object)
+    assert runner._wait_boot(object(), NODE, "b1", handler, 60) is back
+    assert seen["what"].endswith("virt-handler with it") is (handler is not False)
