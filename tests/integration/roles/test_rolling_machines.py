@@ -1,8 +1,8 @@
 """rolling_maintenance servicing the lab's machines through their Redfish BMCs (lab/machines), the BMCs given as
-the lab's ``bmc-inventory.yml`` gives them (host var ``bmc`` of a host named after its node): each node is
-drained, its machine gets a BIOS image and a BIOS setting and restarts through its BMC, the node comes back
-with a new boot ID, and the report says what was done to each machine. A machine that cannot be serviced is
-found by the preflight, before anything changes."""
+the lab's ``bmc-inventory.yml`` gives them (host var ``bmc`` of a host named after its node), or through their
+BareMetalHosts (host var ``bmh``): each node is drained, its machine gets a BIOS image and a BIOS setting and
+restarts, the node comes back with a new boot ID and virt-handler beating again, and the report says what was
+done to each machine. A machine that cannot be serviced is found by the preflight, before anything changes."""
 
 import json
 import uuid
@@ -18,6 +18,7 @@ from test_rolling_maintenance import PLAYBOOK, base_vars, failure_messages, node
 from lab import metal3
 from lab.machines import bmc as lab_bmc
 from lab.paths import LabPaths
+from lab.wait import wait_for
 
 NODES = ["lab-worker-2", "lab-worker-3"]
 
@@ -50,13 +51,50 @@ def machines(lab, k8s):
         metal3.restore_host(k8s, bmcs, name)
 
 
+@pytest.fixture
+def mixed_roads(lab, k8s, tmp_path):
+    """An inventory of two roads: the machine of NODES[0] through its BMC (its BareMetalHost detached and deleted
+    first, made again afterwards), that of NODES[1] through its BareMetalHost, named by the host variable ``bmh``
+    (a lab node's providerID names none). Afterwards the nodes are put back in service."""
+    paths = LabPaths(lab.state_dir)
+    bmcs = lab_bmc.load(paths)
+    host = metal3.restore_host(k8s, bmcs, NODES[1])  # as ``lab up`` made it, reporting its machine on
+    bmh = {"name": host["metadata"]["name"], "namespace": host["metadata"]["namespace"]}
+    custom = client.CustomObjectsApi(k8s)
+
+    def firmware_known():
+        # The operator makes the host's firmware objects once it registered it (the host may be new).
+        objects = [custom.get_namespaced_custom_object("metal3.io", "v1alpha1", bmh["namespace"], plural, bmh["name"])
+                   for plural in ("hostfirmwarecomponents", "hostfirmwaresettings")]
+        return all((o.get("status") or {}).get(key) for o, key in zip(objects, ("components", "settings")))
+
+    wait_for(lambda: _present(firmware_known), 120, "the firmware objects of BareMetalHost %s" % bmh["name"])
+    inventory = tmp_path / "machines.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"machines": {"hosts": {
+        NODES[0]: {"bmc": lab_bmc.module_option(bmcs[NODES[0]])}, NODES[1]: {"bmh": bmh}}}}}}))
+    with metal3.hosts_released(k8s, bmcs, [NODES[0]]):
+        yield bmcs, inventory, bmh
+        for name in NODES:
+            runs.module(lab.kubeconfig, "node_maintenance", {"name": name, "state": "absent"})
+        lab.restore_nodes()
+
+
+def _present(read):
+    try:
+        return read()
+    except client.exceptions.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
 def boot_ids(k8s):
     return dict((name, client.CoreV1Api(k8s).read_node(name).status.node_info.boot_id) for name in NODES)
 
 
-def test_each_node_is_drained_its_machine_serviced_through_its_bmc_and_the_report_says_what_was_done(
-        lab, k8s, namespace, tmp_path, lock_name, machines):
-    paths, bmcs = machines
+def test_each_node_is_drained_its_machine_serviced_by_its_road_and_the_report_says_what_was_done(
+        lab, k8s, namespace, tmp_path, lock_name, mixed_roads):
+    bmcs, inventory, bmh = mixed_roads
     shown = dict((name, lab_bmc.Bmc(bmcs[name]).show()) for name in NODES)
     running = set(s["bios_version"] for s in shown.values())
     assert len(running) == 1, "the machines run different BIOS versions: %s" % shown
@@ -80,21 +118,27 @@ def test_each_node_is_drained_its_machine_serviced_through_its_bmc_and_the_repor
         rolling_maintenance_machine_timeout=600,
         rolling_maintenance_firmware=[{"component": "bios", "url": "https://firmware.example/bios-%s.bin" % version,
                                        "version": version}])
-    run = runs.playbook(lab.kubeconfig, PLAYBOOK, extra, inventory=["localhost,", str(paths.bmc_inventory)])
+    run = runs.playbook(lab.kubeconfig, PLAYBOOK, extra, inventory=["localhost,", str(inventory)])
     assert run.returncode == 0, run.output[-4000:]
 
     report = report_of(tmp_path)
     assert [n["node"] for n in report["nodes"]] == NODES and all(n["status"] == "done" for n in report["nodes"])
     after = boot_ids(k8s)
+    roads = {NODES[0]: {"road": "redfish", "address": bmcs[NODES[0]]["address"]},
+             NODES[1]: {"road": "metal3", "bmh": "%s/%s" % (bmh["namespace"], bmh["name"])}}
     for entry in report["nodes"]:
         name, machine = entry["node"], entry["machine"]
-        assert machine["road"] == "redfish" and machine["address"] == bmcs[name]["address"], machine
+        assert dict((key, machine.get(key)) for key in roads[name]) == roads[name], machine
         assert machine["boot_id_before"] == before[name] and machine["boot_id_after"] == after[name] != before[name]
         assert machine["firmware_before"] == {"bios": shown[name]["bios_version"]}
         assert machine["firmware_after"] == {"bios": version}
-        assert [a["action"] for a in machine["actions"]][-1] == "restart (GracefulRestart)", machine
+        restart = [a["action"] for a in machine["actions"]][-1]
+        assert restart == "restart (GracefulRestart)" if name == NODES[0] else restart.startswith(
+            "restart (reboot.metal3.io/kubevirt-ops.maintenance soft"), machine
         now = lab_bmc.Bmc(bmcs[name]).show()
         assert now["bios_version"] == version and now["bios"]["SriovGlobalEnable"] == "Enabled"
+        # Back with virt-handler beating on the node again, taking VMs.
+        assert client.CoreV1Api(k8s).read_node(name).metadata.labels.get("kubevirt.io/schedulable") == "true"
     # The VMs left worker-2 before its machine restarted, and all run.
     assert len(report["nodes"][0]["vms"]["migrated"]) == len(vms)
     assert workloads.vm_nodes(k8s, namespace) == dict((name, "lab-worker-1") for name in vms)
