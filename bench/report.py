@@ -438,6 +438,12 @@ def _drain_markdown(by_peer):
     return lines
 
 
+def _ratio_lines(by_peer):
+    """A sentence per ratio of the scenario, then the blank line that ends its section."""
+    return [f"Ratio {key}: wall {_fmt(r['wall'])}, API requests {_fmt(r['requests'])}."
+            for key, r in (by_peer.get("_ratios") or {}).items()] + [""]
+
+
 def _rolling_table(by_peer):
     """Scenarios 4 and 6: each peer's time against the lower bound."""
     lines = ["| peer | wall s (median) | lower bound s | ratio | KubeVirt floor s | ratio | overhead s/node | "
@@ -482,10 +488,7 @@ def _parallel_markdown(by_peer):
                          f"{p['moments_with_two_zones']} moments with nodes of two zones cordoned, at "
                          f"most {p['most_migrations_in_flight']} live migrations in flight "
                          f"(parallelMigrationsPerCluster {p['parallel_migrations_per_cluster']}).")
-    for key, r in (by_peer.get("_ratios") or {}).items():
-        lines.append(f"Ratio {key}: wall {_fmt(r['wall'])}, API requests {_fmt(r['requests'])}.")
-    lines.append("")
-    return lines
+    return lines + _ratio_lines(by_peer)
 
 
 def _bmc_rolling_markdown(by_peer):
@@ -495,10 +498,7 @@ def _bmc_rolling_markdown(by_peer):
                   "node to be Ready with a new boot ID; the role also waits for the machine's BMC to report it on "
                   "and for virt-handler's heartbeat, verifies every VM and writes its report. The lower bound "
                   "counts the migrations only, not the restarts."]
-    for key, r in (by_peer.get("_ratios") or {}).items():
-        lines.append(f"Ratio {key}: wall {_fmt(r['wall'])}, API requests {_fmt(r['requests'])}.")
-    lines.append("")
-    return lines
+    return lines + _ratio_lines(by_peer)
 
 
 def _limits_markdown(by_peer):
@@ -518,10 +518,7 @@ def _limits_markdown(by_peer):
                   "of the migrations the run let out at once, each a guest's memory at its bandwidth or its share of "
                   "the link. KubeVirt's floor: the same waves at the run's mean migration time out of Pending to "
                   "Succeeded (the target pod's scheduling and start-up included)."]
-    for key, r in (by_peer.get("_ratios") or {}).items():
-        lines.append(f"Ratio {key}: wall {_fmt(r['wall'])}, API requests {_fmt(r['requests'])}.")
-    lines.append("")
-    return lines
+    return lines + _ratio_lines(by_peer)
 
 
 # The section of a scenario; any other is a drain of one node.

@@ -5,6 +5,7 @@ real API server answers it (PDB check, 429, 404) and access reviews allowed by d
 import copy
 import json
 import threading
+import time
 
 from fake_apiserver import FakeApiServer, FakeResponse
 
@@ -265,3 +266,102 @@ def module_cluster(monkeypatch, operator=False):
         server.served.add("NodeMaintenance")
     monkeypatch.setattr(module_mod.MaintenanceModule, "client", property(lambda self: client))
     return server
+
+
+FAILED_REASON = "Live migration failed: the VM is annotated kubevirt-ops.lab/fail-migration"
+
+
+def failed_migration(name, vmi_name="web", reason=FAILED_REASON, in_state=True):
+    status = {"phase": "Failed", "conditions": [
+        {"type": "Failed", "status": "True", "reason": "MigrationFailed", "message": reason}]}
+    if in_state:
+        status["migrationState"] = {"failed": True, "completed": True, "failureReason": reason}
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": name, "namespace": "ns1", "creationTimestamp": "2024-01-01T00:00:0%sZ" % name[-1]},
+            "spec": {"vmiName": vmi_name}, "status": status}
+
+
+class EvacuatingKubeVirt:
+    """virt-api's eviction webhook and the migrations: an evicted virt-launcher pod is refused as virt-api refuses it
+    ("Eviction triggered evacuation") and its VM leaves for worker-2 ``seconds`` later (its VMI moves there, its old
+    pod goes). Records the VMs asked, in order (``asked``), and the most evacuating at once (``most``). VMs named in
+    ``failing`` never leave: each request adds a Failed migration and a Pending retry (KubeVirt backing off); VMs in
+    ``stuck`` are marked but leave only once ``release``d. ``pod_lingers``: seconds the old pod stays after its
+    migration Succeeded (``asked_while_lingering`` counts the VMs asked meanwhile)."""
+
+    def __init__(self, server, seconds=0.2, failing=(), stuck=(), pod_lingers=0.0):
+        self.server = server
+        self.seconds = seconds
+        self.failing = set(failing)
+        self.stuck = set(stuck)
+        self.pod_lingers = pod_lingers
+        self.evacuating = set()
+        self.lingering = set()
+        self.most = 0
+        self.asked = []
+        self.asked_while_lingering = 0
+        server.webhook = self.webhook
+
+    def webhook(self, target):
+        name = target["metadata"]["name"]
+        if not name.startswith("virt-launcher-"):
+            return None
+        vmi_name = name[len("virt-launcher-"):].rsplit("-", 1)[0]
+        with self.server.lock:
+            if name not in self.evacuating and vmi_name not in self.asked:
+                self.asked.append(vmi_name)
+                self.asked_while_lingering += bool(self.lingering)
+                if vmi_name in self.failing:
+                    # The failed try, and the next one KubeVirt creates at once and holds Pending (backoff).
+                    self.server.add("VirtualMachineInstanceMigration",
+                                    failed_migration("evacuation-%s" % vmi_name[-1], vmi_name))
+                    retry = failed_migration("evacuation-%s-retry" % vmi_name[-1], vmi_name)
+                    retry["metadata"]["creationTimestamp"] = "2024-01-01T00:01:00Z"
+                    retry["status"] = {"phase": "Pending"}
+                    self.server.add("VirtualMachineInstanceMigration", retry)
+                else:
+                    self.evacuating.add(name)
+                    self.most = max(self.most, len(self.evacuating))
+                    if vmi_name not in self.stuck:
+                        self._leave_later(vmi_name, name)
+        return 429, ('admission webhook "virt-launcher-eviction-interceptor.kubevirt.io" denied the request: '
+                     'Eviction triggered evacuation of VMI "ns1/%s"' % vmi_name)
+
+    def _leave_later(self, vmi_name, pod_name):
+        timer = threading.Timer(self.seconds, self.migrated, (vmi_name, pod_name))
+        timer.daemon = True
+        timer.start()
+
+    def release(self, vmi_name):
+        """A stuck VM leaves after all (its next evacuation request is answered)."""
+        self.stuck.discard(vmi_name)
+        with self.server.lock:
+            self.asked = [n for n in self.asked if n != vmi_name]
+            self.evacuating = set(n for n in self.evacuating if not n.startswith("virt-launcher-%s-" % vmi_name))
+
+    def migrated(self, vmi_name, pod_name):
+        if self.pod_lingers:
+            with self.server.lock:
+                self.evacuating.discard(pod_name)
+                self.lingering.add(pod_name)
+            self.server.add("VirtualMachineInstanceMigration", {
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"name": "evacuation-ok-%s" % vmi_name, "namespace": "ns1",
+                             "creationTimestamp": "2024-01-01T00:00:00Z"},
+                "spec": {"vmiName": vmi_name}, "status": {"phase": "Succeeded"}})
+            time.sleep(self.pod_lingers)
+        with self.server.lock:
+            current = self.server.get("VirtualMachineInstance", vmi_name, "ns1")
+            if current is not None:
+                current = copy.deepcopy(current)
+                current["status"]["nodeName"] = "worker-2"
+                current["status"]["migrationState"] = {"completed": True, "sourceNode": "worker-1",
+                                                       "targetNode": "worker-2"}
+                self.server._store("VirtualMachineInstance", "ns1", vmi_name, current, "MODIFIED")
+            self.evacuating.discard(pod_name)
+            self.lingering.discard(pod_name)
+            gone = self.server.objects.pop(("Pod", "ns1", pod_name), None)
+            if gone is not None:
+                self.server.rv += 1
+                self.server.events.append((self.server.rv, "Pod", "DELETED", gone))
+                self.server.lock.notify_all()

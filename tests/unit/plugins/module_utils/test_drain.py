@@ -8,7 +8,19 @@ import time
 import pytest
 
 from fake_apiserver import FakeResponse
-from drain_cluster import ReplicaSetSimulator, cluster, kubevirt_cr, launcher, pdb, pod, vm, vmi
+from drain_cluster import (
+    FAILED_REASON,
+    EvacuatingKubeVirt,
+    ReplicaSetSimulator,
+    cluster,
+    failed_migration,
+    kubevirt_cr,
+    launcher,
+    pdb,
+    pod,
+    vm,
+    vmi,
+)
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain import engine as drain
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.engine import Drainer
@@ -182,19 +194,6 @@ def test_explains_a_migration_stuck_without_a_target():
 
 
 # -- live migrations that keep failing ------------------------------------------------------------
-
-FAILED_REASON = "Live migration failed: the VM is annotated kubevirt-ops.lab/fail-migration"
-
-
-def failed_migration(name, vmi_name="web", reason=FAILED_REASON, in_state=True):
-    status = {"phase": "Failed", "conditions": [
-        {"type": "Failed", "status": "True", "reason": "MigrationFailed", "message": reason}]}
-    if in_state:
-        status["migrationState"] = {"failed": True, "completed": True, "failureReason": reason}
-    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-            "metadata": {"name": name, "namespace": "ns1", "creationTimestamp": "2024-01-01T00:00:0%sZ" % name[-1]},
-            "spec": {"vmiName": vmi_name}, "status": status}
-
 
 def migrating_vm(server, name="web"):
     """A migratable VM whose launcher pod is refused by its own budget (KubeVirt migrates it)."""
@@ -415,72 +414,6 @@ def test_explains_terminating_pods_last_answers_and_plain_pending_pods():
 
 
 # -- evacuations paced to KubeVirt's migration limits --------------------------------------------
-
-class EvacuatingKubeVirt:
-    """virt-api's eviction webhook and the migrations: an evicted launcher pod is refused with
-    "evacuation triggered" and its VM leaves the node ``seconds`` later (the pod goes); records
-    how many VMs were evacuating at once. VMs named in ``failing`` never leave: each evacuation
-    request adds a Failed migration instead (KubeVirt backing off)."""
-
-    def __init__(self, server, seconds=0.2, failing=(), pod_lingers=0.0):
-        self.server = server
-        self.seconds = seconds
-        self.failing = set(failing)
-        self.pod_lingers = pod_lingers  # seconds the old pod stays after its migration Succeeded
-        self.evacuating = set()
-        self.lingering = set()
-        self.most = 0
-        self.asked = []
-        self.asked_while_lingering = 0
-        server.webhook = self.webhook
-
-    def webhook(self, target):
-        name = target["metadata"]["name"]
-        if not name.startswith("virt-launcher-"):
-            return None
-        vmi_name = name[len("virt-launcher-"):].rsplit("-", 1)[0]
-        with self.server.lock:
-            if name not in self.evacuating and (target["metadata"]["namespace"], name) not in self.asked:
-                self.asked.append((target["metadata"]["namespace"], name))
-                self.asked_while_lingering += bool(self.lingering)
-                if vmi_name in self.failing:
-                    # The failed try, and the next one KubeVirt creates at once and holds Pending (backoff).
-                    self.server.add("VirtualMachineInstanceMigration",
-                                    failed_migration("evacuation-%s" % vmi_name[-1], vmi_name))
-                    retry = failed_migration("evacuation-%s-retry" % vmi_name[-1], vmi_name)
-                    retry["metadata"]["creationTimestamp"] = "2024-01-01T00:01:00Z"
-                    retry["status"] = {"phase": "Pending"}
-                    self.server.add("VirtualMachineInstanceMigration", retry)
-                else:
-                    self.evacuating.add(name)
-                    self.most = max(self.most, len(self.evacuating))
-                    timer = threading.Timer(self.seconds, self.migrated, (target,))
-                    timer.daemon = True
-                    timer.start()
-        return 429, "Eviction triggered evacuation of VMI \"ns1/%s\"" % vmi_name
-
-    def migrated(self, target):
-        name = target["metadata"]["name"]
-        if self.pod_lingers:
-            vmi_name = name[len("virt-launcher-"):].rsplit("-", 1)[0]
-            with self.server.lock:
-                self.evacuating.discard(name)
-                self.lingering.add(name)
-            self.server.add("VirtualMachineInstanceMigration", {
-                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-                "metadata": {"name": "evacuation-ok-%s" % vmi_name, "namespace": "ns1",
-                             "creationTimestamp": "2024-01-01T00:00:00Z"},
-                "spec": {"vmiName": vmi_name}, "status": {"phase": "Succeeded"}})
-            time.sleep(self.pod_lingers)
-        with self.server.lock:
-            self.evacuating.discard(name)
-            self.lingering.discard(name)
-            gone = self.server.objects.pop(("Pod", "ns1", name), None)
-            if gone is not None:
-                self.server.rv += 1
-                self.server.events.append((self.server.rv, "Pod", "DELETED", gone))
-                self.server.lock.notify_all()
-
 
 def vms_on_the_node(server, count):
     for i in range(count):

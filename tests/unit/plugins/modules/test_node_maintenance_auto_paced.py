@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from drain_cluster import launcher, module_cluster, pod, vm, vmi
+from drain_cluster import EvacuatingKubeVirt, launcher, module_cluster, pod, vm, vmi
 from module_runner import assert_documented, run
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
@@ -20,58 +20,6 @@ CHOSE = ("method auto chose cr: the NodeMaintenance operator is installed (nodem
          "and no option it ignores is set.")
 KEPT = "method auto kept cr: node worker-1 is already in maintenance by this collection, its NodeMaintenance not " \
     "created yet."
-
-
-class KubeVirt:
-    """virt-api's eviction webhook and the migrations: an evicted virt-launcher pod is refused with "Eviction
-    triggered evacuation" and its VM moves to worker-2 ``seconds`` later (its pod goes). Records the most VMs
-    evacuating at once. VMs named in ``stuck`` are marked but never leave."""
-
-    def __init__(self, server, seconds=0.15, stuck=()):
-        self.server = server
-        self.seconds = seconds
-        self.stuck = set(stuck)
-        self.evacuating = set()
-        self.asked = []
-        self.most = 0
-        server.webhook = self.webhook
-
-    def webhook(self, target):
-        name = target["metadata"]["name"]
-        if not name.startswith("virt-launcher-"):
-            return None
-        vmi_name = name[len("virt-launcher-"):].rsplit("-", 1)[0]
-        with self.server.lock:
-            if name not in self.evacuating and vmi_name not in self.asked:
-                self.asked.append(vmi_name)
-                self.evacuating.add(name)
-                self.most = max(self.most, len(self.evacuating))
-                if vmi_name not in self.stuck:
-                    timer = threading.Timer(self.seconds, self.migrated, (vmi_name, name))
-                    timer.daemon = True
-                    timer.start()
-        return 429, "admission webhook denied the request: Eviction triggered evacuation of VMI \"ns1/%s\"" % vmi_name
-
-    def release(self, vmi_name):
-        """A stuck VM leaves after all (its next evacuation request is answered)."""
-        self.stuck.discard(vmi_name)
-        with self.server.lock:
-            self.asked = [n for n in self.asked if n != vmi_name]
-            self.evacuating = set(n for n in self.evacuating if not n.startswith("virt-launcher-%s-" % vmi_name))
-
-    def migrated(self, vmi_name, pod_name):
-        with self.server.lock:
-            current = copy.deepcopy(self.server.get("VirtualMachineInstance", vmi_name, "ns1"))
-            current["status"]["nodeName"] = "worker-2"
-            current["status"]["migrationState"] = {"completed": True, "sourceNode": "worker-1",
-                                                   "targetNode": "worker-2"}
-            self.server._store("VirtualMachineInstance", "ns1", vmi_name, current, "MODIFIED")
-            self.evacuating.discard(pod_name)
-            gone = self.server.objects.pop(("Pod", "ns1", pod_name), None)
-            if gone is not None:
-                self.server.rv += 1
-                self.server.events.append((self.server.rv, "Pod", "DELETED", gone))
-                self.server.lock.notify_all()
 
 
 class Operator:
@@ -184,7 +132,7 @@ def test_check_mode_predicts_the_paced_way_and_changes_nothing(api, capsys):
 
 
 def test_auto_evacuates_the_vms_at_kubevirts_pace_then_the_cr_drains_the_rest(api, capsys):
-    kubevirt = KubeVirt(api)
+    kubevirt = EvacuatingKubeVirt(api, seconds=0.15)
     operator = Operator(api)
     result = run(node_maintenance, {"name": "worker-1", "reason": "bios", "wait_timeout": 60}, capsys, diff=True)
     assert result["phase"] == "Succeeded" and result["changed"] is True, result
@@ -220,7 +168,7 @@ def test_auto_evacuates_the_vms_at_kubevirts_pace_then_the_cr_drains_the_rest(ap
 
 
 def test_a_failed_evacuation_creates_no_cr_and_a_rerun_resumes_it(api, capsys):
-    kubevirt = KubeVirt(api, stuck=["vm3"])
+    kubevirt = EvacuatingKubeVirt(api, seconds=0.15, stuck=["vm3"])
     operator = Operator(api)
     failed = run(node_maintenance, {"name": "worker-1", "wait_timeout": 3}, capsys)
     assert failed.get("failed") and failed["phase"] == "Failed" and failed["method"] == "cr", failed
@@ -257,7 +205,7 @@ def test_a_failed_evacuation_creates_no_cr_and_a_rerun_resumes_it(api, capsys):
 
 
 def test_absent_after_a_failed_evacuation_ends_it_as_a_drain(api, capsys):
-    KubeVirt(api, stuck=["vm0"])
+    EvacuatingKubeVirt(api, seconds=0.15, stuck=["vm0"])
     Operator(api)
     assert run(node_maintenance, {"name": "worker-1", "wait_timeout": 2}, capsys)["phase"] == "Failed"
     before = versions(api)
@@ -269,7 +217,7 @@ def test_absent_after_a_failed_evacuation_ends_it_as_a_drain(api, capsys):
 
 
 def test_method_drain_takes_over_a_node_left_before_its_cr(api, capsys):
-    kubevirt = KubeVirt(api, stuck=["vm1"])
+    kubevirt = EvacuatingKubeVirt(api, seconds=0.15, stuck=["vm1"])
     operator = Operator(api)
     assert run(node_maintenance, {"name": "worker-1", "wait_timeout": 2}, capsys)["phase"] == "Failed"
     kubevirt.release("vm1")
@@ -284,7 +232,7 @@ def test_method_drain_takes_over_a_node_left_before_its_cr(api, capsys):
 
 
 def test_method_cr_on_a_node_left_before_its_cr_creates_it(api, capsys):
-    KubeVirt(api, stuck=["vm4"])
+    EvacuatingKubeVirt(api, seconds=0.15, stuck=["vm4"])
     operator = Operator(api)
     assert run(node_maintenance, {"name": "worker-1", "wait_timeout": 2}, capsys)["phase"] == "Failed"
     done = run(node_maintenance, {"name": "worker-1", "method": "cr"}, capsys)
@@ -295,7 +243,7 @@ def test_method_cr_on_a_node_left_before_its_cr_creates_it(api, capsys):
 
 
 def test_explicit_method_cr_leaves_the_whole_drain_to_the_operator(api, capsys):
-    KubeVirt(api)
+    EvacuatingKubeVirt(api, seconds=0.15)
     operator = Operator(api)
     result = run(node_maintenance, {"name": "worker-1", "method": "cr"}, capsys)
     assert result["phase"] == "Succeeded" and result["method_reason"] == "method cr as requested.", result
@@ -304,7 +252,7 @@ def test_explicit_method_cr_leaves_the_whole_drain_to_the_operator(api, capsys):
 
 
 def test_permissions_of_both_parts_are_checked_before_anything_changes(api, capsys):
-    KubeVirt(api)
+    EvacuatingKubeVirt(api, seconds=0.15)
     Operator(api)
     before = versions(api)
     api.denied.add(("create", "nodemaintenances"))
@@ -319,7 +267,7 @@ def test_permissions_of_both_parts_are_checked_before_anything_changes(api, caps
 
 
 def test_without_wait_the_operator_drains_everything(api, capsys):
-    KubeVirt(api)
+    EvacuatingKubeVirt(api, seconds=0.15)
     operator = Operator(api)
     result = run(node_maintenance, {"name": "worker-1", "wait": False}, capsys)
     assert result["method_reason"] == CHOSE and result["changed"] is True, result
