@@ -42,8 +42,8 @@ collection:
 
 # The static checks run beside the lab tiers: the lab's binaries build first (a cold cache takes
 # minutes; a warm one returns at once), then three lanes of lab tiers run side by side, each lane
-# on a lab of its own (ports and a directory of its own) that its tiers share, and the chaos session
-# follows the static checks in their lane. Four lanes keep the 2-core reference machine busy: more run slower, as every
+# on a lab of its own (ports and a directory of its own) that its tiers share, and a fourth lab (the
+# chaos session, then the failure-domain batches) follows the static checks in their lane. Four lanes keep the 2-core reference machine busy: more run slower, as every
 # lab has a control plane to keep going and each lane's tiers take longer (measured). The lanes are
 # balanced from the tests' measured times (tests/output/junit/<tier>.xml); the other KubeVirt release
 # builds in its lane.
