@@ -13,7 +13,7 @@ PYTEST_WORKERS ?= 1
 # Every pytest tier writes its tests' outcomes and times to tests/output/junit/<tier>.xml.
 PYTEST_REPORT = --junitxml=$(CURDIR)/tests/output/junit/$@.xml
 
-.PHONY: help venv collection test checks lab-build-default lab-lane-checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-cluster lab-lane-faults lane-checks-shared lane-modules-shared lane-cluster-shared lane-faults-shared sanity sanity-run lint docs-lint ee-context test-versions test-versions-edges integration-core-edges changelog-lint unit unit-floor integration integration-cluster integration-modules integration-kubevirt-other test-roles test-roles-batches test-roles-runs test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test checks lab-build-default lab-lane-checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-cluster lab-lane-faults lane-checks-shared lane-modules-shared lane-cluster-shared lane-faults-shared sanity sanity-run lint docs-lint ee-context test-versions test-versions-edges integration-core-edges changelog-lint unit unit-floor integration integration-cluster integration-lab integration-contract integration-modules integration-kubevirt-other test-roles test-roles-batches test-roles-runs test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
@@ -83,6 +83,7 @@ lab-lane-modules: venv collection
 	$(call timed,bench-smoke)
 
 lane-modules-shared:
+	$(call timed,integration-lab)
 	$(call timed,integration-modules)
 	$(call timed,integration-core-edges)
 	$(call timed,test-awx)
@@ -95,7 +96,7 @@ lab-lane-cluster: venv collection
 	$(call timed,integration-kubevirt-other)
 
 lane-cluster-shared:
-	$(call timed,integration-cluster)
+	$(call timed,integration-contract)
 	$(call timed,test-roles-runs)
 
 lab-lane-faults: venv collection
@@ -277,9 +278,15 @@ INTEGRATION_SUITES := tests/integration/lab tests/integration/kubevirt_contract 
 integration: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_REPORT) $(INTEGRATION_SUITES) $(addprefix --ignore=,$(MACHINE_TESTS))
 
-# make test runs it in two tiers, each on a lab of its own: the lab and the KubeVirt contract, and the modules.
-integration-cluster: venv collection
-	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_REPORT) tests/integration/lab tests/integration/kubevirt_contract
+# make test runs it in three tiers: the lab, the KubeVirt contract, and the modules
+# (integration-cluster: the first two).
+integration-cluster: integration-lab integration-contract
+
+integration-lab: venv collection
+	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_REPORT) tests/integration/lab
+
+integration-contract: venv collection
+	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_REPORT) tests/integration/kubevirt_contract
 
 integration-modules: venv collection
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_REPORT) tests/integration/modules $(addprefix --ignore=,$(MACHINE_TESTS))
