@@ -212,7 +212,7 @@ def progress(current, step, state=None, verify=None, with_batch=False, node_task
         if node_tasks:
             words.append("Running the node tasks.")
         if machine:
-            words.append("Servicing its machine through its BMC.")
+            words.append("Servicing its machine.")
         if reboot:
             words.append("Reboot simulated (a KWOK node has no machine): waiting for Ready." if detail.get("simulated")
                          else "Rebooting %s." % current.get("host"))
