@@ -396,11 +396,6 @@ class OursRole(Peer):
                  "bench_method": self.method, "bench_max_parallel": self.max_parallel,
                  "bench_failure_domain": self.failure_domain, "bench_reboot": self.reboot,
                  "bench_migration_limits": self.limits}
-        if self.limits:
-            from bench.scenarios import link_of
-
-            link = link_of(env.kube)
-            extra["bench_link_speed"] = str(int(link)) if link else ""
         inventories = ["-i", "localhost,"]
         if self.reboot == "bmc":
             inventories += ["-i", str(LabPaths(env.lab_dir).bmc_inventory)]
