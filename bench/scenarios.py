@@ -590,6 +590,11 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
                                             watcher.migrations.values())
     if scenario.link_multiple:
         record["link"] = link_stats(settings, scenario, peer, vm_counts, link, record["migrations"])
+        # The floors are the migrations': measured against the drains the role's report times (its preflight,
+        # lock and report are the same with any limits).
+        nodes_timed = ((outcome.details or {}).get("timeline") or {}).get("nodes") or {}
+        drains = [(n.get("phases") or {}).get("drain") for n in nodes_timed.values()]
+        record["link"]["drain_seconds"] = round(sum(drains), 2) if drains and None not in drains else None
         limits_restored = migration_configuration(kube) == limits_before
         record["link"]["limits_restored"] = limits_restored
         record["correctness"]["limits_restored"] = limits_restored
