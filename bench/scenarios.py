@@ -14,6 +14,7 @@
    with KubeVirt's default limits against the role raising them for the run (4 outbound per node).
 """
 
+import contextlib
 import math
 import threading
 import time
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from bench import measure, peers as peers_mod, workloads as w
 from bench.audit import requests_of
 from bench.watcher import Budget, Watcher
+from lab.standins.links import LINK_ANNOTATION, link_bytes_per_second
 
 
 @dataclass
@@ -284,10 +286,7 @@ def migration_settings(kube, lab_dir):
     import json
     from pathlib import Path
 
-    config = {}
-    crs, _ = kube.list("KubeVirt")
-    if crs:
-        config = ((crs[0].get("spec") or {}).get("configuration") or {}).get("migrations") or {}
+    config = migration_configuration(kubevirt_cr(kube))
     bandwidth = config.get("bandwidthPerMigration")
     if not bandwidth:
         try:
@@ -438,14 +437,14 @@ def out_together(watcher, nodes):
     return groups
 
 
+@contextlib.contextmanager
 def machines_through_their_bmcs(ctx, scenario):
     """For a scenario that restarts machines through their BMCs: their BareMetalHosts out of the operator's hands
     for its runs (lab/metal3.py ``hosts_released``; else the operator powers a machine it reads Off back on, as
     baremetal-operator's ``manageHostPower`` does), made again afterwards. Nothing for the other scenarios."""
-    import contextlib
-
     if scenario.reboot != "bmc":
-        return contextlib.nullcontext()
+        yield
+        return
     from kubernetes import config
 
     from lab import metal3
@@ -453,48 +452,40 @@ def machines_through_their_bmcs(ctx, scenario):
     from lab.paths import LabPaths
 
     api = config.new_client_from_config(config_file=str(ctx.kubeconfig))
-    return metal3.hosts_released(api, lab_bmc.load(LabPaths(ctx.lab_dir)), ctx.workers[:scenario.nodes])
+    with metal3.hosts_released(api, lab_bmc.load(LabPaths(ctx.lab_dir)), ctx.workers[:scenario.nodes]):
+        yield
 
 
 KUBEVIRT = ("kubevirt", "kubevirt")
 
 
+@contextlib.contextmanager
 def migration_link(ctx, scenario):
     """Scenario 8: the nodes' migration link (lab/standins/links.py) at ``link_multiple`` times a migration's
     bandwidth for the scenario's runs, none again afterwards. Nothing for the other scenarios."""
-    import contextlib
-
-    from lab.standins.links import LINK_ANNOTATION
-
     if not scenario.link_multiple:
-        return contextlib.nullcontext()
-
-    @contextlib.contextmanager
-    def linked():
-        settings = migration_settings(ctx.kube, ctx.lab_dir)
-        link = int(settings["bandwidth_bytes_per_second"] * scenario.link_multiple)
-        ctx.kube.patch("KubeVirt", KUBEVIRT[1], {"metadata": {"annotations": {LINK_ANNOTATION: str(link)}}},
+        yield
+        return
+    settings = migration_settings(ctx.kube, ctx.lab_dir)
+    link = int(settings["bandwidth_bytes_per_second"] * scenario.link_multiple)
+    ctx.kube.patch("KubeVirt", KUBEVIRT[1], {"metadata": {"annotations": {LINK_ANNOTATION: str(link)}}},
+                   namespace=KUBEVIRT[0])
+    try:
+        yield
+    finally:
+        ctx.kube.patch("KubeVirt", KUBEVIRT[1], {"metadata": {"annotations": {LINK_ANNOTATION: None}}},
                        namespace=KUBEVIRT[0])
-        try:
-            yield link
-        finally:
-            ctx.kube.patch("KubeVirt", KUBEVIRT[1], {"metadata": {"annotations": {LINK_ANNOTATION: None}}},
-                           namespace=KUBEVIRT[0])
-
-    return linked()
 
 
-def link_of(kube):
-    """The lab's migration link in bytes per second, 0 for none."""
-    from lab.standins.links import link_bytes_per_second
-
+def kubevirt_cr(kube):
+    """The lab's KubeVirt CR, {} when there is none."""
     crs, _ = kube.list("KubeVirt")
-    return link_bytes_per_second(crs[0]) if crs else 0.0
+    return crs[0] if crs else {}
 
 
-def migration_configuration(kube):
-    crs, _ = kube.list("KubeVirt")
-    return (((crs[0].get("spec") or {}).get("configuration") or {}).get("migrations") or {}) if crs else {}
+def migration_configuration(cr):
+    """``spec.configuration.migrations`` of a KubeVirt CR."""
+    return ((cr.get("spec") or {}).get("configuration") or {}).get("migrations") or {}
 
 
 def boot_ids(kube, nodes):
@@ -521,14 +512,15 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
     record["prepare_seconds"] = prepared.seconds
     watcher = RollingWatcher(kube, prepared.namespace, nodes).start()
     booted = boot_ids(kube, nodes)
-    limits_before = migration_configuration(kube)
-    link = link_of(kube)
+    cr = kubevirt_cr(kube)
+    limits_before, link = migration_configuration(cr), link_bytes_per_second(cr)
     offset = ctx.audit.mark()
     outcome = peer.run_rolling(ctx.env, nodes)
     watcher.stop()
     # Scenario 7: every machine restarted (a new boot ID), none that should not have been.
-    not_restarted = [n for n, boot in boot_ids(kube, nodes).items() if boot == booted[n]] if scenario.reboot else []
-    restarted = [n for n, boot in boot_ids(kube, nodes).items() if boot != booted[n]] if not scenario.reboot else []
+    now_booted = boot_ids(kube, nodes)
+    not_restarted = [n for n in nodes if now_booted[n] == booted[n]] if scenario.reboot else []
+    restarted = [n for n in nodes if now_booted[n] != booted[n]] if not scenario.reboot else []
     m = outcome.measured
     counts = ctx.audit.count(offset, m.started, m.ended)
     settings = migration_settings(kube, ctx.lab_dir)
@@ -595,7 +587,7 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
         nodes_timed = ((outcome.details or {}).get("timeline") or {}).get("nodes") or {}
         drains = [(n.get("phases") or {}).get("drain") for n in nodes_timed.values()]
         record["link"]["drain_seconds"] = round(sum(drains), 2) if drains and None not in drains else None
-        limits_restored = migration_configuration(kube) == limits_before
+        limits_restored = migration_configuration(kubevirt_cr(kube)) == limits_before
         record["link"]["limits_restored"] = limits_restored
         record["correctness"]["limits_restored"] = limits_restored
         record["correctness"]["correct"] = record["correctness"]["correct"] and limits_restored

@@ -120,10 +120,12 @@ def up(
             control_plane.ensure(ctx, api, say)
             metal3.install(api)
             _ensure_standins(paths, hco)
-        hosts = [n.name for n in planned if not n.control_plane and (
-            ctx.settings.metal3_workers is None or n.provider_id.startswith("metal3://"))]
-        bmc.ensure(ctx, [(n.name, n.ip) for n in planned if not n.control_plane], say,
-                   managed=hosts if ctx.settings.metal3_workers is not None else ())
+        workers_planned = [n for n in planned if not n.control_plane]
+        # Nodes whose providerID names their host reach their machine through it alone (bmc-inventory.yml
+        # leaves them out); without --metal3-workers every worker gets a host and keeps its BMC road.
+        managed = [n.name for n in workers_planned if n.provider_id.startswith("metal3://")]
+        hosts = managed if ctx.settings.metal3_workers is not None else [n.name for n in workers_planned]
+        bmc.ensure(ctx, [(n.name, n.ip) for n in workers_planned], say, managed=managed)
         if kubevirt and metal3_hosts and ctx.settings.profile == "default" and hosts:
             metal3.ensure_hosts(api, {name: entry for name, entry in bmc.load(paths).items() if name in hosts}, say)
     say(

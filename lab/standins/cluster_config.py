@@ -7,6 +7,8 @@ without a restart.
 
 from kubernetes.utils import parse_quantity
 
+from lab.standins.links import link_bytes_per_second
+
 KUBEVIRT_NAMESPACE = "kubevirt"
 KUBEVIRT_NAME = "kubevirt"
 
@@ -68,8 +70,6 @@ class ClusterConfig:
 
     def migration_link_bytes_per_second(self):
         """Each node's migration link (links.py), 0 for none."""
-        from lab.standins.links import link_bytes_per_second
-
         return link_bytes_per_second(self.kubevirt())
 
     def unschedulable_pending_timeout(self):

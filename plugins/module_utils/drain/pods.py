@@ -44,6 +44,14 @@ class DrainOptions:
         self.grace_period = grace_period if grace_period is not None else -1
         self.disable_eviction = disable_eviction
 
+    def replaced(self, **changes):
+        """These options with ``changes`` (keyword arguments of the constructor)."""
+        values = dict(ignore_daemonsets=self.ignore_daemonsets, delete_emptydir_data=self.delete_emptydir_data,
+                      force=self.force, pod_selector=self.pod_selector, grace_period=self.grace_period,
+                      disable_eviction=self.disable_eviction)
+        values.update(changes)
+        return DrainOptions(**values)
+
     @classmethod
     def from_params(cls, params):
         return cls(

@@ -24,7 +24,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.eng
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import WaitTimeoutError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.explain import explain_pending
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance.result import vm_report
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import DrainOptions, pods_permission
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import pods_permission
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import percent
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import (
     Informer,
@@ -171,14 +171,6 @@ def _drain_report(module, result, plan, node, outcome, drainer, explanations, de
 # RunCordonOrUncordon change nothing then, controllers/taint.go), takes its Lease medik8s-leases/node-<name>,
 # drains what is left and reports Succeeded, and the console shows the node in maintenance as with method cr.
 
-def _evacuation_options(drain_options):
-    """The drain options of the evacuation: the same, for the node's virt-launcher pods only."""
-    return DrainOptions(ignore_daemonsets=drain_options.ignore_daemonsets,
-                        delete_emptydir_data=drain_options.delete_emptydir_data, force=drain_options.force,
-                        pod_selector=kubevirt.LAUNCHER_LABEL, grace_period=drain_options.grace_period,
-                        disable_eviction=False)
-
-
 def enter_cr_after_evacuation(module, result, plan, node, cr_kind, shutdown, options, deadline, progress,
                               owner=None, began=None):
     """Enter maintenance as a drain does (cordon, taints, the record naming method cr), evacuate the node's VMs
@@ -186,7 +178,8 @@ def enter_cr_after_evacuation(module, result, plan, node, cr_kind, shutdown, opt
     the call as a failed drain (the node stays cordoned, no NodeMaintenance); a later call resumes it."""
     client = module.client
     name = plan.node
-    evacuation = _evacuation_options(options.drain)
+    # The drain's options, for the node's virt-launcher pods only, always through the Eviction API.
+    evacuation = options.drain.replaced(pod_selector=kubevirt.LAUNCHER_LABEL, disable_eviction=False)
     group = nm_cr.API_VERSIONS[cr_kind].split("/")[0]
     require(client, _permissions_for_drain(plan, evacuation, shutdown, launchers_only=True) +
             [Permission("create", "nodemaintenances", group=group)], "put node %s into maintenance" % name)
