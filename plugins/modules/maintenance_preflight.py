@@ -115,6 +115,91 @@ options:
     description: Fail when there is any problem. With V(false), the problems are returned and the task succeeds.
     type: bool
     default: true
+  machines:
+    description:
+      - The machine work the run will do on every selected node (what M(kubevirt_ops.maintenance.node_machine) is
+        then given), checked on every node's machine now, as that module checks it before it changes anything -
+        its road answers (the BMC of O(machines.roads), else the node's BareMetalHost) and takes the credentials,
+        every firmware component and BIOS attribute exists, and the road would take the changes (a BareMetalHost's
+        FirmwareSchema and HostUpdatePolicy). Nothing is sent that changes a machine.
+      - Each machine that cannot be serviced is a problem, the node's name and why, beside the others; each node's
+        entry of RV(details) gains C(machine).
+    type: dict
+    suboptions:
+      firmware:
+        description: As O(kubevirt_ops.maintenance.node_machine#module:firmware).
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          component:
+            description: The firmware component.
+            type: str
+            required: true
+          url:
+            description: The URL of its image.
+            type: str
+            required: true
+          version:
+            description: The version the machine must report afterwards.
+            type: str
+            required: true
+      bios:
+        description: As O(kubevirt_ops.maintenance.node_machine#module:bios).
+        type: dict
+        default: {}
+      reboot:
+        description: As O(kubevirt_ops.maintenance.node_machine#module:reboot).
+        type: bool
+        default: false
+      roads:
+        description:
+          - The road to a node's machine where its BareMetalHost is not it - O(machines.roads[].bmc) or
+            O(machines.roads[].bmh), as node_machine takes them. A selected node without an entry goes through the
+            BareMetalHost its providerID names; entries of nodes not selected are left alone.
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          name:
+            description: The node.
+            type: str
+            required: true
+          bmc:
+            description: As O(kubevirt_ops.maintenance.node_machine#module:bmc).
+            type: dict
+            suboptions:
+              address:
+                description: The URL of the machine's Redfish System.
+                type: str
+                required: true
+              username:
+                description: The BMC user.
+                type: str
+                required: true
+              password:
+                description: The BMC user's password. Never shown in results, messages or problems.
+                type: str
+                required: true
+              ca_path:
+                description: A PEM file of the CA that signed the BMC's certificate.
+                type: path
+              validate_certs:
+                description: Whether the BMC's certificate is verified.
+                type: bool
+                default: true
+          bmh:
+            description: As O(kubevirt_ops.maintenance.node_machine#module:bmh).
+            type: dict
+            suboptions:
+              name:
+                description: Name of the BareMetalHost.
+                type: str
+                required: true
+              namespace:
+                description: Namespace of the BareMetalHost.
+                type: str
+                required: true
 extends_documentation_fragment:
   - kubevirt_ops.maintenance.auth
   - kubevirt_ops.maintenance.drain
@@ -144,6 +229,20 @@ EXAMPLES = r"""
     nodes: [worker-1, worker-2]
     fail_on_problems: false
   register: preflight_report
+
+- name: Also check the machines a firmware update will touch (worker-1 through its BMC, worker-2 its BareMetalHost)
+  kubevirt_ops.maintenance.maintenance_preflight:
+    nodes: [worker-1, worker-2]
+    machines:
+      firmware:
+        - component: bios
+          url: https://firmware.example.com/r740/bios-2.19.1.exe
+          version: 2.19.1
+      reboot: true
+      roads:
+        - name: worker-1
+          bmc: "{{ hostvars['worker-1'].bmc }}"
+  register: preflight
 """
 
 RETURN = r"""
@@ -199,6 +298,12 @@ notices:
   returned: always
   type: list
   elements: str
+migration_limits_left_raised:
+  description: Whether a stopped run left the live-migration limits it raised recorded where the cluster keeps them
+    (M(kubevirt_ops.maintenance.migration_limits) with O(kubevirt_ops.maintenance.migration_limits#module:state=restored)
+    puts them back); V(true) also when that cannot be read.
+  returned: always
+  type: bool
 details:
   description: Per node, in order.
   returned: always
@@ -251,6 +356,14 @@ details:
     plan:
       description: The node's maintenance plan (as M(kubevirt_ops.maintenance.node_maintenance_info) returns it).
       type: dict
+    machine:
+      description:
+        - With O(machines), the node's machine as read (RV(kubevirt_ops.maintenance.node_machine#module:machine) of
+          a check - road, address or BareMetalHost, power state, firmware versions, the BIOS settings that would
+          change) and C(changes), whether servicing it would touch it; V(null) when it cannot be serviced (see
+          RV(problems)). Never credentials.
+      type: dict
+      returned: with O(machines)
 running_vms:
   description: Every VM running now (namespace, name, node, and whether a VirtualMachine owns it).
   returned: always
@@ -322,6 +435,11 @@ def main():
             max_parallel=dict(type="int", default=1),
             failure_domain=dict(type="str"),
             fail_on_problems=dict(type="bool", default=True),
+            machines=dict(type="dict", options=args.spec(args.MACHINE_WORK, dict(
+                roads=dict(type="list", elements="dict", default=[], options=args.spec(args.BMC, args.BMH, dict(
+                    name=dict(type="str", required=True),
+                ))),
+            ))),
         )),
         mutually_exclusive=[("nodes", "label_selector")],
         required_one_of=[("nodes", "label_selector")],

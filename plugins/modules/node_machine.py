@@ -251,15 +251,9 @@ def main():
             args.LOCK,
             args.BMC,
             args.BMH,
+            args.MACHINE_WORK,
             dict(
                 name=dict(type="str", required=True),
-                firmware=dict(type="list", elements="dict", default=[], options=dict(
-                    component=dict(type="str", required=True),
-                    url=dict(type="str", required=True),
-                    version=dict(type="str", required=True),
-                )),
-                bios=dict(type="dict", default={}),
-                reboot=dict(type="bool", default=False),
                 graceful=dict(type="bool", default=True),
                 progress_file=dict(type="path"),
                 wait_timeout=dict(type="int", default=1800),

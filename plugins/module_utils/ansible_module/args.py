@@ -107,6 +107,17 @@ BMH = {"bmh": {"type": "dict", "options": {
     "namespace": {"type": "str", "required": True},
 }}}
 
+# What is asked of a machine (node_machine; the machines option of maintenance_preflight, which checks it ahead).
+MACHINE_WORK = {
+    "firmware": {"type": "list", "elements": "dict", "default": [], "options": {
+        "component": {"type": "str", "required": True},
+        "url": {"type": "str", "required": True},
+        "version": {"type": "str", "required": True},
+    }},
+    "bios": {"type": "dict", "default": {}},
+    "reboot": {"type": "bool", "default": False},
+}
+
 AUTH_NAMES = tuple(AUTH)
 
 

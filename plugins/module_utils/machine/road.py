@@ -46,8 +46,9 @@ def resolve(client, name, node, params, machine=None):
         raise InvalidInputError("Node %s has no road to its machine: give its BMC as bmc={address, username, "
                                 "password} (this cluster serves no Metal3 BareMetalHost API)." % name, option="bmc")
     if not params.get("bmh") and metal3.bmh_reference(node) is None:
+        provider_id = (node.get("spec") or {}).get("providerID")
         raise InvalidInputError("Node %s has no road to its machine: give its BMC as bmc={address, username, "
-                                "password}, or its BareMetalHost as bmh={name, namespace} (its providerID %s names "
-                                "none)." % (name, (node.get("spec") or {}).get("providerID") or "is empty"),
-                                option="bmc")
+                                "password}, or its BareMetalHost as bmh={name, namespace} (%s)." % (
+                                    name, "its providerID %s names none" % provider_id if provider_id
+                                    else "it has no providerID"), option="bmc")
     return metal3.Metal3Machine(client, metal3.find_bmh(client, name, node, params.get("bmh")))

@@ -10,7 +10,8 @@ mode and node_maintenance_info use, for every selected node, before anything cha
 Everything that would stop the run is collected and reported at once: nodes that do not exist
 or are not Ready, nodes already in someone else's maintenance, migrations still in flight at
 the timeout, VMs that would block, no room elsewhere, budgets that never allow a disruption,
-and the cluster lock when another run holds it.
+the machines to service (``machines``: each read through its road as node_machine reads it, nothing
+changed), and the cluster lock when another run holds it.
 
 What the run keeps track of (resumed nodes, their order, the VMs running) is run_state.py's;
 the check after each node (maintenance_verify) is verification.py's.
@@ -24,12 +25,19 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import batches as batches_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import migration_limits as limits_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.coordination import lock as lock_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import node_marks
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import plan as plan_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import snapshot as snapshot_mod
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import BlockedError, InvalidInputError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
+    BlockedError,
+    InvalidInputError,
+    MaintenanceError,
+)
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import road
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.servicing import runner as servicing
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling.migration_settle import (
     settle_migrations,
     settled_notice,
@@ -189,6 +197,40 @@ def _others_notice(snapshot, selected):
         % ", ".join(others)
 
 
+def _check_machines(client, snapshot, entries, machines, problems):
+    """Every selected node's machine read and checked as node_machine would before servicing it (servicing.read:
+    its road answers and takes the credentials, every firmware component and BIOS attribute asked exists and the
+    road would take the changes), nothing changed; each entry gains ``machine`` (node_machine's summary, or None
+    when it cannot be serviced) and each problem is one of ``problems``, ``<node>: <sentence>``."""
+    firmware = servicing.check_firmware(machines.get("firmware"))
+    bios = dict(machines.get("bios") or {})
+    roads = dict((entry["name"], entry) for entry in machines.get("roads") or [])
+    for entry in entries:
+        name, entry["machine"] = entry["name"], None
+        node = snapshot.nodes.get(name)
+        if node is None:
+            continue
+        params = dict(roads.get(name) or {}, name=name)
+        try:
+            reading = servicing.read(client, name, node, params, firmware, bios, road.check_options(params))
+        except MaintenanceError as exc:
+            problems.append("%s: %s" % (name, exc.msg))
+            continue
+        entry["machine"] = dict(reading.summary, changes=reading.changes(machines.get("reboot")))
+
+
+def _limits_left_raised(client):
+    """Whether a stopped run left raised live-migration limits recorded where the cluster keeps them (the
+    migration_limits module puts them back, state=restored); True when that cannot be read, so the run tries."""
+    try:
+        home = limits_mod.find_home(client)
+    except InvalidInputError:  # neither a HyperConverged nor a KubeVirt resource: no limits at all
+        return False
+    except MaintenanceError:
+        return True
+    return limits_mod.record_of(home.obj) is not None
+
+
 def _preflight_blocked(problems, result):
     count = len(problems)
     return BlockedError(
@@ -229,6 +271,8 @@ def preflight(client, params):
     if crowded:
         warnings.append(crowded)
     problems.extend(migration_problems)
+    if params.get("machines"):
+        _check_machines(client, snapshot, entries, params["machines"], problems)
     lock_problem = _lock_problem(client, params.get("lock"))
     if lock_problem:
         problems.append(lock_problem)
@@ -244,6 +288,7 @@ def preflight(client, params):
         "max_parallel": max_parallel,
         "failure_domain": failure_domain,
         "migration_limits": limits,
+        "migration_limits_left_raised": _limits_left_raised(client),
         "details": entries,
         "resumed": [e["name"] for e in entries if e["resume"]],
         "problems": problems,

@@ -69,6 +69,43 @@ def same_value(wanted, reported):
     return str(wanted).strip().lower() == str(reported).strip().lower()
 
 
+class Reading:
+    """What node ``name``'s machine was found to be, and what servicing it as asked would change (``read``)."""
+
+    def __init__(self, machine, summary, versions, updates, settings):
+        self.machine = machine
+        self.summary = summary
+        self.versions = versions
+        self.updates = updates
+        self.settings = settings
+
+    def changes(self, reboot):
+        """Whether servicing the machine would touch it (firmware to flash, BIOS settings to write, a restart)."""
+        return bool(self.updates or self.settings or reboot)
+
+
+def read(client, name, node, params, firmware, bios, given):
+    """Read and check everything asked of node ``name``'s machine, changing nothing: its road (``given``,
+    road.check_options, else its BareMetalHost) answers and takes the credentials, every firmware component and
+    BIOS attribute exists, and the road would take the changes; every problem of the machine in one sentence
+    (InvalidInputError or MachineError). ``firmware`` and ``bios`` as check_firmware and the option give them.
+    Shared by node_machine and the rolling preflight, which reads every machine of a run before anything changes."""
+    machine = road.resolve(client, name, node, params, given)
+    summary = dict(machine.as_dict(), boot_id_before=nodes_mod.boot_id(node), boot_id_after=None, firmware_before={},
+                   firmware_after={}, bios_changed={}, actions=[])
+    summary["power_state"] = machine.power_state()
+    versions = machine.firmware_versions() if firmware else {}
+    attributes = machine.bios_attributes() if bios else {}
+    _refuse_unknown(name, firmware, versions, bios, attributes)
+    updates = [entry for entry in firmware if versions[entry["component"]] != entry["version"]]
+    settings = dict((key, value) for key, value in bios.items() if not same_value(value, attributes[key]))
+    # What the road itself would refuse (a BareMetalHost's FirmwareSchema, its HostUpdatePolicy), before anything.
+    machine.check_changes(updates, settings)
+    summary["firmware_before"] = dict((entry["component"], versions[entry["component"]]) for entry in firmware)
+    summary["bios_changed"] = dict((key, {"before": attributes[key], "after": value}) for key, value in settings.items())
+    return Reading(machine, summary, versions, updates, settings)
+
+
 def run(module):
     params = module.params
     name = params["name"]
@@ -81,24 +118,11 @@ def run(module):
     if node is None:
         raise InvalidInputError("Node %s does not exist." % name, option="name")
     refuse_while_held(client, params.get("lock"), "Node %s's machine was not serviced" % name, node=name)
-    machine = road.resolve(client, name, node, params, given)
-    summary = dict(machine.as_dict(), boot_id_before=nodes_mod.boot_id(node), boot_id_after=None, firmware_before={},
-                   firmware_after={}, bios_changed={}, actions=[])
+    reading = read(client, name, node, params, firmware, bios, given)
+    machine, summary, versions = reading.machine, reading.summary, reading.versions
+    updates, settings = reading.updates, reading.settings
     result = {"changed": False, "node": name, "machine": summary, "running_vms": []}
-
-    # Read and check everything asked before anything changes: the BMC (or host) answers and takes the
-    # credentials, every component and attribute exists; all problems in one sentence.
-    summary["power_state"] = machine.power_state()
-    versions = machine.firmware_versions() if firmware else {}
-    attributes = machine.bios_attributes() if bios else {}
-    _refuse_unknown(name, firmware, versions, bios, attributes)
-    updates = [entry for entry in firmware if versions[entry["component"]] != entry["version"]]
-    settings = dict((key, value) for key, value in bios.items() if not same_value(value, attributes[key]))
-    # What the road itself would refuse (a BareMetalHost's FirmwareSchema, its HostUpdatePolicy), before anything.
-    machine.check_changes(updates, settings)
-    summary["firmware_before"] = dict((entry["component"], versions[entry["component"]]) for entry in firmware)
-    summary["bios_changed"] = dict((key, {"before": attributes[key], "after": value}) for key, value in settings.items())
-    if not (updates or settings or params["reboot"]):
+    if not reading.changes(params["reboot"]):
         summary["firmware_after"] = dict(summary["firmware_before"])
         return result
 

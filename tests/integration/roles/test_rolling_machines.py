@@ -164,11 +164,12 @@ def test_a_machine_that_cannot_be_serviced_stops_the_run_before_anything_changes
                       rolling_maintenance_bios={"SriovGlobalEnable": "Enabled", "NoSuchSetting": "1"})
     run = runs.playbook(lab.kubeconfig, PLAYBOOK, extra, inventory=["localhost,", str(wrong)])
     assert run.returncode != 0
-    (message,) = set(m for m in failure_messages(run) if "of the machines to service cannot be" in m)
-    assert message.startswith("2 of the machines to service cannot be, and nothing was changed: "), message
-    assert ("%s: Option bios names attribute NoSuchSetting, which node %s's machine does not have; nothing was "
+    # The preflight reads every machine (one task for all of them) and names each problem beside the others.
+    (message,) = set(m for m in failure_messages(run) if m.startswith("Preflight found"))
+    assert message.startswith("Preflight found 2 problems, so nothing was changed: "), message
+    assert ("(1) %s: Option bios names attribute NoSuchSetting, which node %s's machine does not have; nothing was "
             "changed." % (NODES[0], NODES[0])) in message
-    assert "%s: The BMC at %s could not read the machine" % (NODES[1], bmcs[NODES[1]]["address"]) in message
+    assert "(2) %s: The BMC at %s could not read the machine" % (NODES[1], bmcs[NODES[1]]["address"]) in message
     assert "refused the credentials of user %s (HTTP 401)" % bmcs[NODES[1]]["username"] in message
     assert node_marks(k8s) == marks
     assert dict((name, lab_bmc.Bmc(bmcs[name]).show()) for name in NODES) == shown

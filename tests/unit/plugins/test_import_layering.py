@@ -34,10 +34,10 @@ PACKAGES = (
     "report",            # the run's report: model and renderers
     "notifications",     # webhook messages of a run
     "node_maintenance",  # entering and leaving maintenance
-    "rolling",           # the rolling run: preflight, batches, verification
+    "servicing",         # servicing a drained node's machine: firmware, BIOS, a restart
+    "rolling",           # the rolling run: preflight (the machines' reading too), batches, verification
     "decommission",      # removing a node for good, how its power-off is established
     "fence",             # fencing a dead node: machine off, then out of service
-    "servicing",         # servicing a drained node's machine: firmware, BIOS, a restart
 )
 
 

@@ -287,3 +287,101 @@ def test_a_migration_still_in_flight_at_the_timeout_is_the_problem(lab):
                         "(settle_timeout); wait until it ends, so that capacity and VM placement are settled before "
                         "maintenance starts."]
     assert not server.writes()
+
+
+class _Bios:
+    def __init__(self, attributes):
+        self.attributes = dict(attributes)
+        self.pending_attributes = dict(attributes)
+
+    def refresh(self, force=False):
+        pass
+
+
+class _System:
+    """A sushy System as a BMC answers: its power state and BIOS."""
+
+    def __init__(self, attributes):
+        self.power_state = "On"
+        self.bios = _Bios(attributes)
+
+    def refresh(self, force=False):
+        pass
+
+
+def _bmcs(monkeypatch, answering):
+    """The BMCs of the preflight's machine checks: those of ``answering`` (address -> BIOS attributes) answer,
+    every other refuses the credentials as a BMC does."""
+    from sushy import exceptions as sushy_errors
+
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.machine import redfish
+
+    class Root:
+        def __init__(self, machine):
+            self.machine = machine
+
+        def get_system(self, path):
+            if self.machine.address not in answering:
+                raise sushy_errors.AccessError("GET", self.machine.address, type("R", (), {
+                    "status_code": 401, "json": lambda self: {}, "text": "", "reason": "Unauthorized"})())
+            return _System(answering[self.machine.address])
+
+    monkeypatch.setattr(redfish, "_sushy_root", Root)
+
+
+def bmc(index, password="s3cr3t-Pa55"):
+    return {"address": "https://10.0.0.%d/redfish/v1/Systems/1" % index, "username": "admin", "password": password,
+            "validate_certs": False}
+
+
+def test_preflight_reads_every_machine_to_service_and_names_each_one_that_cannot_be(lab, monkeypatch):
+    client, server = lab
+    _bmcs(monkeypatch, {bmc(1)["address"]: {"SriovGlobalEnable": "Disabled"},
+                        bmc(3)["address"]: {"SriovGlobalEnable": "Enabled"}})
+    machines = {"firmware": [], "bios": {"SriovGlobalEnable": "Enabled"}, "reboot": False, "roads": [
+        {"name": "worker-1", "bmc": bmc(1)}, {"name": "worker-2", "bmc": bmc(2)},
+        {"name": "worker-3", "bmc": bmc(3)}, {"name": "worker-4", "bmc": bmc(4), "bmh": {"name": "w4", "namespace": "m"}},
+        {"name": "elsewhere", "bmc": bmc(9)}]}
+    result = rolling.preflight(client, params(fail_on_problems=False, machines=machines))
+    problems = [p for p in result["problems"] if p.startswith("worker-")]
+    assert problems[0].startswith("worker-2: The BMC at %s could not read the machine" % bmc(2)["address"])
+    assert problems[1] == ("worker-4: Options bmc and bmh both name the machine's road; give one: bmc (its BMC, "
+                           "Redfish) or bmh (its Metal3 BareMetalHost).")
+    assert len(problems) == 2 and not any("elsewhere" in p for p in result["problems"])
+    details = dict((d["name"], d) for d in result["details"])
+    changed = {"SriovGlobalEnable": {"before": "Disabled", "after": "Enabled"}}
+    assert details["worker-1"]["machine"]["bios_changed"] == changed
+    assert details["worker-1"]["machine"]["changes"] is True and details["worker-3"]["machine"]["changes"] is False
+    assert details["worker-1"]["machine"]["road"] == "redfish" and details["worker-2"]["machine"] is None
+    assert "s3cr3t-Pa55" not in json.dumps(result, default=str)
+    assert server.writes() == []
+    # Failing on problems, every one in one message, nothing changed.
+    with pytest.raises(BlockedError) as caught:
+        rolling.preflight(client, params(machines=machines))
+    assert "worker-2: The BMC at" in caught.value.msg and "worker-4: Options bmc and bmh" in caught.value.msg
+
+
+def test_preflight_names_a_machine_without_a_road():
+    client, server = cluster(workers=2)
+    result = rolling.preflight(client, params(nodes=["worker-1"], fail_on_problems=False,
+                                              machines={"firmware": [], "bios": {}, "reboot": True, "roads": []}))
+    assert result["problems"] == [
+        "worker-1: Node worker-1 has no road to its machine: give its BMC as bmc={address, username, password}, or "
+        "its BareMetalHost as bmh={name, namespace} (it has no providerID)."]
+    assert result["details"][0]["machine"] is None
+
+
+def test_preflight_says_whether_a_stopped_run_left_the_migration_limits_raised():
+    from kubevirt_objects import hyperconverged
+
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import migration_limits as limits_mod
+
+    client, server = cluster(workers=2)
+    assert rolling.preflight(client, params(nodes=["worker-1"]))["migration_limits_left_raised"] is False
+    hco = hyperconverged(spec={"liveMigrationConfig": {"parallelOutboundMigrationsPerNode": 4}})
+    server.add("HyperConverged", hco)
+    assert rolling.preflight(client, params(nodes=["worker-1"]))["migration_limits_left_raised"] is False
+    hco["metadata"].setdefault("annotations", {})[limits_mod.ANNOTATION] = json.dumps(
+        {"original": {"parallelOutboundMigrationsPerNode": 2}, "run": "run-a"})
+    server.add("HyperConverged", hco)
+    assert rolling.preflight(client, params(nodes=["worker-1"]))["migration_limits_left_raised"] is True
