@@ -81,6 +81,10 @@ requirements:
   - python >= 3.9
   - kubernetes >= 24.2.0 (brings urllib3 and PyYAML)
 notes:
+  - The kubernetes library loads the credentials of exec plugins and auth providers (renewing their tokens when they
+    expire) and of the in-cluster service account. A kubeconfig user with static credentials (a token or token file,
+    client certificates, a user name and password) is read as that library reads it, without loading it, which keeps
+    a module's start about 0.3 s shorter.
   - Requests carry the user agent C(kubevirt_ops.maintenance/<version>) and are retried with backoff on
     connection errors, HTTP 5xx and HTTP 429 (except evictions, where 429 is an answer).
 """

@@ -301,7 +301,7 @@ notices:
 migration_limits_left_raised:
   description: Whether a stopped run left the live-migration limits it raised recorded where the cluster keeps them
     (M(kubevirt_ops.maintenance.migration_limits) with O(kubevirt_ops.maintenance.migration_limits#module:state=restored)
-    puts them back); V(true) also when that cannot be read.
+    puts them back); V(null) when that cannot be read (no right to read the HyperConverged or KubeVirt resource).
   returned: always
   type: bool
 details:

@@ -221,13 +221,13 @@ def _check_machines(client, snapshot, entries, machines, problems):
 
 def _limits_left_raised(client):
     """Whether a stopped run left raised live-migration limits recorded where the cluster keeps them (the
-    migration_limits module puts them back, state=restored); True when that cannot be read, so the run tries."""
+    migration_limits module puts them back, state=restored); None when that cannot be read (no right to)."""
     try:
         home = limits_mod.find_home(client)
     except InvalidInputError:  # neither a HyperConverged nor a KubeVirt resource: no limits at all
         return False
     except MaintenanceError:
-        return True
+        return None
     return limits_mod.record_of(home.obj) is not None
 
 

@@ -53,9 +53,9 @@ CASES = {
     "token file and files relative to the kubeconfig": (
         {"server": "https://api.lab:6443", "certificate-authority": "ca.crt"},
         {"tokenFile": "token", "client-certificate": "certs/user.crt", "client-key": "certs/user.key"}),
-    "user name and password, impersonation": ({"server": "https://api.lab:6443", "certificate-authority-data": b64(CA)},
-                                             {"username": "admin", "password": "pa55", "as": "ops",
-                                              "as-groups": ["system:masters"]}),
+    "user name and password, impersonation": (
+        {"server": "https://api.lab:6443", "certificate-authority-data": b64(CA)},
+        {"username": "admin", "password": "pa55", "as": "ops", "as-groups": ["system:masters"]}),
     "plain http, no user credentials": ({"server": "http://127.0.0.1:8080"}, {}),
 }
 

@@ -371,7 +371,7 @@ def test_preflight_names_a_machine_without_a_road():
     assert result["details"][0]["machine"] is None
 
 
-def test_preflight_says_whether_a_stopped_run_left_the_migration_limits_raised():
+def test_preflight_says_whether_a_stopped_run_left_the_migration_limits_raised(monkeypatch):
     from kubevirt_objects import hyperconverged
 
     from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import migration_limits as limits_mod
@@ -385,3 +385,11 @@ def test_preflight_says_whether_a_stopped_run_left_the_migration_limits_raised()
         {"original": {"parallelOutboundMigrationsPerNode": 2}, "run": "run-a"})
     server.add("HyperConverged", hco)
     assert rolling.preflight(client, params(nodes=["worker-1"]))["migration_limits_left_raised"] is True
+    # Unreadable (no right to read the resources): the run cannot tell, and says so with null.
+    from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import ApiError
+
+    def forbidden(_client):
+        raise ApiError("hyperconvergeds is forbidden", status=403)
+
+    monkeypatch.setattr(limits_mod, "find_home", forbidden)
+    assert rolling.preflight(client, params(nodes=["worker-1"]))["migration_limits_left_raised"] is None
