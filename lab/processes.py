@@ -201,14 +201,18 @@ def _signal_group(record, sig):
 
 
 def _alive(record):
-    # If the component is our own child (lab started in-process, e.g. by the pytest
-    # plugin), reap it once it exited, otherwise it would linger as a zombie.
-    try:
-        os.waitpid(record.pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
     ticks = _start_ticks(record.pid)
-    return ticks is not None and ticks == record.start_ticks
+    alive = ticks is not None and ticks == record.start_ticks
+    if not alive:
+        # If the component is our own child (lab started in-process, e.g. by the pytest plugin), reap it
+        # once it exited, otherwise it lingers as a zombie. Reaped after it is seen gone, not before: a
+        # child that exits between a reap and the look would be seen gone (a zombie has no start time)
+        # and never reaped.
+        try:
+            os.waitpid(record.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return alive
 
 
 def _start_ticks(pid):
