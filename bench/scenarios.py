@@ -180,7 +180,7 @@ def run_drain(ctx, scenario, peer, iteration, node):
     })
     record["correctness"] = check_drain(kube, prepared, watcher, node)
     if prepared.vms:
-        settings = migration_settings(kube, ctx.lab_dir)
+        settings = migration_settings(kubevirt_cr(kube), ctx.lab_dir)
         record["migration_settings"] = settings
         record["vm_lower_bound_seconds"] = drain_lower_bound(settings, len(prepared.vms), scenario.vm_memory)
     try:
@@ -281,12 +281,12 @@ class RollingWatcher:
             self.migrations[migration["metadata"]["uid"]] = migration
 
 
-def migration_settings(kube, lab_dir):
-    """Migration limits and bandwidth as the simulator applies them."""
+def migration_settings(cr, lab_dir):
+    """Migration limits and bandwidth as KubeVirt CR ``cr`` sets them and the lab applies them."""
     import json
     from pathlib import Path
 
-    config = migration_configuration(kubevirt_cr(kube))
+    config = migration_configuration(cr)
     bandwidth = config.get("bandwidthPerMigration")
     if not bandwidth:
         try:
@@ -466,7 +466,7 @@ def migration_link(ctx, scenario):
     if not scenario.link_multiple:
         yield
         return
-    settings = migration_settings(ctx.kube, ctx.lab_dir)
+    settings = migration_settings(kubevirt_cr(ctx.kube), ctx.lab_dir)
     link = int(settings["bandwidth_bytes_per_second"] * scenario.link_multiple)
     ctx.kube.patch("KubeVirt", KUBEVIRT[1], {"metadata": {"annotations": {LINK_ANNOTATION: str(link)}}},
                    namespace=KUBEVIRT[0])
@@ -523,7 +523,8 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
     restarted = [n for n in nodes if now_booted[n] != booted[n]] if not scenario.reboot else []
     m = outcome.measured
     counts = ctx.audit.count(offset, m.started, m.ended)
-    settings = migration_settings(kube, ctx.lab_dir)
+    cr_after = kubevirt_cr(kube)
+    settings = migration_settings(cr_after, ctx.lab_dir)
     vm_counts = [watcher.cordoned[n]["vms"] for n in nodes if n in watcher.cordoned]
     groups = out_together(watcher, nodes) if scenario.zones else None
     bounds = lower_bounds(settings, scenario.vm_memory, vm_counts, len(nodes), scenario.vms_per_node, groups)
@@ -587,7 +588,7 @@ def _run_rolling(ctx, scenario, peer, nodes, record):
         nodes_timed = ((outcome.details or {}).get("timeline") or {}).get("nodes") or {}
         drains = [(n.get("phases") or {}).get("drain") for n in nodes_timed.values()]
         record["link"]["drain_seconds"] = round(sum(drains), 2) if drains and None not in drains else None
-        limits_restored = migration_configuration(kubevirt_cr(kube)) == limits_before
+        limits_restored = migration_configuration(cr_after) == limits_before
         record["link"]["limits_restored"] = limits_restored
         record["correctness"]["limits_restored"] = limits_restored
         record["correctness"]["correct"] = record["correctness"]["correct"] and limits_restored

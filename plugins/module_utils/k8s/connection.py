@@ -302,6 +302,26 @@ def _from_kubeconfig(config, context_name, where):
     credentials = Credentials(load, describe)
     configuration = credentials.configuration
     header = credentials.header()
+    refreshable = bool(header) and bool(user.get("exec") or user.get("auth-provider"))
+    return _context_settings(
+        cluster, user, "%s (context %s)" % (where, context_name), header,
+        host=configuration.host,
+        ca_cert=getattr(configuration, "ssl_ca_cert", None),
+        client_cert=getattr(configuration, "cert_file", None),
+        client_key=getattr(configuration, "key_file", None),
+        verify=bool(configuration.verify_ssl),
+        # tls-server-name and proxy-url: read by the library from 27.2 on, by us before.
+        proxy=getattr(configuration, "proxy", None),
+        tls_server_name=getattr(configuration, "tls_server_name", None),
+        credentials=credentials if refreshable else None,
+    )
+
+
+def _context_settings(cluster, user, source, header, host, ca_cert, client_cert, client_key, verify, proxy=None,
+                      tls_server_name=None, credentials=None):
+    """ConnectionSettings' fields of a kubeconfig context (its ``cluster`` and ``user`` entries), however its
+    credentials were loaded: ``header``, the Authorization header, and the files and flags read; every secret
+    the user holds (its header and token, password, auth provider tokens, client key) for redaction."""
     secrets = [header, _token_of(header), user.get("password"), user.get("token")]
     auth_provider = (user.get("auth-provider") or {}).get("config") or {}
     secrets.extend(auth_provider.get(k) for k in ("id-token", "refresh-token", "client-secret", "access-token"))
@@ -310,24 +330,21 @@ def _from_kubeconfig(config, context_name, where):
             secrets.append(base64.b64decode(user["client-key-data"]).decode("utf-8", "replace").strip())
         except (TypeError, ValueError):
             pass
-    key_file = getattr(configuration, "key_file", None)
-    if key_file:
-        _read_secret_file(key_file, secrets)
-    refreshable = bool(header) and bool(user.get("exec") or user.get("auth-provider"))
+    if client_key:
+        _read_secret_file(client_key, secrets)
     return dict(
-        host=configuration.host,
+        host=host,
         token=_token_setting(header),
-        ca_cert=getattr(configuration, "ssl_ca_cert", None),
-        client_cert=getattr(configuration, "cert_file", None),
-        client_key=key_file,
-        verify=bool(configuration.verify_ssl),
-        # tls-server-name and proxy-url: read by the library from 27.2 on, by us before.
-        proxy=getattr(configuration, "proxy", None) or cluster.get("proxy-url"),
-        tls_server_name=getattr(configuration, "tls_server_name", None) or cluster.get("tls-server-name"),
+        ca_cert=ca_cert,
+        client_cert=client_cert,
+        client_key=client_key,
+        verify=verify,
+        proxy=proxy or cluster.get("proxy-url"),
+        tls_server_name=tls_server_name or cluster.get("tls-server-name"),
         impersonate_user=user.get("as"),
         impersonate_groups=user.get("as-groups"),
-        source="%s (context %s)" % (where, context_name),
-        credentials=credentials if refreshable else None,
+        source=source,
+        credentials=credentials,
         secrets=secrets,
     )
 
@@ -376,8 +393,8 @@ class _Unusual(Exception):
 
 def _merged_static(paths):
     """KUBECONFIG files merged as the library's KubeConfigMerger merges them (the first file to name a cluster,
-    context or user wins; the first to set current-context, as kubectl), every entry with the directory of its
-    file (``_base``); _Unusual for anything but plain mappings and lists."""
+    context or user wins; the first to set current-context, as kubectl), every cluster and user with the directory
+    of its file (``_base``); _Unusual for anything but plain mappings and lists."""
     import yaml
 
     merged = {"clusters": [], "contexts": [], "users": []}
@@ -401,17 +418,19 @@ def _merged_static(paths):
             for item in found:
                 if not isinstance(item, dict) or not isinstance(item.get(section[:-1]) or {}, dict):
                     raise _Unusual()
+                body = section[:-1]
                 if all(item.get("name") != known.get("name") for known in items):
-                    items.append(dict(item, _base=base))
+                    items.append(dict(item, **{body: dict(item.get(body) or {}, _base=base)}))
     if not any(merged.values()) and current is None:
         raise _Unusual()
     merged["current-context"] = current
     return merged
 
 
-def _file_or_data(entry, key, base):
+def _file_or_data(entry, key):
     """The file of ``key`` of a kubeconfig entry: its ``<key>-data`` (base64) written to a private file, else its
-    path against the entry's directory (the library's FileOrData.as_file); None when neither is set."""
+    path against the directory of the entry's file (``_base``, the library's FileOrData.as_file); None when neither
+    is set."""
     if entry.get(key + "-data"):
         try:
             content = base64.b64decode(entry[key + "-data"], validate=True)
@@ -422,20 +441,20 @@ def _file_or_data(entry, key, base):
             out.write(content)
         return path
     if entry.get(key):
-        path = os.path.normpath(os.path.join(base, os.path.expanduser(entry[key])))
+        path = os.path.normpath(os.path.join(entry.get("_base", ""), os.path.expanduser(entry[key])))
         if not os.path.isfile(path):
             raise _Unusual()
         return path
     return None
 
 
-def _static_header(user, base):
+def _static_header(user):
     """The Authorization header of a user with static credentials, chosen as the library chooses (a token, or the
     content of its tokenFile, before a user name and password); None without credentials."""
     token = user.get("token")
     if not token and user.get("tokenFile"):
         try:
-            with open(os.path.normpath(os.path.join(base, os.path.expanduser(user["tokenFile"])))) as handle:
+            with open(os.path.normpath(os.path.join(user.get("_base", ""), os.path.expanduser(user["tokenFile"])))) as handle:
                 token = handle.read()
         except (IOError, OSError):
             raise _Unusual()
@@ -467,36 +486,20 @@ def _static_kubeconfig(paths, context_name):
         return None
     if user.get("exec") or user.get("auth-provider") or not cluster.get("server"):
         return None
-    bases = dict((section, next((item["_base"] for item in config[section] if item.get("name") == name), ""))
-                 for section, name in (("clusters", context.get("cluster")), ("users", context.get("user"))))
     host = str(cluster["server"]).rstrip("/")
     try:
-        header = _static_header(user, bases["users"])
+        header = _static_header(user)
         ca_cert = client_cert = client_key = None
         if host.startswith("https"):
-            ca_cert = _file_or_data(cluster, "certificate-authority", bases["clusters"])
-            client_cert = _file_or_data(user, "client-certificate", bases["users"])
-            client_key = _file_or_data(user, "client-key", bases["users"])
+            ca_cert = _file_or_data(cluster, "certificate-authority")
+            client_cert = _file_or_data(user, "client-certificate")
+            client_key = _file_or_data(user, "client-key")
     except _Unusual:
         return None
-    secrets = [header, _token_of(header), user.get("password"), user.get("token")]
-    if client_key:
-        _read_secret_file(client_key, secrets)
-    return dict(
-        host=host,
-        token=_token_setting(header),
-        ca_cert=ca_cert,
-        client_cert=client_cert,
-        client_key=client_key,
-        verify=not cluster["insecure-skip-tls-verify"] if "insecure-skip-tls-verify" in cluster else True,
-        proxy=cluster.get("proxy-url"),
-        tls_server_name=cluster.get("tls-server-name"),
-        impersonate_user=user.get("as"),
-        impersonate_groups=user.get("as-groups"),
-        source="%s (context %s)" % (where, context_name),
-        credentials=None,
-        secrets=secrets,
-    )
+    return _context_settings(
+        cluster, user, "%s (context %s)" % (where, context_name), header, host=host, ca_cert=ca_cert,
+        client_cert=client_cert, client_key=client_key,
+        verify=not cluster["insecure-skip-tls-verify"] if "insecure-skip-tls-verify" in cluster else True)
 
 
 def _load_files(paths, context):

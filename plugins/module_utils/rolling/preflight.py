@@ -206,7 +206,8 @@ def _check_machines(client, snapshot, entries, machines, problems):
     bios = dict(machines.get("bios") or {})
     roads = dict((entry["name"], entry) for entry in machines.get("roads") or [])
     for entry in entries:
-        name, entry["machine"] = entry["name"], None
+        name = entry["name"]
+        entry["machine"] = None
         node = snapshot.nodes.get(name)
         if node is None:
             continue

@@ -72,10 +72,9 @@ def same_value(wanted, reported):
 class Reading:
     """What node ``name``'s machine was found to be, and what servicing it as asked would change (``read``)."""
 
-    def __init__(self, machine, summary, versions, updates, settings):
+    def __init__(self, machine, summary, updates, settings):
         self.machine = machine
         self.summary = summary
-        self.versions = versions
         self.updates = updates
         self.settings = settings
 
@@ -103,7 +102,7 @@ def read(client, name, node, params, firmware, bios, given):
     machine.check_changes(updates, settings)
     summary["firmware_before"] = dict((entry["component"], versions[entry["component"]]) for entry in firmware)
     summary["bios_changed"] = dict((key, {"before": attributes[key], "after": value}) for key, value in settings.items())
-    return Reading(machine, summary, versions, updates, settings)
+    return Reading(machine, summary, updates, settings)
 
 
 def run(module):
@@ -119,8 +118,7 @@ def run(module):
         raise InvalidInputError("Node %s does not exist." % name, option="name")
     refuse_while_held(client, params.get("lock"), "Node %s's machine was not serviced" % name, node=name)
     reading = read(client, name, node, params, firmware, bios, given)
-    machine, summary, versions = reading.machine, reading.summary, reading.versions
-    updates, settings = reading.updates, reading.settings
+    machine, summary, updates, settings = reading.machine, reading.summary, reading.updates, reading.settings
     result = {"changed": False, "node": name, "machine": summary, "running_vms": []}
     if not reading.changes(params["reboot"]):
         summary["firmware_after"] = dict(summary["firmware_before"])
@@ -143,7 +141,7 @@ def run(module):
                                changed=lambda: bool(summary["actions"]), action="Service"):
         for entry in updates:
             progress.line("phase=Running firmware %s %s -> %s through %s" % (
-                entry["component"], versions[entry["component"]], entry["version"], machine.describe()))
+                entry["component"], summary["firmware_before"][entry["component"]], entry["version"], machine.describe()))
             with _action(summary, "firmware %s %s" % (entry["component"], entry["version"])):
                 machine.update_firmware(entry["component"], entry["url"], deadline.remaining())
         if settings:
