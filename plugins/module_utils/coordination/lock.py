@@ -276,7 +276,9 @@ class ClusterLock:
             attempt["result"] = (outcome, before, after)
             return True
 
-        started = self.clock()
+        # Seconds spent waiting for another holder: none when the first attempt got the lock, however long
+        # that attempt took (its reads and write, a conflict retried).
+        waited = 0.0
         if not attempt_once():
             held = attempt["last"]
             if not wait or check_mode:
@@ -284,9 +286,10 @@ class ClusterLock:
                     "The %s is held by %s; another maintenance run is in progress. Wait for it to finish (or set "
                     "wait=true); %s" % (self.description, held.describe_holder(), get_past(self.namespace, self.name)),
                     lock=held.as_result(self.namespace, self.name), blockers=["lock held by %s" % held.holder])
+            started = self.clock()
             self._wait_for(attempt_once, wait_timeout)
+            waited = (self.clock() - started).total_seconds()
         outcome, before, after = tuple(attempt["result"])
-        waited = (self.clock() - started).total_seconds()
         return {
             "action": outcome,
             "changed": outcome != "renewed",

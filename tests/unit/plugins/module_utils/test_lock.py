@@ -53,6 +53,32 @@ def test_acquire_creates_the_lease_with_holder_times_and_ttl(setup):
     assert lease(server)["metadata"]["annotations"][identity.LOCK_PURPOSE_ANNOTATION] == "rolling maintenance of 4 nodes"
 
 
+def test_a_lock_got_at_the_first_attempt_was_not_waited_for():
+    """However long the first attempt took (a slow API server): waited_seconds is for another holder only,
+    and the rolling role preflights again only after a wait."""
+    client, _server = fake_client()
+
+    class Slow(Clock):
+        def __call__(self):
+            self.advance(1.5)
+            return self.moment
+
+    for outcome in ("acquired", "renewed"):
+        result = lock.ClusterLock(client, clock=Slow()).acquire("alice", 600, wait=True)
+        assert result["action"] == outcome and result["waited_seconds"] == 0.0
+
+
+def test_a_waiting_acquirer_says_how_long_it_waited():
+    client_a, server = fake_client()
+    client_b, _same = fake_client(server)
+    lock.ClusterLock(client_a).acquire("alice", 600)
+    timer = threading.Timer(0.5, lambda: lock.ClusterLock(client_a).release("alice"))
+    timer.start()
+    result = lock.ClusterLock(client_b).acquire("bob", 600, wait=True, wait_timeout=20)
+    timer.join()
+    assert result["waited_seconds"] > 0
+
+
 def test_second_holder_fails_naming_the_holder_and_since_when(setup):
     cluster_lock, _server, clock = setup
     cluster_lock.acquire("alice@laptop pid 1", 3600, purpose="patching workers")
