@@ -356,8 +356,9 @@ chaos: venv collection
 
 # The short chaos session of make test, so the machinery cannot rot: a fixed seed whose schedule covers
 # a kill, an AWX-style cancel, a failing migration, machines restarted through their BMCs and limits
-# raised for the run, plus the observer's sabotage cases (seed 12 adds the power cut of a migration's
-# target, seed 10 a BMC that stops answering: `make test-chaos CHAOS_TEST_SEEDS=6,10,12`).
+# raised for the run, plus the observer's sabotage cases in a run in failure-domain batches (seed 12
+# adds the power cut of a migration's target, seed 10 a BMC that stops answering, seed 444 a kill and a
+# failing migration in batches: `make test-chaos CHAOS_TEST_SEEDS=6,10,12,444`).
 # Results: tests/output/chaos-test/.
 CHAOS_TEST_SEEDS ?= 6
 test-chaos: venv collection

@@ -142,6 +142,53 @@ def create_guarded_deployment(k8s, namespace, name, replicas=3, min_available=2,
     wait_for(ready, 120, "Deployment %s/%s to be ready" % (namespace, name))
 
 
+def create_node_agent(k8s, namespace, name):
+    """A DaemonSet: a pod on every worker, which a drain leaves where it is."""
+    labels = {"app": name}
+    client.AppsV1Api(k8s).create_namespaced_daemon_set(namespace, {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}],
+                     "terminationGracePeriodSeconds": 0}}},
+    })
+
+
+def create_scratch_deployment(k8s, namespace, name, nodes):
+    """A Deployment of one pod with an emptyDir volume (scratch data a drain deletes), on ``nodes`` only."""
+    labels = {"app": name}
+    client.AppsV1Api(k8s).create_namespaced_deployment(namespace, {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                     "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+                     "volumes": [{"name": "scratch", "emptyDir": {}}],
+                     "affinity": only_on(nodes), "terminationGracePeriodSeconds": 0}}},
+    })
+
+
+def not_whole(k8s, namespace, workers):
+    """What is missing from the Deployments and DaemonSets of ``namespace`` now: a Deployment with fewer ready
+    pods than its replicas, a DaemonSet without a ready pod on each of ``workers`` (none tainted or cordoned)."""
+    apps = client.AppsV1Api(k8s)
+    missing = []
+    for deployment in apps.list_namespaced_deployment(namespace).items:
+        ready = deployment.status.ready_replicas or 0
+        if ready < deployment.spec.replicas:
+            missing.append("Deployment %s: %d of %d pods ready" % (deployment.metadata.name, ready,
+                                                                   deployment.spec.replicas))
+    for daemon_set in apps.list_namespaced_daemon_set(namespace).items:
+        pods = client.CoreV1Api(k8s).list_namespaced_pod(
+            namespace, label_selector=",".join("%s=%s" % kv for kv in daemon_set.spec.selector.match_labels.items()))
+        on = set(p.spec.node_name for p in pods.items if p.status.phase == "Running" and any(
+            c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
+        without = sorted(set(workers) - on)
+        if without:
+            missing.append("DaemonSet %s: no ready pod on %s" % (daemon_set.metadata.name, ", ".join(without)))
+    return missing
+
+
 # The lab's HyperConverged resource (group, version, namespace, plural, name).
 HCO = ("hco.kubevirt.io", "v1beta1", "kubevirt-hyperconverged", "hyperconvergeds", "kubevirt-hyperconverged")
 

@@ -12,7 +12,9 @@ import time
 
 from kubernetes import client
 
+import identities
 import safety
+from credentials import credential_plugin, lab_context, rotate, write
 from lab.machines import bmc as lab_bmc
 from lab.wait import wait_for
 
@@ -45,6 +47,8 @@ FAULTS = (
     "machine_power_off",
     "bmc_unreachable",
 )
+# Drawn from the stream of later faults (see LATER_FAULTS).
+TOKEN_FAULT = "token_expires"
 ENDS_ATTEMPT = ("sigkill", "sigint", "awx_cancel")
 # Faults that mean something only at one moment: a migration's target machine, or the machine of the node
 # being drained (its source), loses power while the migration runs; a BMC stops answering while the run
@@ -60,8 +64,11 @@ MACHINE_OFF_SECONDS = 20
 # NotReady and its pods not Ready until the next heartbeat. That is the fault's doing, not the run's: a pod
 # that only lost its readiness this long after the restart is not counted against its budget.
 HEARTBEAT_GAP_SECONDS = 45
-# Violations made on purpose, never drawn: the observer must report them (test_chaos.py).
-SABOTAGE = ("sabotage_vmi_deleted", "sabotage_pod_deleted_against_its_budget")
+# Violations made on purpose, never drawn: the observer must report them (test_chaos.py). The first one
+# needs a run in batches: a node of another failure domain cordoned behind the run's back while a batch is
+# out (more nodes out than max_parallel, two failure domains at once).
+SABOTAGE = ("sabotage_node_of_another_domain_cordoned", "sabotage_vmi_deleted",
+            "sabotage_pod_deleted_against_its_budget")
 VIRT_API_OUTAGE_SECONDS = 20
 
 
@@ -71,8 +78,12 @@ VIRT_API_OUTAGE_SECONDS = 20
 # not drawn yet: which VMs it kills is not yet established as the observer needs it (a VM found replaced on
 # that node after such a cut was not among those the observer saw there when the machine went off). It runs
 # when a schedule names it.
-LATER_FAULTS = ()
+# token_expires: the run authenticates through an exec credential plugin whose tokens last TOKEN_TTL seconds; the
+# plugin starts handing out another identity's token and the first identity is deleted (its token refused from
+# then on), as a rotation or a short-lived cloud token does.
+LATER_FAULTS = (TOKEN_FAULT,)
 LATER_FAULT_SHARE = 0.3
+TOKEN_TTL = 5
 
 
 def draw(seed, length=None):
@@ -89,6 +100,58 @@ def draw(seed, length=None):
         fault = later.choice(LATER_FAULTS)
         schedule.append({"trigger": FAULT_TRIGGERS.get(fault, later.choice(TRIGGERS)), "fault": fault})
     return schedule
+
+
+# About a third of the runs go in failure-domain batches (drawn from a stream of their own, so earlier seeds keep
+# their schedules): three nodes, two of one zone and one of the other, at most two out at once and never two zones
+# (rolling_maintenance_max_parallel 2, rolling_maintenance_failure_domain ZONE).
+ZONE = "topology.kubernetes.io/zone"
+BATCHED_SHARE = 0.3
+MAX_PARALLEL = 2
+# The role's tasks that stand for a trigger's task in a run in batches.
+BATCH_TASKS = {
+    "Enter maintenance (drain)": "Enter maintenance (drain) on every node of the batch at once",
+    "Renew the cluster lock before the node": "Renew the cluster lock before the batch",
+}
+
+
+def batched(seed):
+    """Whether run ``seed`` goes in failure-domain batches."""
+    return random.Random("batches of %d" % seed).random() < BATCHED_SHARE
+
+
+def zones(workers):
+    """The failure domains of a run in batches over the lab's first four workers: the 1st and 3rd in zone-a, the
+    2nd and 4th in zone-b."""
+    return {name: "zone-a" if index % 2 == 0 else "zone-b" for index, name in enumerate(workers[:4])}
+
+
+class Credentials:
+    """The credentials of a run whose schedule lets its token expire: two identities (cluster-admin), an exec
+    credential plugin that hands out the first one's token for TOKEN_TTL seconds at a time, and a kubeconfig of
+    the lab that runs it."""
+
+    def __init__(self, k8s, lab, directory):
+        self.k8s = k8s
+        directory.mkdir()
+        self.first, self.next = (identities.create_identity(k8s, lab.kubeconfig, directory, cluster_roles=("cluster-admin",),
+                                                            prefix="kvops-chaos-%s" % which) for which in ("a", "b"))
+        self.token_file, user = credential_plugin(directory, self.first.token, directory / "invocations", ttl=TOKEN_TTL)
+        self.kubeconfig = write(directory / "kubeconfig", dict(lab_context(lab), users=[user]))
+
+    def expire(self):
+        """The next identity's token from now on, the first one refused."""
+        rotate(self.token_file, self.next.token)
+        identities.delete_identity(self.k8s, self.first, until_refused=True)
+        return "the token of %s (now %s)" % (self.first.name, self.next.name)
+
+    def shown_in(self, text):
+        """Whether a token of the run appears in ``text``."""
+        return any(identity.token in text for identity in (self.first, self.next))
+
+    def delete(self):
+        for identity in (self.first, self.next):
+            identities.delete_identity(self.k8s, identity)
 
 
 def restarts_machines(seed, schedule):
@@ -110,11 +173,12 @@ def raises_limits(seed):
 class Moment:
     """Whether a trigger has come, for one attempt (``started``: runs.Started)."""
 
-    def __init__(self, k8s, started, nodes, namespace):
+    def __init__(self, k8s, started, nodes, namespace, batches=False):
         self.k8s = k8s
         self.started = started
         self.nodes = nodes
         self.namespace = namespace
+        self.batches = batches
         self.seen = 0
 
     def passed(self):
@@ -125,6 +189,8 @@ class Moment:
     def reached(self, trigger):
         kind, what = trigger.split(":", 1)
         if kind == "task":
+            if self.batches:
+                what = BATCH_TASKS.get(what, what)
             return (ROLE % what) in self.started.output()[self.seen:]
         if what == "a node cordoned":
             core = client.CoreV1Api(self.k8s)
@@ -151,14 +217,17 @@ def _bound_to(vmi, node):
 class Injector:
     """Carries out a fault on the lab; ``undo()`` ends what outlasts the moment (a failing migration)."""
 
-    def __init__(self, lab, k8s, namespace, vm_names, nodes):
+    def __init__(self, lab, k8s, namespace, vm_names, nodes, bystanders=(), credentials=None):
         self.lab = lab
+        self.credentials = credentials  # Credentials, for token_expires
         self.k8s = k8s
         self.namespace = namespace
         self.vm_names = vm_names
         self.nodes = nodes
+        self.bystanders = bystanders  # {node: zone} of workers outside a run in batches
         self.annotated = []
         self.unreachable = []
+        self.cordoned = []
         # What a fault did that the run is not to blame for: machines it killed and the VMs that ran
         # there (they may restart, and budgets may drop there); processes it left to end on their own.
         self.killed_nodes = []
@@ -202,10 +271,24 @@ class Injector:
             self.lab.cli("start", "virt-api")
         elif fault == "node_maintenance_operator_restart":
             self.lab.cli("restart", "node-maintenance-operator", timeout=300)
+        elif fault == TOKEN_FAULT:
+            return self.credentials.expire()
         elif fault == "migration_fails":
             for name in self.vm_names:
                 annotate(self.k8s, self.namespace, name, "true")
                 self.annotated.append(name)
+        elif fault == "sabotage_node_of_another_domain_cordoned":
+            # Behind the run's back, while a batch is out: a worker outside the run, of another zone, taken out of
+            # scheduling (a third node out, a second failure domain).
+            core = client.CoreV1Api(self.k8s)
+            out = set((node.metadata.labels or {}).get(ZONE) for node in map(core.read_node, self.nodes)
+                      if node.spec.unschedulable)
+            node = next((n for n, zone in sorted(self.bystanders.items()) if out and zone not in out), None)
+            if node is None:
+                return None
+            core.patch_node(node, {"spec": {"unschedulable": True}})
+            self.cordoned.append(node)
+            return "node %s cordoned" % node
         elif fault == "sabotage_vmi_deleted":
             # Behind the run's back: the VM's controller starts a new VMI, a restart nobody reported.
             client.CustomObjectsApi(self.k8s).delete_namespaced_custom_object(
@@ -275,6 +358,9 @@ class Injector:
         return "the machine of %s (VMs there: %s)" % (node, ", ".join(there) or "none")
 
     def undo(self):
+        for node in self.cordoned:
+            client.CoreV1Api(self.k8s).patch_node(node, {"spec": {"unschedulable": None}})
+        self.cordoned = []
         for name in self.annotated:
             annotate(self.k8s, self.namespace, name, None)
         self.annotated = []

@@ -67,10 +67,13 @@ def chaos_results():
     lines = ["# Chaos session %s" % summary["when"], "",
              "%d runs, %d faults injected, %d invariant violations." % (
                  summary["runs"], summary["faults"], summary["violations"]), "",
-             "| seed | faults (trigger -> fault) | runs to finish | violations |", "|---|---|---|---|"]
+             "| seed | nodes | faults (trigger -> fault) | runs to finish | violations |", "|---|---|---|---|---|"]
     for record in records:
-        lines.append("| %d | %s | %d | %s |" % (
-            record["seed"], "; ".join("%s -> %s" % (f["trigger"], f["fault"]) for f in record["faults"]) or "none",
+        nodes = len(record.get("nodes") or ()) or 2
+        shape = "%d, %d at a time, by zone" % (nodes, record["max_parallel"]) if record.get("failure_domains") else "%d" % nodes
+        lines.append("| %d | %s | %s | %d | %s |" % (
+            record["seed"], shape,
+            "; ".join("%s -> %s" % (f["trigger"], f["fault"]) for f in record["faults"]) or "none",
             record["attempts"], "; ".join(record["violations"]) or "0"))
     with open(os.path.join(OUTPUT, "chaos.md"), "w") as handle:
         handle.write("\n".join(lines) + "\n")

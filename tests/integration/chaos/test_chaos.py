@@ -6,13 +6,19 @@ completes, checked by an observer of its own (its own watches, none of the produ
 - no PodDisruptionBudget below its minimum, at any moment, but on a machine a fault killed, or by pods
   that only lost their readiness while an API server restart's missed heartbeats made their node
   NotReady (listed in the record as excused);
-- never more than ``max_parallel`` (1) of the nodes out at once;
+- never more than ``max_parallel`` of the nodes out at once (1; in a run in batches 2 of the lab's workers, and
+  never two failure domains);
 - at the end: both nodes schedulable and free of our marks, the lock released, no process of the run
   left running (after an AWX-style cancel, the workers and drains it left must end by themselves);
+- no token of the run in its output (a run whose schedule lets its token expire authenticates through an exec
+  credential plugin);
+- every pod of the workload back at the end;
 - the run completes within the attempts its schedule allows (one per fault, plus two); an attempt
   after a run that stopped uses the resume command that run printed (the nodes that remain), an
   attempt after a kill or an interrupt the same command again.
 
+About a third of the seeds (catalogue.batched) run in failure-domain batches: three nodes, the pair and a third
+worker of the first one's zone (the lab's first four workers labelled with two zones), at most two out at once.
 On even seeds, and when a fault waits for that step, each node's machine is restarted through its
 BMC while the node is drained (``rolling_maintenance_reboot: bmc``). On every third seed the run raises
 KubeVirt's live-migration limits for itself; at the end they must be the cluster's own again, with no record
@@ -38,7 +44,8 @@ import safety
 import workloads
 from lab.wait import wait_for
 
-from catalogue import ENDS_ATTEMPT, RAISED_LIMITS, SABOTAGE, Injector, Moment, draw, raises_limits, restarts_machines
+from catalogue import (ENDS_ATTEMPT, MAX_PARALLEL, RAISED_LIMITS, SABOTAGE, TOKEN_FAULT, ZONE, Credentials, Injector,
+                       Moment, batched, draw, raises_limits, restarts_machines, zones)
 
 PLAYBOOK = os.path.join(runs.REPO, "playbooks", "rolling_maintenance.yml")
 OUR_TAINTS = ("medik8s.io/drain", "kubevirt-ops.io/maintenance-pending")
@@ -52,8 +59,9 @@ VM_NAMES = ["always-1", "always-2", "rerun-1"]
 
 @pytest.fixture
 def world(k8s, lab):
-    """Two workers and a workload on them: VMs of two run strategies and a Deployment guarded by a
-    PodDisruptionBudget; the other workers are where things go."""
+    """Two workers and a workload on them: VMs of two run strategies, a Deployment guarded by a
+    PodDisruptionBudget, a Deployment whose pod keeps scratch data in an emptyDir, a DaemonSet on every worker; the
+    other workers are where things go."""
     workers = workloads.node_names(k8s)
     assert len(workers) >= 3, "chaos runs need at least 3 workers"
     pair = tuple(workers[:2])
@@ -65,7 +73,10 @@ def world(k8s, lab):
     workloads.create_vm(k8s, namespace, VM_NAMES[2], run_strategy="RerunOnFailure", memory="256Mi",
                         nodes=list(pair))
     workloads.wait_vms_running(k8s, namespace, VM_NAMES)
-    yield {"pair": pair, "namespace": namespace}
+    workloads.create_scratch_deployment(k8s, namespace, "scratch", pair)
+    workloads.create_node_agent(k8s, namespace, "node-agent")
+    wait_for(lambda: not workloads.not_whole(k8s, namespace, workers), 120, "the workload to be whole")
+    yield {"pair": pair, "workers": workers, "namespace": namespace}
     for node in pair:
         runs.module(lab.kubeconfig, "node_maintenance", {"name": node, "state": "absent"})
     workloads.delete_namespace(k8s, namespace)
@@ -94,7 +105,7 @@ def migration_limits(k8s):
     return obj["spec"].get("liveMigrationConfig"), (obj["metadata"].get("annotations") or {}).get(LIMITS_RECORD)
 
 
-def end_state(k8s, pair, lock, limits_before):
+def end_state(k8s, nodes, lock, limits_before):
     """What is left of the run at the end that should not be."""
     problems = []
     config, record = migration_limits(k8s)
@@ -103,7 +114,7 @@ def end_state(k8s, pair, lock, limits_before):
     if config != limits_before:
         problems.append("the migration limits are %s, not the cluster's own %s" % (config, limits_before))
     core = client.CoreV1Api(k8s)
-    for name in pair:
+    for name in nodes:
         node = core.read_node(name)
         if node.spec.unschedulable:
             problems.append("node %s is still cordoned" % name)
@@ -129,19 +140,35 @@ def test_chaos_run(lab, k8s, world, seed, chaos_results, tmp_path):
 
 
 def test_the_observer_reports_violations_made_on_purpose(lab, k8s, world, tmp_path):
-    """The observer is not blind: violations made behind the run's back during the drain are reported, each
-    by the invariant it breaks (a VM restarted that could have migrated, a budget below its minimum)."""
+    """The observer is not blind: violations made behind the run's back during the drain of a run in batches
+    are reported, each by the invariant it breaks (a third node out of a second failure domain, a VM restarted
+    that could have migrated, a budget below its minimum)."""
     schedule = [{"trigger": "cluster:a migration in flight", "fault": sabotage} for sabotage in SABOTAGE]
-    record = session(lab, k8s, world, 0, schedule, tmp_path)
+    record = session(lab, k8s, world, 0, schedule, tmp_path, batches=True)
+    assert [f["hit"] for f in record["faults"]][0].startswith("node "), record
+    assert [v for v in record["violations"] if v.startswith("Nodes: 3 nodes out at once (max_parallel 2)")], record
+    assert [v for v in record["violations"] if v.startswith("Nodes: two failure domains out at once")], record
     assert [v for v in record["violations"] if v.startswith("VM: ")], record
     assert [v for v in record["violations"] if v.startswith("PDB: ")], record
 
 
-def session(lab, k8s, world, seed, schedule, tmp_path):
-    """One chaos run: attempts until the run completes, the faults of ``schedule``, the observer's verdict."""
+def session(lab, k8s, world, seed, schedule, tmp_path, batches=None):
+    """One chaos run: attempts until the run completes, the faults of ``schedule``, the observer's verdict.
+    ``batches``: whether the run goes in failure-domain batches (by default as its seed draws)."""
     pair, namespace = world["pair"], world["namespace"]
+    batches = batched(seed) if batches is None else batches
     lock = "kvops-chaos-%d-%s" % (seed, uuid.uuid4().hex[:6])
+    nodes, watched, domains, most = pair, pair, {}, 1
     extra = runs.rolling_vars(pair, lock, tmp_path, rolling_maintenance_non_migratable="fail")
+    if batches:
+        # The pair's first node and a third worker in one zone, the pair's second in the other: the batches
+        # are the first two, then the second; every worker of the lab watched.
+        domains = zones(world["workers"])
+        assert len(domains) == 4 and domains[pair[0]] != domains[pair[1]], domains
+        third = next(n for n in sorted(domains) if n not in pair and domains[n] == domains[pair[0]])
+        nodes, watched, most = (pair[0], third, pair[1]), tuple(sorted(domains)), MAX_PARALLEL
+        extra = runs.rolling_vars(nodes, lock, tmp_path, rolling_maintenance_non_migratable="fail",
+                                  rolling_maintenance_max_parallel=MAX_PARALLEL, rolling_maintenance_failure_domain=ZONE)
     inventory = ["localhost,"]
     if raises_limits(seed):
         extra.update(rolling_maintenance_migration_limits=RAISED_LIMITS)
@@ -151,24 +178,33 @@ def session(lab, k8s, world, seed, schedule, tmp_path):
         extra.update(rolling_maintenance_reboot="bmc", rolling_maintenance_machine_timeout=300)
         inventory.append(str(lab.paths.bmc_inventory))
     attempt_vars = extra
-    injector = Injector(lab, k8s, namespace, VM_NAMES, pair)
+    # A run whose token is to expire authenticates through an exec credential plugin.
+    credentials = Credentials(k8s, lab, tmp_path / "credentials") if any(
+        step["fault"] == TOKEN_FAULT for step in schedule) else None
+    kubeconfig = credentials.kubeconfig if credentials else lab.kubeconfig
+    injector = Injector(lab, k8s, namespace, VM_NAMES, nodes,
+                        bystanders={n: zone for n, zone in domains.items() if n not in nodes}, credentials=credentials)
     vm_check = safety.VmSafety(k8s, [namespace])
     record = {"seed": seed, "schedule": schedule, "faults": [], "attempts": 0, "violations": [],
-              "machines_restarted": len(inventory) > 1, "limits_raised": raises_limits(seed)}
+              "machines_restarted": len(inventory) > 1, "limits_raised": raises_limits(seed),
+              "nodes": list(nodes), "max_parallel": most, "failure_domains": domains or None}
     started_all = []
+    core = client.CoreV1Api(k8s)
+    for node, zone in domains.items():
+        core.patch_node(node, {"metadata": {"labels": {ZONE: zone}}})
     try:
-        with safety.PdbWatcher(k8s) as pdbs, safety.ParallelWatcher(k8s, pair) as parallel:
+        with safety.PdbWatcher(k8s) as pdbs, safety.ParallelWatcher(k8s, watched, domain_label=ZONE if domains else None) as parallel:
             finished = False
             pending = list(schedule)
             for attempt in range(len(schedule) + 2):
                 record["attempts"] = attempt + 1
                 began = time.time()
                 started = runs.Started(runs.playbook_argv(PLAYBOOK, attempt_vars, inventory=inventory),
-                                       lab.kubeconfig, None)
+                                       kubeconfig, None)
                 started_all.append(started)
                 # The schedule's faults in order, each at its moment, until one ends the attempt (the
                 # next attempt goes on with the rest) or the attempt ends by itself.
-                moment = Moment(k8s, started, pair, namespace)
+                moment = Moment(k8s, started, nodes, namespace, batches=batches)
                 ended = False
                 while pending and not ended:
                     planned = pending[0]
@@ -210,10 +246,22 @@ def session(lab, k8s, world, seed, schedule, tmp_path):
                 record.setdefault("excused", []).append("%r: %s" % (violation, why))
             else:
                 record["violations"].append("PDB: %r" % violation)
-        if parallel.most_cordoned > 1:
-            record["violations"].append("%d nodes out at once (max_parallel 1): %s" % (
-                parallel.most_cordoned, parallel.cordoned_sets))
-        record["violations"] += end_state(k8s, pair, lock, limits_before)
+        if parallel.most_cordoned > most:
+            record["violations"].append("Nodes: %d nodes out at once (max_parallel %d): %s" % (
+                parallel.most_cordoned, most, parallel.cordoned_sets))
+        if parallel.mixed_domains:
+            record["violations"].append("Nodes: two failure domains out at once: %s" % parallel.mixed_domains)
+        record["violations"] += end_state(k8s, nodes, lock, limits_before)
+        # Every pod of the workload back (the DaemonSet's where they were, the evicted ones elsewhere).
+        try:
+            wait_for(lambda: not workloads.not_whole(k8s, namespace, world["workers"]), 120, "the workload to be whole")
+        except Exception:  # reported below
+            pass
+        record["violations"] += ["Workload: %s" % p for p in workloads.not_whole(k8s, namespace, world["workers"])]
+        if credentials:
+            shown = [n + 1 for n, s in enumerate(started_all) if credentials.shown_in(s.output())]
+            if shown:
+                record["violations"].append("Secrets: a token of the run is in the output of attempt(s) %s" % shown)
         left = [s.proc.pid for s in started_all if s.running()]
         try:
             wait_for(lambda: not runs.still_running(injector.orphans), ORPHAN_TIMEOUT,
@@ -227,4 +275,8 @@ def session(lab, k8s, world, seed, schedule, tmp_path):
         injector.undo()
         for started in started_all:
             started.close()
+        for node in domains:
+            core.patch_node(node, {"metadata": {"labels": {ZONE: None}}})
+        if credentials:
+            credentials.delete()
     return record
