@@ -573,7 +573,8 @@ SYSTEM_NODE_LABEL_DOMAIN = "node.kubevirt.io"
 
 
 class ResourceVersions:
-    """resourceVersion of every object of the kinds an operation may touch."""
+    """resourceVersion of every object of the kinds an operation may touch (for nodes and pods, what a client
+    changes of them: see _version)."""
 
     KINDS = (
         ("Node", lambda k8s: client.CoreV1Api(k8s).list_node),
@@ -656,6 +657,14 @@ class ResourceVersions:
             annotations = dict((k, v) for k, v in (meta.get("annotations") or {}).items()
                                if k not in SYSTEM_NODE_ANNOTATIONS)
             return {"spec": spec, "labels": labels, "annotations": annotations}
+        if kind == "Pod":
+            # What a client changes on a pod (its spec, labels, annotations, finalizers, owners, a deletion); its
+            # status belongs to the node's kubelet (the lab's kwok), which rewrites it on its own schedule - a
+            # virt-handler pod's readiness, say, after its node came back.
+            meta = obj.get("metadata") or {}
+            return {"spec": obj.get("spec"), "labels": meta.get("labels"), "annotations": meta.get("annotations"),
+                    "finalizers": meta.get("finalizers"), "owners": meta.get("ownerReferences"),
+                    "deletion": meta.get("deletionTimestamp")}
         return (obj.get("metadata") or {}).get("resourceVersion")
 
     def changes(self):
