@@ -114,6 +114,12 @@ def annotate_vm(k8s, namespace, name, annotations):
             GROUP, VERSION, namespace, "virtualmachineinstances", name, {"metadata": {"annotations": annotations}})
 
 
+def pod_ready(pod):
+    """Whether a pod runs and its Ready condition is True."""
+    return pod.status.phase == "Running" and any(
+        c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
 def create_guarded_deployment(k8s, namespace, name, replicas=3, min_available=2, node_selector=None, nodes=None):
     """A Deployment and a PodDisruptionBudget over its pods."""
     labels = {"app": name}
@@ -135,9 +141,7 @@ def create_guarded_deployment(k8s, namespace, name, replicas=3, min_available=2,
 
     def ready():
         pods = client.CoreV1Api(k8s).list_namespaced_pod(namespace, label_selector="app=%s" % name).items
-        healthy = [p for p in pods if p.status.phase == "Running" and any(
-            c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
-        return len(healthy) >= replicas
+        return len([p for p in pods if pod_ready(p)]) >= replicas
 
     wait_for(ready, 120, "Deployment %s/%s to be ready" % (namespace, name))
 
@@ -172,6 +176,7 @@ def not_whole(k8s, namespace, workers):
     """What is missing from the Deployments and DaemonSets of ``namespace`` now: a Deployment with fewer ready
     pods than its replicas, a DaemonSet without a ready pod on each of ``workers`` (none tainted or cordoned)."""
     apps = client.AppsV1Api(k8s)
+    pods = client.CoreV1Api(k8s).list_namespaced_pod(namespace).items
     missing = []
     for deployment in apps.list_namespaced_deployment(namespace).items:
         ready = deployment.status.ready_replicas or 0
@@ -179,10 +184,8 @@ def not_whole(k8s, namespace, workers):
             missing.append("Deployment %s: %d of %d pods ready" % (deployment.metadata.name, ready,
                                                                    deployment.spec.replicas))
     for daemon_set in apps.list_namespaced_daemon_set(namespace).items:
-        pods = client.CoreV1Api(k8s).list_namespaced_pod(
-            namespace, label_selector=",".join("%s=%s" % kv for kv in daemon_set.spec.selector.match_labels.items()))
-        on = set(p.spec.node_name for p in pods.items if p.status.phase == "Running" and any(
-            c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
+        selector = daemon_set.spec.selector.match_labels.items()
+        on = set(p.spec.node_name for p in pods if selector <= (p.metadata.labels or {}).items() and pod_ready(p))
         without = sorted(set(workers) - on)
         if without:
             missing.append("DaemonSet %s: no ready pod on %s" % (daemon_set.metadata.name, ", ".join(without)))
@@ -388,7 +391,7 @@ def wait_node_pods_ready(k8s, node, timeout=300):
 
     def ready():
         pods = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % node).items
-        return all({c.type: c.status for c in p.status.conditions or []}.get("Ready") == "True"
-                   for p in pods if p.status.phase not in ("Succeeded", "Failed") and not p.metadata.deletion_timestamp)
+        return all(pod_ready(p) for p in pods
+                   if p.status.phase not in ("Succeeded", "Failed") and not p.metadata.deletion_timestamp)
 
     wait_for(ready, timeout, "the pods of node %s to be Ready again" % node, interval=1)

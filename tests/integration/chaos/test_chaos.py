@@ -158,8 +158,7 @@ def session(lab, k8s, world, seed, schedule, tmp_path, batches=None):
     pair, namespace = world["pair"], world["namespace"]
     batches = batched(seed) if batches is None else batches
     lock = "kvops-chaos-%d-%s" % (seed, uuid.uuid4().hex[:6])
-    nodes, watched, domains, most = pair, pair, {}, 1
-    extra = runs.rolling_vars(pair, lock, tmp_path, rolling_maintenance_non_migratable="fail")
+    nodes, watched, domains, most, in_batches = pair, pair, {}, 1, {}
     if batches:
         # The pair's first node and a third worker in one zone, the pair's second in the other: the batches
         # are the first two, then the second; every worker of the lab watched.
@@ -167,8 +166,8 @@ def session(lab, k8s, world, seed, schedule, tmp_path, batches=None):
         assert len(domains) == 4 and domains[pair[0]] != domains[pair[1]], domains
         third = next(n for n in sorted(domains) if n not in pair and domains[n] == domains[pair[0]])
         nodes, watched, most = (pair[0], third, pair[1]), tuple(sorted(domains)), MAX_PARALLEL
-        extra = runs.rolling_vars(nodes, lock, tmp_path, rolling_maintenance_non_migratable="fail",
-                                  rolling_maintenance_max_parallel=MAX_PARALLEL, rolling_maintenance_failure_domain=ZONE)
+        in_batches = {"rolling_maintenance_max_parallel": MAX_PARALLEL, "rolling_maintenance_failure_domain": ZONE}
+    extra = runs.rolling_vars(nodes, lock, tmp_path, rolling_maintenance_non_migratable="fail", **in_batches)
     inventory = ["localhost,"]
     if raises_limits(seed):
         extra.update(rolling_maintenance_migration_limits=RAISED_LIMITS)
