@@ -16,26 +16,30 @@ FAIL_MIGRATION = "kubevirt-ops.lab/fail-migration"
 
 
 def vm_body(namespace, name, run_strategy="Always", eviction="LiveMigrate", migratable=True, memory="1Gi",
-            annotations=None, running=None, node_selector=None, nodes=None):
+            annotations=None, running=None, node_selector=None, nodes=None, disk=None, labels=None, affinity=None):
+    """A VirtualMachine. ``disk``: the access mode of a PVC as its root disk (a non-``migratable`` VM gets a
+    ReadWriteOnce one); ``affinity``: added to the node affinity ``nodes`` makes."""
+    disk = disk or (None if migratable else "ReadWriteOnce")
     spec = {
         "domain": {"devices": {}, "resources": {"requests": {"memory": memory, "cpu": "100m"}}},
         "evictionStrategy": eviction,
     }
     if eviction is None:
         spec.pop("evictionStrategy")
-    if not migratable:
+    if disk:
         spec["volumes"] = [{"name": "root", "persistentVolumeClaim": {"claimName": name + "-root"}}]
         spec["domain"]["devices"]["disks"] = [{"name": "root", "disk": {"bus": "virtio"}}]
     if node_selector:
         spec["nodeSelector"] = node_selector
-    if nodes:
-        spec["affinity"] = only_on(nodes)
+    if nodes or affinity:
+        spec["affinity"] = dict(only_on(nodes) if nodes else {}, **(affinity or {}))
+    labels = dict(labels or {}, **{"kubevirt-ops.test/vm": name})
     body = {
         "apiVersion": "%s/%s" % (GROUP, VERSION),
         "kind": "VirtualMachine",
         "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {}),
-                     "labels": {"kubevirt-ops.test/vm": name}},
-        "spec": {"template": {"metadata": {"labels": {"kubevirt-ops.test/vm": name}}, "spec": spec}},
+                     "labels": labels},
+        "spec": {"template": {"metadata": {"labels": labels}, "spec": spec}},
     }
     if running is not None:
         body["spec"]["running"] = running
@@ -51,11 +55,12 @@ def only_on(nodes):
 
 
 def create_vm(k8s, namespace, name, **kwargs):
-    """A VM; a non-migratable one gets a ReadWriteOnce PVC (DisksNotLiveMigratable)."""
-    if not kwargs.get("migratable", True):
+    """A VM; one with a ``disk`` (a non-migratable one: ReadWriteOnce, DisksNotLiveMigratable) gets its PVC."""
+    disk = kwargs.get("disk") or (None if kwargs.get("migratable", True) else "ReadWriteOnce")
+    if disk:
         client.CoreV1Api(k8s).create_namespaced_persistent_volume_claim(namespace, {
             "metadata": {"name": name + "-root"},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            "spec": {"accessModes": [disk], "resources": {"requests": {"storage": "1Gi"}}},
         })
     return client.CustomObjectsApi(k8s).create_namespaced_custom_object(
         GROUP, VERSION, namespace, "virtualmachines", vm_body(namespace, name, **kwargs))

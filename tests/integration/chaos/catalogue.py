@@ -165,6 +165,17 @@ def restarts_machines(seed, schedule):
 RAISED_LIMITS = {"parallel_migrations_per_cluster": 6, "parallel_outbound_migrations_per_node": 3}
 
 
+# About a third of the runs (a stream of their own) shut down the VMs that cannot leave by eviction
+# (rolling_maintenance_non_migratable: shutdown) instead of failing the node: their world adds such VMs, and a VM
+# whose live migrations a fault made fail is shut down too (it may restart).
+SHUTDOWN_SHARE = 0.3
+
+
+def shuts_down(seed):
+    """Whether run ``seed`` goes with ``rolling_maintenance_non_migratable: shutdown``."""
+    return random.Random("non_migratable of %d" % seed).random() < SHUTDOWN_SHARE
+
+
 def raises_limits(seed):
     """Whether the run raises the migration limits for itself (every third seed)."""
     return seed % 3 == 0
@@ -226,6 +237,7 @@ class Injector:
         self.nodes = nodes
         self.bystanders = bystanders  # {node: zone} of workers outside a run in batches
         self.annotated = []
+        self.made_to_fail = set()  # every VM whose migrations a fault made fail
         self.unreachable = []
         self.cordoned = []
         # What a fault did that the run is not to blame for: machines it killed and the VMs that ran
@@ -277,6 +289,7 @@ class Injector:
             for name in self.vm_names:
                 annotate(self.k8s, self.namespace, name, "true")
                 self.annotated.append(name)
+                self.made_to_fail.add("%s/%s" % (self.namespace, name))
         elif fault == "sabotage_node_of_another_domain_cordoned":
             # Behind the run's back, while a batch is out: a worker outside the run, of another zone, taken out of
             # scheduling (a third node out, a second failure domain).

@@ -1,8 +1,11 @@
 """Chaos runs: one rolling maintenance run per seed, with the faults its seed draws, resumed until it
 completes, checked by an observer of its own (its own watches, none of the product's code):
 
-- no VM lost, and none restarted unless a fault killed the machine it ran on (every other VM must
-  migrate);
+- no VM lost, and none restarted unless a fault killed the machine it ran on or its own spec says its drain shuts
+  it down (eviction strategy None, LiveMigrateIfPossible with a ReadWriteOnce disk, and on runs that shut the VMs
+  that cannot leave by eviction down, those and the VMs whose migrations a fault made fail): every other VM must
+  migrate; a Manual VM shut down stays stopped and the run's report says so (unless an attempt was cut short);
+  the anti-affinity pair never ends on one node;
 - no PodDisruptionBudget below its minimum, at any moment, but on a machine a fault killed, or by pods
   that only lost their readiness while an API server restart's missed heartbeats made their node
   NotReady (listed in the record as excused);
@@ -17,7 +20,8 @@ completes, checked by an observer of its own (its own watches, none of the produ
   after a run that stopped uses the resume command that run printed (the nodes that remain), an
   attempt after a kill or an interrupt the same command again.
 
-About a third of the seeds (catalogue.batched) run in failure-domain batches: three nodes, the pair and a third
+About a third of the seeds (catalogue.shuts_down) run with ``rolling_maintenance_non_migratable: shutdown`` and two
+more VMs that need it (LiveMigrate with a ReadWriteOnce disk, External). About a third (catalogue.batched) run in failure-domain batches: three nodes, the pair and a third
 worker of the first one's zone (the lab's first four workers labelled with two zones), at most two out at once.
 On even seeds, and when a fault waits for that step, each node's machine is restarted through its
 BMC while the node is drained (``rolling_maintenance_reboot: bmc``). On every third seed the run raises
@@ -45,7 +49,7 @@ import workloads
 from lab.wait import wait_for
 
 from catalogue import (ENDS_ATTEMPT, MAX_PARALLEL, RAISED_LIMITS, SABOTAGE, TOKEN_FAULT, ZONE, Credentials, Injector,
-                       Moment, batched, draw, raises_limits, restarts_machines, zones)
+                       Moment, batched, draw, raises_limits, restarts_machines, shuts_down, zones)
 
 PLAYBOOK = os.path.join(runs.REPO, "playbooks", "rolling_maintenance.yml")
 OUR_TAINTS = ("medik8s.io/drain", "kubevirt-ops.io/maintenance-pending")
@@ -55,13 +59,66 @@ TRIGGER_TIMEOUT = 300
 # to notice that their run is gone: the drain checks its run's process between its polls.
 ORPHAN_TIMEOUT = 120
 VM_NAMES = ["always-1", "always-2", "rerun-1"]
+# What the observer expects of a VM when its node is drained, from the VM's own spec (not from the product's plan).
+MIGRATES, RESTARTS, STAYS_STOPPED = "migrates", "restarts", "stays stopped"
+# The rest of the workload, one VM of each kind a drain treats differently: (name, eviction strategy, run strategy,
+# the access mode of its disk or None, what becomes of it).
+WIDE = (
+    ("shared-1", "LiveMigrateIfPossible", "Always", "ReadWriteMany", MIGRATES),
+    ("local-1", "LiveMigrateIfPossible", "Always", "ReadWriteOnce", RESTARTS),
+    ("batch-1", "None", "RerunOnFailure", None, RESTARTS),
+    ("dev-1", "None", "Manual", None, STAYS_STOPPED),
+)
+# The VMs that cannot leave by eviction, in the world of a run that shuts them down (catalogue.shuts_down).
+BLOCKERS = (
+    ("legacy-1", "LiveMigrate", "Always", "ReadWriteOnce", RESTARTS),
+    ("external-1", "External", "RerunOnFailure", None, RESTARTS),
+)
+# Two VMs that must never run on one node (required pod anti-affinity), allowed on every worker, one started on
+# each node of the pair: each must live-migrate to a node where the other is not.
+APART = ("apart-1", "apart-2")
+APART_LABEL = "kubevirt-ops.test/apart"
+
+
+def create_vms(k8s, namespace, pair, kinds):
+    """VMs of ``kinds`` (WIDE, BLOCKERS) on the pair, running; a Manual one is started as Always and switched to
+    Manual once it runs (Manual starts a VM only when asked to)."""
+    for name, eviction, run_strategy, disk, _ in kinds:
+        workloads.create_vm(k8s, namespace, name, eviction=eviction, memory="256Mi", nodes=list(pair), disk=disk,
+                            run_strategy="Always" if run_strategy == "Manual" else run_strategy)
+    workloads.wait_vms_running(k8s, namespace, [kind[0] for kind in kinds], timeout=300)
+    for name, _, run_strategy, _, _ in kinds:
+        if run_strategy == "Manual":
+            client.CustomObjectsApi(k8s).patch_namespaced_custom_object(
+                "kubevirt.io", "v1", namespace, "virtualmachines", name, {"spec": {"runStrategy": "Manual"}})
+
+
+def create_apart(k8s, namespace, pair):
+    """The anti-affinity pair, each preferring one node of ``pair`` (where it starts)."""
+    for name, node in zip(APART, pair):
+        prefer = {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
+            "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}}]}
+        apart = {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchExpressions": [{"key": APART_LABEL, "operator": "Exists"}]},
+            "topologyKey": "kubernetes.io/hostname"}]}
+        workloads.create_vm(k8s, namespace, name, memory="256Mi", labels={APART_LABEL: "yes"},
+                            affinity={"nodeAffinity": prefer, "podAntiAffinity": apart})
+    workloads.wait_vms_running(k8s, namespace, list(APART), timeout=300)
+
+
+def apart_together(k8s, namespace):
+    """The node where both VMs of the anti-affinity pair run, or None."""
+    placed = workloads.vm_nodes(k8s, namespace)
+    nodes = [placed.get(name) for name in APART]
+    return nodes[0] if nodes[0] and nodes[0] == nodes[1] else None
 
 
 @pytest.fixture
 def world(k8s, lab):
-    """Two workers and a workload on them: VMs of two run strategies, a Deployment guarded by a
-    PodDisruptionBudget, a Deployment whose pod keeps scratch data in an emptyDir, a DaemonSet on every worker; the
-    other workers are where things go."""
+    """Two workers and a workload on them: VMs of every run strategy and eviction strategy a drain can get past
+    (WIDE; BLOCKERS join on runs that shut those down), disks shared and not, an anti-affinity pair, a Deployment
+    guarded by a PodDisruptionBudget, a Deployment whose pod keeps scratch data in an emptyDir, a DaemonSet on every
+    worker; the other workers are where things go."""
     workers = workloads.node_names(k8s)
     assert len(workers) >= 3, "chaos runs need at least 3 workers"
     pair = tuple(workers[:2])
@@ -72,6 +129,8 @@ def world(k8s, lab):
     workloads.vms_start_on(k8s, namespace, pair, VM_NAMES[:2], "256Mi", guarded=True)
     workloads.create_vm(k8s, namespace, VM_NAMES[2], run_strategy="RerunOnFailure", memory="256Mi",
                         nodes=list(pair))
+    create_vms(k8s, namespace, pair, WIDE)
+    create_apart(k8s, namespace, pair)
     workloads.wait_vms_running(k8s, namespace, VM_NAMES)
     workloads.create_scratch_deployment(k8s, namespace, "scratch", pair)
     workloads.create_node_agent(k8s, namespace, "node-agent")
@@ -80,6 +139,24 @@ def world(k8s, lab):
     for node in pair:
         runs.module(lab.kubeconfig, "node_maintenance", {"name": node, "state": "absent"})
     workloads.delete_namespace(k8s, namespace)
+
+
+def expected(kinds, namespace):
+    """{"namespace/name": what becomes of it} for VMs of ``kinds``."""
+    return {"%s/%s" % (namespace, kind[0]): kind[4] for kind in kinds}
+
+
+def reported_stopped(tmp_path, keys):
+    """Those of ``keys`` ("namespace/name") some report of the run lists as shut down to stay stopped."""
+    found = set()
+    for path in glob.glob(str(tmp_path / "reports" / "rolling-maintenance-*" / "report.json")):
+        with open(path) as handle:
+            for node in json.load(handle).get("nodes") or []:
+                for vm in (node.get("vms") or {}).get("shut_down") or []:
+                    key = "%s/%s" % (vm.get("namespace"), vm.get("name"))
+                    if key in keys and vm.get("outcome") == "stay_stopped":
+                        found.add(key)
+    return found
 
 
 def resumed(extra, tmp_path, since):
@@ -144,7 +221,7 @@ def test_the_observer_reports_violations_made_on_purpose(lab, k8s, world, tmp_pa
     are reported, each by the invariant it breaks (a third node out of a second failure domain, a VM restarted
     that could have migrated, a budget below its minimum)."""
     schedule = [{"trigger": "cluster:a migration in flight", "fault": sabotage} for sabotage in SABOTAGE]
-    record = session(lab, k8s, world, 0, schedule, tmp_path, batches=True)
+    record = session(lab, k8s, world, 0, schedule, tmp_path, batches=True, shutdown=False)
     assert [f["hit"] for f in record["faults"]][0].startswith("node "), record
     assert [v for v in record["violations"] if v.startswith("Nodes: 3 nodes out at once (max_parallel 2)")], record
     assert [v for v in record["violations"] if v.startswith("Nodes: two failure domains out at once")], record
@@ -152,11 +229,16 @@ def test_the_observer_reports_violations_made_on_purpose(lab, k8s, world, tmp_pa
     assert [v for v in record["violations"] if v.startswith("PDB: ")], record
 
 
-def session(lab, k8s, world, seed, schedule, tmp_path, batches=None):
+def session(lab, k8s, world, seed, schedule, tmp_path, batches=None, shutdown=None):
     """One chaos run: attempts until the run completes, the faults of ``schedule``, the observer's verdict.
-    ``batches``: whether the run goes in failure-domain batches (by default as its seed draws)."""
+    ``batches``: whether the run goes in failure-domain batches, ``shutdown``: whether it shuts the VMs that cannot
+    leave by eviction down (by default both as its seed draws)."""
     pair, namespace = world["pair"], world["namespace"]
     batches = batched(seed) if batches is None else batches
+    shutdown = shuts_down(seed) if shutdown is None else shutdown
+    fates = expected(WIDE + (BLOCKERS if shutdown else ()), namespace)
+    if shutdown:
+        create_vms(k8s, namespace, pair, BLOCKERS)
     lock = "kvops-chaos-%d-%s" % (seed, uuid.uuid4().hex[:6])
     nodes, watched, domains, most, in_batches = pair, pair, {}, 1, {}
     if batches:
@@ -167,7 +249,8 @@ def session(lab, k8s, world, seed, schedule, tmp_path, batches=None):
         third = next(n for n in sorted(domains) if n not in pair and domains[n] == domains[pair[0]])
         nodes, watched, most = (pair[0], third, pair[1]), tuple(sorted(domains)), MAX_PARALLEL
         in_batches = {"rolling_maintenance_max_parallel": MAX_PARALLEL, "rolling_maintenance_failure_domain": ZONE}
-    extra = runs.rolling_vars(nodes, lock, tmp_path, rolling_maintenance_non_migratable="fail", **in_batches)
+    extra = runs.rolling_vars(nodes, lock, tmp_path, rolling_maintenance_non_migratable="shutdown" if shutdown else "fail",
+                              **in_batches)
     inventory = ["localhost,"]
     if raises_limits(seed):
         extra.update(rolling_maintenance_migration_limits=RAISED_LIMITS)
@@ -185,7 +268,7 @@ def session(lab, k8s, world, seed, schedule, tmp_path, batches=None):
                         bystanders={n: zone for n, zone in domains.items() if n not in nodes}, credentials=credentials)
     vm_check = safety.VmSafety(k8s, [namespace])
     record = {"seed": seed, "schedule": schedule, "faults": [], "attempts": 0, "violations": [],
-              "machines_restarted": len(inventory) > 1, "limits_raised": raises_limits(seed),
+              "machines_restarted": len(inventory) > 1, "limits_raised": raises_limits(seed), "non_migratable_shut_down": shutdown,
               "nodes": list(nodes), "max_parallel": most, "failure_domains": domains or None}
     started_all = []
     core = client.CoreV1Api(k8s)
@@ -236,9 +319,24 @@ def session(lab, k8s, world, seed, schedule, tmp_path, batches=None):
                 attempt_vars = resumed(extra, tmp_path, began)
             if not finished:
                 record["violations"].append("the run did not complete within %d attempts" % record["attempts"])
-        # A VM whose machine a fault killed may have restarted; what a fault did to budgets is excused.
-        report = vm_check.verify(shut_down=injector.killed_vms, timeout=300)
+        # A VM whose machine a fault killed may have restarted, and so may one its eviction strategy or disk shuts
+        # down (or whose migrations a fault made fail, when the run shuts such VMs down); what a fault did to
+        # budgets is excused.
+        down = set(injector.killed_vms) | set(key for key, fate in fates.items() if fate != MIGRATES)
+        report = vm_check.verify(shut_down=down | (injector.made_to_fail if shutdown else set()), timeout=300)
         record["violations"] += ["VM: %s" % p for p in report.problems]
+        placed = workloads.vm_nodes(k8s, namespace)
+        stopped = [key for key, fate in fates.items() if fate == STAYS_STOPPED]
+        record["violations"] += ["VM: %s (Manual) was started again, on %s" % (key, placed[key.split("/")[1]])
+                                 for key in stopped if key.split("/")[1] in placed]
+        # A run that was never cut short reports the VMs it left stopped (one cut short may have stopped one
+        # before it could write its report).
+        if not any(f["fault"] in ENDS_ATTEMPT for f in record["faults"]):
+            record["violations"] += ["VM: %s stays stopped, and no report of the run says so" % key
+                                     for key in sorted(set(stopped) - reported_stopped(tmp_path, stopped))]
+        if apart_together(k8s, namespace):
+            record["violations"].append("VM: %s run together on %s despite their anti-affinity" % (
+                " and ".join(APART), apart_together(k8s, namespace)))
         for violation in pdbs.violations:
             why = injector.excused(violation)
             if why:
