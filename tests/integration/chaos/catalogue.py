@@ -72,23 +72,24 @@ SABOTAGE = ("sabotage_node_of_another_domain_cordoned", "sabotage_vmi_deleted",
 VIRT_API_OUTAGE_SECONDS = 20
 
 
-# Faults added to the catalogue later are drawn from a stream of their own, after the first draw, so the
+# Faults added to the catalogue later are drawn from streams of their own, after the first draw, so the
 # schedules of earlier seeds (the replays of what they found) keep their faults, in their order.
-# drained_machine_power_off (the machine of the node being drained cut while a migration from it runs) is
-# not drawn yet: which VMs it kills is not yet established as the observer needs it (a VM found replaced on
-# that node after such a cut was not among those the observer saw there when the machine went off). It runs
-# when a schedule names it.
 # token_expires: the run authenticates through an exec credential plugin whose tokens last TOKEN_TTL seconds; the
 # plugin starts handing out another identity's token and the first identity is deleted (its token refused from
 # then on), as a rotation or a short-lived cloud token does.
 LATER_FAULTS = (TOKEN_FAULT,)
 LATER_FAULT_SHARE = 0.3
 TOKEN_TTL = 5
+# drained_machine_power_off: the machine of the node being drained loses power while a migration from it runs
+# (the VMs there die with it and may restart; the run must go on or stop and resume). A stream of its own.
+DRAINED_CUT = "drained_machine_power_off"
+DRAINED_CUT_SHARE = 0.2
 
 
 def draw(seed, length=None):
-    """The schedule of run ``seed``: 1 to 3 (trigger, fault) pairs, the same for the same seed, and with a
-    chance of LATER_FAULT_SHARE one more from LATER_FAULTS at its end."""
+    """The schedule of run ``seed``: 1 to 3 (trigger, fault) pairs, the same for the same seed, with a chance of
+    LATER_FAULT_SHARE one more from LATER_FAULTS at its end, and with one of DRAINED_CUT_SHARE a cut of the drained
+    node's machine after that (at the next migration in flight)."""
     rng = random.Random(seed)
     count = length if length is not None else rng.randint(1, 3)
     schedule = []
@@ -99,6 +100,8 @@ def draw(seed, length=None):
     if length is None and LATER_FAULTS and later.random() < LATER_FAULT_SHARE:
         fault = later.choice(LATER_FAULTS)
         schedule.append({"trigger": FAULT_TRIGGERS.get(fault, later.choice(TRIGGERS)), "fault": fault})
+    if length is None and random.Random("drained machine of %d" % seed).random() < DRAINED_CUT_SHARE:
+        schedule.append({"trigger": FAULT_TRIGGERS[DRAINED_CUT], "fault": DRAINED_CUT})
     return schedule
 
 

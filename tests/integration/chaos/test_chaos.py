@@ -11,8 +11,9 @@ completes, checked by an observer of its own (its own watches, none of the produ
   NotReady (listed in the record as excused);
 - never more than ``max_parallel`` of the nodes out at once (1; in a run in batches 2 of the lab's workers, and
   never two failure domains);
-- at the end: both nodes schedulable and free of our marks, the lock released, no process of the run
-  left running (after an AWX-style cancel, the workers and drains it left must end by themselves);
+- at the end: both nodes schedulable and free of our marks, the lock released, node remediation no longer paused
+  for them (a NodeHealthCheck over the workers, paused by another tool too, keeps only that pause), no process of
+  the run left running (after an AWX-style cancel, the workers and drains it left must end by themselves);
 - no token of the run in its output (a run whose schedule lets its token expire authenticates through an exec
   credential plugin);
 - every pod of the workload back at the end;
@@ -21,7 +22,8 @@ completes, checked by an observer of its own (its own watches, none of the produ
   attempt after a kill or an interrupt the same command again.
 
 About a third of the seeds (catalogue.shuts_down) run with ``rolling_maintenance_non_migratable: shutdown`` and two
-more VMs that need it (LiveMigrate with a ReadWriteOnce disk, External). About a third (catalogue.batched) run in failure-domain batches: three nodes, the pair and a third
+more VMs that need it (LiveMigrate with a ReadWriteOnce disk, External). About a third (catalogue.batched) run in
+failure-domain batches: three nodes, the pair and a third
 worker of the first one's zone (the lab's first four workers labelled with two zones), at most two out at once.
 On even seeds, and when a fault waits for that step, each node's machine is restarted through its
 BMC while the node is drained (``rolling_maintenance_reboot: bmc``). On every third seed the run raises
@@ -53,6 +55,11 @@ from catalogue import (ENDS_ATTEMPT, MAX_PARALLEL, RAISED_LIMITS, SABOTAGE, TOKE
 
 PLAYBOOK = os.path.join(runs.REPO, "playbooks", "rolling_maintenance.yml")
 OUR_TAINTS = ("medik8s.io/drain", "kubevirt-ops.io/maintenance-pending")
+# Node remediation the run pauses while a node is out: a NodeHealthCheck over the workers that another tool has
+# paused too (its request must stay; ours must go), and the record the run keeps on a node it paused it for.
+NHC = ("remediation.medik8s.io", "v1alpha1", "nodehealthchecks")
+OTHER_PAUSE = "upgrade-manager"
+REMEDIATION_RECORD = "maintenance.kubevirt-ops.io/remediation-paused"
 ATTEMPT_TIMEOUT = 900
 TRIGGER_TIMEOUT = 300
 # How long the processes an AWX-style cancel left behind (Ansible's workers, an async drain) may take
@@ -134,10 +141,18 @@ def world(k8s, lab):
     workloads.wait_vms_running(k8s, namespace, VM_NAMES)
     workloads.create_scratch_deployment(k8s, namespace, "scratch", pair)
     workloads.create_node_agent(k8s, namespace, "node-agent")
+    custom = client.CustomObjectsApi(k8s)
+    custom.create_cluster_custom_object(*NHC, {
+        "apiVersion": "%s/%s" % NHC[:2], "kind": "NodeHealthCheck", "metadata": {"name": namespace},
+        "spec": {"selector": {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                                    "values": list(workers)}]},
+                 "unhealthyConditions": [{"type": "Ready", "status": "False", "duration": "300s"}],
+                 "pauseRequests": [OTHER_PAUSE]}})
     wait_for(lambda: not workloads.not_whole(k8s, namespace, workers), 120, "the workload to be whole")
-    yield {"pair": pair, "workers": workers, "namespace": namespace}
+    yield {"pair": pair, "workers": workers, "namespace": namespace, "health_check": namespace}
     for node in pair:
         runs.module(lab.kubeconfig, "node_maintenance", {"name": node, "state": "absent"})
+    custom.delete_cluster_custom_object(*NHC, namespace)
     workloads.delete_namespace(k8s, namespace)
 
 
@@ -182,9 +197,12 @@ def migration_limits(k8s):
     return obj["spec"].get("liveMigrationConfig"), (obj["metadata"].get("annotations") or {}).get(LIMITS_RECORD)
 
 
-def end_state(k8s, nodes, lock, limits_before):
+def end_state(k8s, nodes, lock, limits_before, health_check):
     """What is left of the run at the end that should not be."""
     problems = []
+    pauses = client.CustomObjectsApi(k8s).get_cluster_custom_object(*NHC, health_check)["spec"].get("pauseRequests")
+    if pauses != [OTHER_PAUSE]:
+        problems.append("NodeHealthCheck %s pauses remediation for %s, not %s only" % (health_check, pauses, [OTHER_PAUSE]))
     config, record = migration_limits(k8s)
     if record:
         problems.append("a record of raised migration limits is left: %s" % record)
@@ -198,6 +216,8 @@ def end_state(k8s, nodes, lock, limits_before):
         ours = [t.key for t in node.spec.taints or [] if t.key in OUR_TAINTS]
         if ours:
             problems.append("node %s still has %s" % (name, ", ".join(ours)))
+        if REMEDIATION_RECORD in (node.metadata.annotations or {}):
+            problems.append("node %s still records remediation paused for it" % name)
     try:
         lease = client.CoordinationV1Api(k8s).read_namespaced_lease(lock, "kube-system")
         if lease.spec.holder_identity:
@@ -348,7 +368,7 @@ def session(lab, k8s, world, seed, schedule, tmp_path, batches=None, shutdown=No
                 parallel.most_cordoned, most, parallel.cordoned_sets))
         if parallel.mixed_domains:
             record["violations"].append("Nodes: two failure domains out at once: %s" % parallel.mixed_domains)
-        record["violations"] += end_state(k8s, nodes, lock, limits_before)
+        record["violations"] += end_state(k8s, nodes, lock, limits_before, world["health_check"])
         # Every pod of the workload back (the DaemonSet's where they were, the evicted ones elsewhere).
         try:
             wait_for(lambda: not workloads.not_whole(k8s, namespace, world["workers"]), 120, "the workload to be whole")
