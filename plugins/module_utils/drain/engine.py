@@ -29,7 +29,12 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import cluster_settings as kubevirt_settings
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.cluster import nodes as nodes_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.budgets import Allowances, due_targets, hold_back
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.migrations import FailingMigrations, shut_down_vm
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.migrations import (
+    FailingMigrations,
+    shut_down_vm,
+    stranded,
+    vmi_claims_node,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.targets import (
     DrainResult,
     DrainTarget,
@@ -40,6 +45,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.exp
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pod_eviction import evict_pod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import (
     EVICT,
+    FINISHED_LAUNCHER,
     REFUSE,
     classify_pod,
     matching_pdbs,
@@ -76,11 +82,14 @@ MIGRATION_ATTEMPTS = 3
 NODE_CHECK_INTERVAL = 5.0  # seconds between two looks at the node's readiness during a drain
 NOT_READY_GRACE = 60  # seconds a node may be NotReady during node_maintenance's drain before it stops
 OWNER_CHECK_INTERVAL = 2.0  # seconds between two looks at the run's process (run_owner.py) during a drain
+# A failed virt-launcher pod whose VMI still says it runs on the node (KubeVirt fails the VMI, or, when the guest
+# died during a live migration, never does: migrations.stranded) is looked at again this often.
+ENDED_RECHECK = 5.0
 
 
 def _evacuating(target):
     """A VM of the node asked to evacuate whose launcher pod is still there (or whose answer is out)."""
-    if not target.launcher or target.wait_only or target.state in ("gone", "todo", "granted"):
+    if not target.launcher or target.wait_only or target.state in ("gone", "todo", "granted", "ended"):
         return False
     return target.state == "inflight" or kubevirt_settings.evacuation_under_way(target.reason)
 
@@ -228,7 +237,8 @@ class Drainer:
         return stuck
 
     def _shut_down(self, target):
-        """Shut down a VM that cannot migrate, and wait for its launcher pod like any other."""
+        """Shut down a VM that cannot migrate (or restart one stranded on the node), and wait for its launcher
+        pod like any other."""
         namespace, name = target.vm.split("/", 1)
         outcome = shut_down_vm(self.client, target)
         with self.changed:
@@ -320,6 +330,12 @@ class Drainer:
             result.total += 1
             if verdict == EVICT:
                 result.targets.append(DrainTarget(pod, wait_only=object_name(pod) in self.wait_only))
+            elif reason == FINISHED_LAUNCHER and (pod.get("status") or {}).get("phase") == "Failed" \
+                    and vmi_claims_node(self._vmi_of(pod), pod, self.node):
+                # Failed, but its VMI still says it runs here: the VM has not left (_resolve_ended).
+                target = DrainTarget(pod)
+                target.state = "ended"
+                result.targets.append(target)
             elif verdict == REFUSE:
                 result.refused.append((object_name(pod), reason))
         result.eviction = len(result.targets)
@@ -359,6 +375,7 @@ class Drainer:
                     refresh_targets(result.targets, self.pods)
                     self._forget_finished(inflight)
                     self._shut_down_stuck_vms(pool, inflight)
+                    self._resolve_ended(pool, inflight, time.monotonic())
                     if result.fatal is None and self.not_ready_grace is not None:
                         result.fatal = self._node_not_ready(time.monotonic())
                     if result.fatal is None and self.owner is not None:
@@ -398,6 +415,40 @@ class Drainer:
             inflight.add(target.key)
             pool.submit(self._shut_down, target)
 
+    def _vmi_of(self, pod):
+        """The VMI of a launcher pod, None when gone (or unreadable now: looked at again later)."""
+        try:
+            return self.client.get_or_none("VirtualMachineInstance", kubevirt.launcher_vmi_name(pod),
+                                           pod["metadata"].get("namespace"))
+        except MaintenanceError:
+            return None
+
+    def _resolve_ended(self, pool, inflight, now):
+        """Failed launcher pods: gone once their VMI no longer says it runs here; a VM stranded by a guest that
+        died during its live migration (migrations.stranded) is restarted as its run strategy says, whatever
+        non_migratable says (nothing alive is shut down); any other waits for KubeVirt to fail its VMI."""
+        result = self.result
+        for target in result.targets:
+            if target.state != "ended" or target.next_try > now:
+                continue
+            vmi = self._vmi_of(target.pod)
+            if not vmi_claims_node(vmi, target.pod, self.node):
+                target.state = "gone"
+                target.reason = FINISHED_LAUNCHER
+                continue
+            target.next_try = now + ENDED_RECHECK
+            why = stranded(vmi, target.pod, self.node)
+            if why is None or target.key in result.stranded:
+                continue
+            target.vm = "%s/%s" % (target.namespace, kubevirt.launcher_vmi_name(target.pod))
+            result.stranded[target.key] = why
+            self.last_error = "VM %s: %s" % (target.vm, why)
+            if self.progress is not None:
+                self.progress.line("VM %s: %s" % (target.vm, why))
+            target.state = "inflight"
+            inflight.add(target.key)
+            pool.submit(self._shut_down, target)
+
     def _start_due_evictions(self, pool, inflight, now):
         """Submit the evictions that are due, as many as there are free workers."""
         room = self.workers - len(inflight)
@@ -433,7 +484,7 @@ class Drainer:
         result = self.result
         if not pending or result.fatal is not None:
             return True
-        if not wait and not inflight and all(t.attempts or t.wait_only for t in pending):
+        if not wait and not inflight and all(t.attempts or t.wait_only or t.state == "ended" for t in pending):
             return True
         if self.deadline.expired():
             result.timed_out = True
@@ -443,7 +494,7 @@ class Drainer:
     def _wake_in(self, now, pending):
         """Seconds until the loop must look again even without a change: a retry, a re-list or a node check."""
         wake = self.deadline.remaining()
-        retries = [t.next_try - now for t in pending if t.state == "blocked"]
+        retries = [t.next_try - now for t in pending if t.state in ("blocked", "ended")]
         if retries:
             wake = min(wake, max(0.0, min(retries)))
         if self.pods.error is not None and self.pods.synced.is_set():

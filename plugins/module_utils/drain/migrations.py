@@ -4,7 +4,8 @@
 """Live migrations that keep failing during a drain: the migrations of the namespaces whose
 VMs the drain migrates, watched to tell when one VM has had too many fail to leave the node
 (and which VMs use no migration slot, for the pacing of evacuations),
-and the shutdown of such a VM (its run strategy decides what follows).
+and the shutdown of such a VM (its run strategy decides what follows); and the VMs whose guest
+died with its machine during a live migration (``stranded``), which KubeVirt leaves on the node.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -72,7 +73,7 @@ class FailingMigrations:
         stuck = []
         for target in targets:
             if not target.launcher or target.wait_only or target.key in gave_up \
-                    or target.state in ("gone", "inflight", "waiting"):
+                    or target.state in ("gone", "inflight", "waiting", "ended"):
                 continue
             vmi_name = kubevirt.launcher_vmi_name(target.pod)
             failed = kubevirt.failed_migrations(by_vmi.get((target.namespace, vmi_name), []))
@@ -108,6 +109,37 @@ class FailingMigrations:
             key = (migration["metadata"].get("namespace"), (migration.get("spec") or {}).get("vmiName"))
             by_vmi.setdefault(key, []).append(migration)
         return by_vmi
+
+
+def vmi_claims_node(vmi, pod, node):
+    """Whether the VMI of an ended launcher ``pod`` (the same VMI, by UID) still says it runs on ``node``: then
+    its VM has not left the node, however the pod ended."""
+    if vmi is None or (vmi.get("metadata") or {}).get("uid") != kubevirt.launcher_vmi_uid(pod):
+        return False
+    return not kubevirt.vmi_is_final(vmi) and kubevirt.vmi_node(vmi) == node
+
+
+def stranded(vmi, pod, node):
+    """Why the VM of launcher ``pod`` is stranded on ``node``, else None: the pod failed (its guest is gone with
+    it: a machine that lost power, a launcher killed) while its live migration from ``node`` had started and not
+    ended, and its VMI still says it runs there.
+
+    KubeVirt (1.7) leaves such a VMI claiming the node for good: virt-handler skips a VMI whose migration
+    started and never ended (``isMigrationInProgress``, pkg/virt-handler/controller.go, in ``execute`` of
+    pkg/virt-handler/vm.go), the source's migration controller has no domain to read the end from
+    (``processVMI`` and ``hasTargetDetectedReadyDomain``, pkg/virt-handler/migration-source.go), virt-controller
+    marks a failed migration on the VMI only when it never started (``handleMarkMigrationFailedOnVMI``,
+    pkg/virt-controller/watch/migration/migration.go) and fails a running VMI only when its pod is gone
+    (pkg/virt-controller/watch/vmi/lifecycle.go). Nothing runs there any more: restarting the VM through its run
+    strategy shuts nothing down that was alive."""
+    if (pod.get("status") or {}).get("phase") != "Failed" or not vmi_claims_node(vmi, pod, node):
+        return None
+    state = kubevirt.migration_state(vmi)
+    if not state.get("startTimestamp") or state.get("endTimestamp") or state.get("completed"):
+        return None
+    return ("its virt-launcher pod failed during its live migration to %s (the guest is gone, as when its machine "
+            "loses power), and KubeVirt leaves such a VM claiming node %s: it is restarted as its run strategy says"
+            % (state.get("targetNode") or "another node", node))
 
 
 def shut_down_vm(client, target):

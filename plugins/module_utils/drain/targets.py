@@ -31,7 +31,8 @@ class DrainTarget:
         self.launcher = kubevirt.is_launcher_pod(pod)
         self.wait_only = wait_only or bool(meta.get("deletionTimestamp"))
         self.vm = None  # namespace/name of the VM of a launcher pod whose migrations keep failing
-        self.state = "waiting" if self.wait_only else "todo"  # todo|inflight|blocked|granted|waiting|gone
+        # todo|inflight|blocked|granted|waiting|ended (a failed launcher whose VMI may still claim the node)|gone
+        self.state = "waiting" if self.wait_only else "todo"
         self.attempts = 0
         self.next_try = 0.0
         self.reason = None
@@ -49,7 +50,8 @@ class DrainResult:
         self.evicted = 0
         self.pdbs = []
         self.gave_up = {}  # pod key -> why its VM cannot leave (its live migrations keep failing)
-        self.shut_down = []  # (namespace, VMI name) shut down because their migrations kept failing
+        self.shut_down = []  # (namespace, VMI name) shut down: their migrations kept failing, or stranded
+        self.stranded = {}  # pod key -> why its VM, whose guest died during its migration, is restarted
 
     @property
     def pending(self):
@@ -80,7 +82,14 @@ def refresh_targets(targets, pods):
         else:
             finished_now = is_finished(current) and not is_finished(target.pod)
             target.pod = current
-            if target.launcher and is_finished(current):
+            if target.launcher and is_finished(current) and (current.get("status") or {}).get("phase") == "Failed":
+                # A failed launcher: its VM has left the node once its VMI says so (the drain reads it:
+                # engine.py, migrations.stranded).
+                if target.state not in ("ended", "inflight"):
+                    target.state = "ended"
+                    target.reason = None
+                    target.next_try = 0.0
+            elif target.launcher and is_finished(current):
                 # This is how a migrated VM's source pod ends: virt-launcher exits and the
                 # pod stays, Succeeded; the VM has left the node (FINISHED_LAUNCHER).
                 target.state = "gone"

@@ -135,8 +135,13 @@ def _drain(module, result, plan, shutdown, drain_options, deadline, progress, ow
     result["pending_pods"] = outcome.pending_keys
     result["drain_progress"] = outcome.progress
     explanations = dict((key, "its live migrations keep failing: %s" % why) for key, why in outcome.gave_up.items())
-    if outcome.shut_down:
-        progress.line(_vm_list_line("whose live migrations kept failing", outcome.shut_down))
+    explanations.update(outcome.stranded)
+    stranded = [tuple(t.vm.split("/", 1)) for t in outcome.targets if t.key in outcome.stranded]
+    kept_failing = [vm for vm in outcome.shut_down if vm not in stranded]
+    if kept_failing:
+        progress.line(_vm_list_line("whose live migrations kept failing", kept_failing))
+    if stranded:
+        progress.line(_vm_list_line("whose guest died during a live migration off the node", stranded))
     _drain_phase(client, name, outcome, drainer, deadline, explanations, result)
     return outcome, drainer, explanations
 

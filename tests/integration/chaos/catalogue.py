@@ -80,8 +80,8 @@ VIRT_API_OUTAGE_SECONDS = 20
 LATER_FAULTS = (TOKEN_FAULT,)
 LATER_FAULT_SHARE = 0.3
 TOKEN_TTL = 5
-# drained_machine_power_off: the machine of the node being drained loses power while a migration from it runs
-# (the VMs there die with it and may restart; the run must go on or stop and resume). A stream of its own.
+# drained_machine_power_off: the machine of the node being drained loses power while a migration from it copies
+# the guest (the VMs there die with it and may restart; the run must go on or stop and resume). A stream of its own.
 DRAINED_CUT = "drained_machine_power_off"
 DRAINED_CUT_SHARE = 0.2
 
@@ -344,15 +344,18 @@ class Injector:
 
     def _power_cut(self, started, side):
         """The machine on one side of a migration in flight (``targetNode``, or ``sourceNode``: the node being
-        drained) loses power through its BMC, as a power cut would be seen, and comes back after
-        MACHINE_OFF_SECONDS."""
+        drained, once the migration started) loses power through its BMC, as a power cut would be seen, and comes
+        back after MACHINE_OFF_SECONDS."""
         found = {}
 
         def in_flight():
             for vmi in self._vmis():
                 state = (vmi.get("status") or {}).get("migrationState") or {}
-                if state.get(side) and not state.get("completed") and not state.get("failed"):
-                    found["node"] = state[side]
+                # The drained node's machine is cut once the guest is being copied (its migration started): the
+                # moment KubeVirt is worst at (drain/migrations.py stranded).
+                copying = side == "targetNode" or state.get("startTimestamp")
+                if state.get(side) and copying and not state.get("completed") and not state.get("failed"):
+                    found["node"], found["vm"] = state[side], vmi["metadata"]["name"]
                     return True
             return not started.running()
 
@@ -371,7 +374,8 @@ class Injector:
         self.killed_vms += there
         time.sleep(MACHINE_OFF_SECONDS)  # the outage's length
         machine.reset("On")
-        return "the machine of %s (VMs there: %s)" % (node, ", ".join(there) or "none")
+        return "the machine of %s (VMs there: %s; during the migration of %s)" % (
+            node, ", ".join(there) or "none", found["vm"])
 
     def undo(self):
         for node in self.cordoned:

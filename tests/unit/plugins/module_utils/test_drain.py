@@ -330,6 +330,82 @@ def test_source_pod_that_finished_after_its_migration_is_left_to_kubevirt():
     assert server.get("Pod", source["metadata"]["name"], "ns1")["status"]["phase"] == "Succeeded"
 
 
+def failed_launcher(server, migration_started):
+    """A VM running on worker-1 whose launcher pod failed (its guest died: a machine that lost power), with or
+    without a live migration to worker-2 that had started and never ended."""
+    instance = vmi("web", eviction="LiveMigrate")
+    if migration_started:
+        instance["status"]["migrationState"] = {"migrationUid": "m-1", "sourceNode": "worker-1",
+                                                "targetNode": "worker-2", "startTimestamp": "2026-11-30T00:45:07Z"}
+    server.add("VirtualMachine", vm("web"))
+    server.add("VirtualMachineInstance", instance)
+    dead = launcher(instance)
+    dead["status"] = dict(dead.get("status") or {}, phase="Failed")
+    server.add("Pod", dead)
+    return instance, dead
+
+
+def remove_pod_once_vmi_deleted(server, pod_obj):
+    """virt-controller's part: a deleted VMI takes its launcher pod with it."""
+    def run():
+        with server.lock:
+            while server.get("VirtualMachineInstance", "web", "ns1") is not None:
+                server.lock.wait(0.1)
+            gone = server.objects.pop(("Pod", "ns1", pod_obj["metadata"]["name"]))
+            server.rv += 1
+            server.events.append((server.rv, "Pod", "DELETED", gone))
+            server.lock.notify_all()
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+@pytest.mark.parametrize("policy", ["fail", "wait", "shutdown"])
+def test_a_vm_stranded_by_a_guest_that_died_during_its_migration_is_restarted(policy):
+    """KubeVirt 1.7 leaves the VMI of a guest that died during a started live migration claiming the node for
+    good (migrations.stranded): the drain restarts it as its run strategy says, under every non_migratable
+    policy (nothing alive is shut down), reports it shut down, and waits for its pod; a drain that counted the
+    failed pod as gone would leave a VM "running" on a node about to be rebooted."""
+    client, server = cluster()
+    _instance, dead = failed_launcher(server, migration_started=True)
+    remove_pod_once_vmi_deleted(server, dead)
+    _engine, result = drain_with_policy(client, policy, seconds=10)
+    assert result.done and result.fatal is None, [(t.key, t.state, t.reason) for t in result.pending]
+    assert result.shut_down == [("ns1", "web")]
+    assert result.gave_up == {} and result.stranded["ns1/virt-launcher-web-abcde"].startswith(
+        "its virt-launcher pod failed during its live migration to worker-2 (the guest is gone")
+    assert server.evictions == []
+
+
+def test_a_failed_launcher_whose_vmi_still_runs_there_is_waited_for_not_restarted(monkeypatch):
+    """A failed launcher pod without a migration under way: KubeVirt fails its VMI by itself; the drain waits
+    until the VMI no longer says it runs on the node, and restarts nothing."""
+    monkeypatch.setattr(drain, "ENDED_RECHECK", 0.05)
+    client, server = cluster()
+    instance, _dead = failed_launcher(server, migration_started=False)
+
+    def fail_the_vmi():  # once the drain has looked at the VMI more than once (it waited)
+        while len([r for r in server.requests if r[0] == "GET" and r[1] == "VirtualMachineInstance"]) < 3:
+            time.sleep(0.01)
+        with server.lock:
+            server._store("VirtualMachineInstance", "ns1", "web",
+                          dict(instance, status=dict(instance["status"], phase="Failed")), "MODIFIED")
+
+    threading.Thread(target=fail_the_vmi, daemon=True).start()
+    _engine, result = drain_with_policy(client, "fail", seconds=10)
+    assert result.done and result.shut_down == [] and result.stranded == {}
+    assert not [r for r in server.requests if r[0] in ("DELETE", "PUT") and r[1] == "VirtualMachineInstance"]
+
+
+def test_a_failed_launcher_whose_vmi_ended_is_not_a_drain_target():
+    client, server = cluster()
+    instance, _dead = failed_launcher(server, migration_started=True)
+    with server.lock:
+        server._store("VirtualMachineInstance", "ns1", "web",
+                      dict(instance, status=dict(instance["status"], phase="Failed")), "MODIFIED")
+    _engine, result, _lines = run_drain(client, seconds=5)
+    assert result.done and result.eviction == 0 and result.targets == []
+
+
 def test_finished_launcher_pod_is_not_a_drain_target():
     """A virt-launcher pod that finished before the drain started is left where it is."""
     client, server = cluster()
