@@ -13,7 +13,7 @@ PYTEST_WORKERS ?= 1
 # Every pytest tier writes its tests' outcomes and times to tests/output/junit/<tier>.xml.
 PYTEST_REPORT = --junitxml=$(CURDIR)/tests/output/junit/$@.xml
 
-.PHONY: help venv collection test checks lab-build-default lab-lane-checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-cluster lab-lane-faults lane-checks-shared lane-modules-shared lane-cluster-shared lane-faults-shared sanity sanity-run lint docs-lint ee-context test-versions test-versions-edges integration-core-edges changelog-lint unit unit-floor integration integration-cluster integration-lab integration-contract integration-modules integration-kubevirt-other test-roles test-roles-batches test-roles-runs test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test checks lab-build-default lab-lane-checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-cluster lab-lane-faults lane-checks-shared lane-modules-shared lane-cluster-shared lane-faults-shared sanity sanity-run lint docs-lint test-chaos-cases ee-context test-versions test-versions-edges integration-core-edges changelog-lint unit unit-floor integration integration-cluster integration-lab integration-contract integration-modules integration-kubevirt-other test-roles test-roles-batches test-roles-runs test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
@@ -105,6 +105,7 @@ lab-lane-faults: venv collection
 lane-faults-shared:
 	$(call timed,test-faults)
 	$(call timed,test-security)
+	$(call timed,test-chaos-cases)
 
 # ansible-test sanity runs on the oldest and the newest ansible-core, the unit tests on the newest and on
 # the floor (the oldest ansible-core with the oldest libraries); make test-versions runs them on every one.
@@ -365,7 +366,12 @@ chaos: venv collection
 # Results: tests/output/chaos-test/.
 CHAOS_TEST_SEEDS ?= 6
 test-chaos: venv collection
-	CHAOS_SEED=$(CHAOS_TEST_SEEDS) CHAOS_OUTPUT=tests/output/chaos-test $(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_REPORT) tests/integration/chaos
+	CHAOS_SEED=$(CHAOS_TEST_SEEDS) CHAOS_OUTPUT=tests/output/chaos-test $(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_REPORT) tests/integration/chaos/test_chaos.py
+
+# What the chaos runs found, each replayed on purpose with its moment made certain (tests/integration/chaos/
+# test_chaos_cases.py); in the faults lane of make test.
+test-chaos-cases: venv collection
+	CHAOS_OUTPUT=tests/output/chaos-cases $(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_REPORT) tests/integration/chaos/test_chaos_cases.py
 
 # The reliability figures (faults injected/survived, bad inputs/clean errors, PDB violations,
 # VMs lost) from a fresh run of the tests that record them: tests/output/reliability.{json,md}.
