@@ -55,9 +55,9 @@ options:
         blockers (its C(restart) subresource for C(Always) and C(RerunOnFailure), so it runs again on another node;
         C(stop) for C(Manual)); V(wait) leaves KubeVirt retrying.
       - A VM whose guest died during its live migration off the node (its virt-launcher pod failed, as when the
-        machine loses power) is not a policy matter, nothing of it runs any more: KubeVirt leaves its VMI claiming
-        the node for good, so the drain restarts the VM the same way (its run strategy decides where it runs
-        next) under every policy, and reports it shut down.
+        machine loses power) is not a policy matter, as nothing of it runs any more. KubeVirt leaves its VMI
+        claiming the node for good, so the drain restarts the VM the same way (its run strategy decides where it
+        runs next) under every policy, and reports it shut down.
     type: str
     default: fail
     choices: [fail, shutdown, wait]
