@@ -21,6 +21,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from concurrent.futures import ThreadPoolExecutor
+
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import namespaced_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling import batches as batches_mod
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
@@ -197,27 +199,42 @@ def _others_notice(snapshot, selected):
         % ", ".join(others)
 
 
+# The machines of a run are read side by side (each through its own road: a BMC, a BareMetalHost), at most this
+# many at once: a run over many nodes waits about as long as for its slowest BMC, not for the sum of them.
+MACHINE_READERS = 8
+
+
 def _check_machines(client, snapshot, entries, machines, problems):
     """Every selected node's machine read and checked as node_machine would before servicing it (servicing.read:
     its road answers and takes the credentials, every firmware component and BIOS attribute asked exists and the
-    road would take the changes), nothing changed; each entry gains ``machine`` (node_machine's summary, or None
-    when it cannot be serviced) and each problem is one of ``problems``, ``<node>: <sentence>``."""
+    road would take the changes), nothing changed, the machines side by side; each entry gains ``machine``
+    (node_machine's summary, or None when it cannot be serviced) and each problem is one of ``problems``,
+    ``<node>: <sentence>``, in the order of the entries."""
     firmware = servicing.check_firmware(machines.get("firmware"))
     bios = dict(machines.get("bios") or {})
     roads = dict((entry["name"], entry) for entry in machines.get("roads") or [])
-    for entry in entries:
+
+    def read(entry):
         name = entry["name"]
-        entry["machine"] = None
-        node = snapshot.nodes.get(name)
-        if node is None:
-            continue
         params = dict(roads.get(name) or {}, name=name)
         try:
-            reading = servicing.read(client, name, node, params, firmware, bios, road.check_options(params))
+            reading = servicing.read(client, name, snapshot.nodes[name], params, firmware, bios,
+                                     road.check_options(params))
         except MaintenanceError as exc:
-            problems.append("%s: %s" % (name, exc.msg))
-            continue
-        entry["machine"] = dict(reading.summary, changes=reading.changes(machines.get("reboot")))
+            return None, "%s: %s" % (name, exc.msg)
+        return dict(reading.summary, changes=reading.changes(machines.get("reboot"))), None
+
+    for entry in entries:
+        entry["machine"] = None
+    todo = [entry for entry in entries if entry["name"] in snapshot.nodes]
+    if not todo:
+        return
+    with ThreadPoolExecutor(max_workers=min(MACHINE_READERS, len(todo))) as pool:
+        read_all = list(pool.map(read, todo))
+    for entry, (summary, problem) in zip(todo, read_all):
+        entry["machine"] = summary
+        if problem:
+            problems.append(problem)
 
 
 def _limits_left_raised(client):

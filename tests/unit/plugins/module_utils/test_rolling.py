@@ -14,6 +14,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.rolling i
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import (
     BlockedError,
     InvalidInputError,
+    MaintenanceError,
 )
 
 WORKERS = ["worker-1", "worker-2", "worker-3", "worker-4"]
@@ -359,6 +360,34 @@ def test_preflight_reads_every_machine_to_service_and_names_each_one_that_cannot
     with pytest.raises(BlockedError) as caught:
         rolling.preflight(client, params(machines=machines))
     assert "worker-2: The BMC at" in caught.value.msg and "worker-4: Options bmc and bmh" in caught.value.msg
+
+
+def test_preflight_reads_the_machines_side_by_side_and_keeps_their_order(lab, monkeypatch):
+    """The machines of a run are read at once, not one after another (a barrier every read must reach before any
+    returns: read in turn, the first would wait alone until the barrier breaks), and their problems come in the
+    order of the nodes."""
+    client, _server = lab
+    arrived = threading.Barrier(4, timeout=10)
+
+    class Reading:
+        summary = {"road": "redfish"}
+
+        def changes(self, _reboot):
+            return True
+
+    def read(_client, name, _node, _params, _firmware, _bios, _given):
+        arrived.wait()
+        if name in ("worker-2", "worker-4"):
+            raise MaintenanceError("the BMC of %s does not answer" % name)
+        return Reading()
+
+    monkeypatch.setattr(rolling.servicing, "read", read)
+    machines = {"firmware": [], "bios": {}, "reboot": True,
+                "roads": [{"name": name, "bmc": bmc(index + 1)} for index, name in enumerate(WORKERS)]}
+    result = rolling.preflight(client, params(fail_on_problems=False, machines=machines))
+    assert [p for p in result["problems"] if p.startswith("worker-")] == [
+        "worker-2: the BMC of worker-2 does not answer", "worker-4: the BMC of worker-4 does not answer"]
+    assert [d["machine"] and d["machine"]["road"] for d in result["details"]] == ["redfish", None, "redfish", None]
 
 
 def test_preflight_names_a_machine_without_a_road():
