@@ -355,9 +355,11 @@ def session(lab, k8s, world, seed, schedule, tmp_path, batches=None, shutdown=No
             if vmi and workloads.vmi_running(vmi) and vmi["metadata"]["uid"] != before.get("uid"):
                 record["violations"].append("VM: %s (Manual) was started again, on %s" % (
                     key, vmi["status"].get("nodeName")))
+        # (A Manual VM a fault killed with its machine was stopped by the fault, not by the run.)
         if finished and not any(f["fault"] in ENDS_ATTEMPT for f in record["faults"]):
+            unreported = set(stopped) - reported_stopped(tmp_path, stopped) - set(injector.killed_vms)
             record["violations"] += ["VM: %s stays stopped, and no report of the run says so" % key
-                                     for key in sorted(set(stopped) - reported_stopped(tmp_path, stopped))]
+                                     for key in sorted(unreported)]
         if apart_together(k8s, namespace):
             record["violations"].append("VM: %s run together on %s despite their anti-affinity" % (
                 " and ".join(APART), apart_together(k8s, namespace)))
