@@ -331,7 +331,7 @@ class Drainer:
             if verdict == EVICT:
                 result.targets.append(DrainTarget(pod, wait_only=object_name(pod) in self.wait_only))
             elif reason == FINISHED_LAUNCHER and (pod.get("status") or {}).get("phase") == "Failed" \
-                    and vmi_claims_node(self._vmi_of(pod), pod, self.node):
+                    and vmi_claims_node(self._vmi_of(pod), pod, self.node, self.pods.items()):
                 # Failed, but its VMI still says it runs here: the VM has not left (_resolve_ended).
                 target = DrainTarget(pod)
                 target.state = "ended"
@@ -432,12 +432,13 @@ class Drainer:
             if target.state != "ended" or target.next_try > now:
                 continue
             vmi = self._vmi_of(target.pod)
-            if not vmi_claims_node(vmi, target.pod, self.node):
+            pods_on_node = self.pods.items()
+            if not vmi_claims_node(vmi, target.pod, self.node, pods_on_node):
                 target.state = "gone"
                 target.reason = FINISHED_LAUNCHER
                 continue
             target.next_try = now + ENDED_RECHECK
-            why = stranded(vmi, target.pod, self.node)
+            why = stranded(vmi, target.pod, self.node, pods_on_node)
             if why is None or target.key in result.stranded:
                 continue
             target.vm = "%s/%s" % (target.namespace, kubevirt.launcher_vmi_name(target.pod))

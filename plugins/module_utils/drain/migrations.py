@@ -111,15 +111,22 @@ class FailingMigrations:
         return by_vmi
 
 
-def vmi_claims_node(vmi, pod, node):
-    """Whether the VMI of an ended launcher ``pod`` (the same VMI, by UID) still says it runs on ``node``: then
-    its VM has not left the node, however the pod ended."""
-    if vmi is None or (vmi.get("metadata") or {}).get("uid") != kubevirt.launcher_vmi_uid(pod):
+def vmi_claims_node(vmi, pod, node, pods_on_node):
+    """Whether the VMI of an ended launcher ``pod`` (the same VMI, by UID) still says it runs on ``node`` through
+    that pod, its newest on the node (upstream's CurrentVMIPod, pkg/controller/controller.go; ``pods_on_node``: the
+    node's pods): then its VM has not left the node, however the pod ended. An older pod there (the target pod of
+    a migration that failed, after the VM came to the node another way) holds nothing."""
+    uid = kubevirt.launcher_vmi_uid(pod)
+    if vmi is None or (vmi.get("metadata") or {}).get("uid") != uid:
         return False
-    return not kubevirt.vmi_is_final(vmi) and kubevirt.vmi_node(vmi) == node
+    if kubevirt.vmi_is_final(vmi) or kubevirt.vmi_node(vmi) != node:
+        return False
+    mine = [p for p in pods_on_node if kubevirt.is_launcher_pod(p) and kubevirt.launcher_vmi_uid(p) == uid]
+    newest = max(mine or [pod], key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or ""))
+    return newest["metadata"].get("uid") == pod["metadata"].get("uid")
 
 
-def stranded(vmi, pod, node):
+def stranded(vmi, pod, node, pods_on_node):
     """Why the VM of launcher ``pod`` is stranded on ``node``, else None: the pod failed (its guest is gone with
     it: a machine that lost power, a launcher killed) while its live migration from ``node`` had started and not
     ended, and its VMI still says it runs there.
@@ -132,11 +139,13 @@ def stranded(vmi, pod, node):
     pkg/virt-controller/watch/migration/migration.go) and fails a running VMI only when its pod is gone
     (pkg/virt-controller/watch/vmi/lifecycle.go). Nothing runs there any more: restarting the VM through its run
     strategy shuts nothing down that was alive."""
-    if (pod.get("status") or {}).get("phase") != "Failed" or not vmi_claims_node(vmi, pod, node):
+    if (pod.get("status") or {}).get("phase") != "Failed" or not vmi_claims_node(vmi, pod, node, pods_on_node):
         return None
     state = kubevirt.migration_state(vmi)
     if not state.get("startTimestamp") or state.get("endTimestamp") or state.get("completed"):
         return None
+    if state.get("sourcePod") not in (None, pod["metadata"].get("name")) or state.get("sourceNode") not in (None, node):
+        return None  # a migration from another pod or node
     return ("its virt-launcher pod failed during its live migration to %s (the guest is gone, as when its machine "
             "loses power), and KubeVirt leaves such a VM claiming node %s: it is restarted as its run strategy says"
             % (state.get("targetNode") or "another node", node))

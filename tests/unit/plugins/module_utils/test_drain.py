@@ -376,6 +376,32 @@ def test_a_vm_stranded_by_a_guest_that_died_during_its_migration_is_restarted(po
     assert server.evictions == []
 
 
+def test_an_old_failed_launcher_of_a_vm_that_came_back_to_the_node_is_not_its_guest():
+    """Found by the chaos runs: a migration to this node failed when its machine lost power (its target pod here
+    Failed); the VM came to the node later through another pod and is migrating off it now. The failed pod is not
+    the VM's: nothing is restarted (its VMI's current pod is the newer one), and the drain waits for the VM."""
+    client, server = cluster()
+    instance = vmi("web", eviction="LiveMigrate")
+    instance["status"]["migrationState"] = {"migrationUid": "m-2", "sourceNode": "worker-1", "targetNode": "worker-2",
+                                            "sourcePod": "virt-launcher-web-newer", "startTimestamp": "2026-11-30T01:59:37Z"}
+    server.add("VirtualMachine", vm("web"))
+    server.add("VirtualMachineInstance", instance)
+    old = launcher(instance, suffix="older")
+    old["metadata"]["creationTimestamp"] = "2026-11-30T01:58:23Z"
+    old["status"] = dict(old.get("status") or {}, phase="Failed")
+    current = launcher(instance, suffix="newer")
+    current["metadata"]["creationTimestamp"] = "2026-11-30T01:59:08Z"
+    server.add("Pod", old)
+    server.add("Pod", current)
+    server.webhook = lambda target: (429, 'admission webhook "virt-launcher-eviction-interceptor.kubevirt.io" denied the '
+                                          'request: Eviction triggered evacuation of VMI "ns1/web"')
+    _engine, result = drain_with_policy(client, "fail", seconds=1.5)
+    assert result.timed_out and result.shut_down == [] and result.stranded == {}
+    assert [t.key for t in result.pending] == ["ns1/virt-launcher-web-newer"]
+    assert not [r for r in server.requests if r[0] in ("DELETE", "PUT") and r[1] in ("VirtualMachineInstance",
+                                                                                      "VirtualMachine")]
+
+
 def test_a_failed_launcher_whose_vmi_still_runs_there_is_waited_for_not_restarted(monkeypatch):
     """A failed launcher pod without a migration under way: KubeVirt fails its VMI by itself; the drain waits
     until the VMI no longer says it runs on the node, and restarts nothing."""
