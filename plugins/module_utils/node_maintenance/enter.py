@@ -21,7 +21,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.eng
     OWNER_CHECK_INTERVAL,
     Drainer,
 )
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import WaitTimeoutError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import MaintenanceError, WaitTimeoutError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.explain import explain_pending
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance.result import vm_report
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import pods_permission
@@ -152,8 +152,16 @@ def _drain_report(module, result, plan, node, outcome, drainer, explanations, de
     client = module.client
     wait = module.params["wait"]
     restarted = {}
-    if wait and outcome.fatal is None and not outcome.refused:
-        restarted = restart_elsewhere.start_again(client, plan.vms, plan.node, deadline, progress)
+    if wait and not outcome.refused:
+        # The VMs the drain shut down for the collection to start (RerunOnFailure) are down already: they start
+        # again whether the drain finished, timed out or stopped on another VM (whose failed migrations, say);
+        # a resumed run no longer finds them on the node. A drain that stopped keeps its own error.
+        try:
+            restarted = restart_elsewhere.start_again(client, plan.vms, plan.node, deadline, progress)
+        except MaintenanceError as exc:
+            if outcome.fatal is None:
+                raise
+            progress.line(exc.msg)
     result["vms"] = vm_report(client, plan, explanations, final=wait, restarted=restarted)
     node_marks.set_record_phase(client, node, result["phase"], result["last_error"])
     progress.update(outcome.total, outcome.eviction, len(outcome.pending),
