@@ -48,6 +48,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pod
     FINISHED_LAUNCHER,
     REFUSE,
     classify_pod,
+    is_failed,
     matching_pdbs,
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Informer
@@ -330,7 +331,7 @@ class Drainer:
             result.total += 1
             if verdict == EVICT:
                 result.targets.append(DrainTarget(pod, wait_only=object_name(pod) in self.wait_only))
-            elif reason == FINISHED_LAUNCHER and (pod.get("status") or {}).get("phase") == "Failed" \
+            elif reason == FINISHED_LAUNCHER and is_failed(pod) \
                     and vmi_claims_node(self._vmi_of(pod), pod, self.node, self.pods.items()):
                 # Failed, but its VMI still says it runs here: the VM has not left (_resolve_ended).
                 target = DrainTarget(pod)
@@ -428,17 +429,16 @@ class Drainer:
         died during its live migration (migrations.stranded) is restarted as its run strategy says, whatever
         non_migratable says (nothing alive is shut down); any other waits for KubeVirt to fail its VMI."""
         result = self.result
-        for target in result.targets:
-            if target.state != "ended" or target.next_try > now:
-                continue
+        due = [t for t in result.targets if t.state == "ended" and t.next_try <= now]
+        pods_on_node = self.pods.items() if due else []
+        for target in due:
             vmi = self._vmi_of(target.pod)
-            pods_on_node = self.pods.items()
             if not vmi_claims_node(vmi, target.pod, self.node, pods_on_node):
                 target.state = "gone"
                 target.reason = FINISHED_LAUNCHER
                 continue
             target.next_try = now + ENDED_RECHECK
-            why = stranded(vmi, target.pod, self.node, pods_on_node)
+            why = stranded(vmi, target.pod, self.node)
             if why is None or target.key in result.stranded:
                 continue
             target.vm = "%s/%s" % (target.namespace, kubevirt.launcher_vmi_name(target.pod))

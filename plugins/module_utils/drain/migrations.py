@@ -126,10 +126,11 @@ def vmi_claims_node(vmi, pod, node, pods_on_node):
     return newest["metadata"].get("uid") == pod["metadata"].get("uid")
 
 
-def stranded(vmi, pod, node, pods_on_node):
-    """Why the VM of launcher ``pod`` is stranded on ``node``, else None: the pod failed (its guest is gone with
-    it: a machine that lost power, a launcher killed) while its live migration from ``node`` had started and not
-    ended, and its VMI still says it runs there.
+def stranded(vmi, pod, node):
+    """Why the VM of failed launcher ``pod``, whose VMI still says it runs on ``node`` through it
+    (vmi_claims_node, which the caller has established), is stranded there, else None: the pod failed (its guest
+    is gone with it: a machine that lost power, a launcher killed) while its live migration from ``node`` had
+    started and not ended.
 
     KubeVirt (1.7) leaves such a VMI claiming the node for good: virt-handler skips a VMI whose migration
     started and never ended (``isMigrationInProgress``, pkg/virt-handler/controller.go, in ``execute`` of
@@ -139,8 +140,6 @@ def stranded(vmi, pod, node, pods_on_node):
     pkg/virt-controller/watch/migration/migration.go) and fails a running VMI only when its pod is gone
     (pkg/virt-controller/watch/vmi/lifecycle.go). Nothing runs there any more: restarting the VM through its run
     strategy shuts nothing down that was alive."""
-    if (pod.get("status") or {}).get("phase") != "Failed" or not vmi_claims_node(vmi, pod, node, pods_on_node):
-        return None
     state = kubevirt.migration_state(vmi)
     if not state.get("startTimestamp") or state.get("endTimestamp") or state.get("completed"):
         return None

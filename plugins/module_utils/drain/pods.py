@@ -83,6 +83,10 @@ def is_finished(pod):
     return (pod.get("status") or {}).get("phase") in kubevirt.FINISHED_PHASES
 
 
+def is_failed(pod):
+    return (pod.get("status") or {}).get("phase") == "Failed"
+
+
 def has_emptydir(pod):
     return any("emptyDir" in v for v in (pod.get("spec") or {}).get("volumes") or [])
 

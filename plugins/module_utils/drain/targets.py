@@ -14,7 +14,7 @@ import time
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import object_name
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import FINISHED_LAUNCHER, is_finished
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import FINISHED_LAUNCHER, is_failed, is_finished
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import percent
 
 
@@ -82,7 +82,7 @@ def refresh_targets(targets, pods):
         else:
             finished_now = is_finished(current) and not is_finished(target.pod)
             target.pod = current
-            if target.launcher and is_finished(current) and (current.get("status") or {}).get("phase") == "Failed":
+            if target.launcher and is_failed(current):
                 # A failed launcher: its VM has left the node once its VMI says so (the drain reads it:
                 # engine.py, migrations.stranded).
                 if target.state not in ("ended", "inflight"):

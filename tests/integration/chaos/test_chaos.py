@@ -360,9 +360,10 @@ def session(lab, k8s, world, seed, schedule, tmp_path, batches=None, shutdown=No
             unreported = set(stopped) - reported_stopped(tmp_path, stopped) - set(injector.killed_vms)
             record["violations"] += ["VM: %s stays stopped, and no report of the run says so" % key
                                      for key in sorted(unreported)]
-        if apart_together(k8s, namespace):
+        together = apart_together(k8s, namespace)
+        if together:
             record["violations"].append("VM: %s run together on %s despite their anti-affinity" % (
-                " and ".join(APART), apart_together(k8s, namespace)))
+                " and ".join(APART), together))
         for violation in pdbs.violations:
             why = injector.excused(violation)
             if why:
