@@ -42,7 +42,7 @@ def machines_through_their_bmcs(lab, k8s):
 
 @pytest.fixture(scope="session")
 def chaos_results():
-    """Every run's record; written to tests/output/chaos/ when the session ends."""
+    """Every run's record; written to tests/output/chaos/ after each run and when the session ends."""
     records = []
     yield records
     results.write(records, OUTPUT)

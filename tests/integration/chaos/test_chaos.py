@@ -52,6 +52,8 @@ from lab.wait import wait_for
 
 from catalogue import (ENDS_ATTEMPT, MAX_PARALLEL, RAISED_LIMITS, SABOTAGE, TOKEN_FAULT, ZONE, Credentials, Injector,
                        Moment, batched, draw, raises_limits, restarts_machines, shuts_down, zones)
+import results
+from results import OUTPUT
 
 PLAYBOOK = os.path.join(runs.REPO, "playbooks", "rolling_maintenance.yml")
 OUR_TAINTS = ("medik8s.io/drain", "kubevirt-ops.io/maintenance-pending")
@@ -233,6 +235,7 @@ def test_chaos_run(lab, k8s, world, seed, chaos_results, tmp_path):
     print("chaos seed %d: %s" % (seed, schedule))
     record = session(lab, k8s, world, seed, schedule, tmp_path)
     chaos_results.append(record)
+    results.write(chaos_results, OUTPUT)  # as the session goes: a session stopped part-way keeps what it ran
     assert record["violations"] == [], "seed %d (replay: make chaos SEED=%d): %s" % (seed, seed, record)
 
 
