@@ -206,6 +206,11 @@ notes:
     cluster serves; cancelling evacuations needs update of C(virtualmachineinstances/evacuate) (the action C(evacuate/cancel)) of
     C(subresources.kubevirt.io) (KubeVirt 1.7 and later; patch of C(virtualmachineinstances) before) and delete of
     C(virtualmachineinstancemigrations) in the VMs' namespaces.
+  - A C(RerunOnFailure) VM the drain shuts down (which KubeVirt does not start again after a clean shutdown, so the
+    collection does) carries the label and annotation C(maintenance.kubevirt-ops.io/start-again) from before the
+    drain shuts it down until it was started. A run stopped in between (the playbook killed, or O(wait=false)) leaves
+    it to the next call for the node to start, O(state=present) (waiting until it runs elsewhere) or
+    O(state=absent) (RV(vms_started_again)).
 """
 
 EXAMPLES = r"""
@@ -447,6 +452,15 @@ evacuations_cancelled:
     how:
       description: V(evacuate/cancel) (KubeVirt's action, 1.7 and later) or V(status) (the VMI's field removed).
       type: str
+vms_started_again:
+  description:
+    - With O(state=absent), the C(RerunOnFailure) VMs, as C(namespace/name), that an earlier drain of the node shut
+      down and a run stopped before starting them again (they carry the C(maintenance.kubevirt-ops.io/start-again)
+      mark); they are started once the node is back in service (in check mode, those that would be).
+  returned: when O(state=absent)
+  type: list
+  elements: str
+  sample: [vms/batch-1]
 migrations_deleted:
   description: With O(state=absent), the node's evacuation migrations that had not started, deleted, as C(namespace/name).
   returned: always

@@ -31,6 +31,12 @@ LOCK_RUN_ANNOTATION = "maintenance.kubevirt-ops.io/run"
 # What this collection added to a node when it entered maintenance with method drain.
 NODE_STATE_ANNOTATION = "maintenance.kubevirt-ops.io/node-maintenance"
 
+# A VM a drain shut down for this collection to start again (run strategy RerunOnFailure) carries this label (to
+# find it) and an annotation of the same key (the node and the VMI it was shut down from, as JSON) until it is
+# started: a run stopped between the two starts it on its next call for that node.
+START_AGAIN_LABEL = "maintenance.kubevirt-ops.io/start-again"
+START_AGAIN_ANNOTATION = START_AGAIN_LABEL
+
 # Remediation paused for maintenance: the nodes a shared pause is held for, the node's own record,
 # and how our pause requests begin.
 PAUSED_FOR_ANNOTATION = "maintenance.kubevirt-ops.io/paused-for"

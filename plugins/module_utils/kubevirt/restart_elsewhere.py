@@ -14,11 +14,17 @@
   does not restart (pkg/virt-controller/watch/vm/vm.go); its ``start`` subresource does
   (pkg/virt-api/rest/lifecycle.go: a Succeeded VMI is replaced). ``start_again`` asks for
   that once the old VMI has ended and waits until the new one runs on another node.
+* Such a VM is marked before the drain shuts it down (``mark_for_start``: a label and an
+  annotation naming the node and the old VMI) and unmarked once it was started: a run stopped in
+  between (the playbook killed, ``wait=false``) leaves the mark, and the next call for that node
+  (entering maintenance again, or leaving it) starts the VM then (``marked_for_start``).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+import json
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import fates
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
@@ -31,7 +37,12 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.er
     WaitTimeoutError,
     describe_object,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.identity import (
+    START_AGAIN_ANNOTATION,
+    START_AGAIN_LABEL,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.kinds import SUBRESOURCE_GROUP
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.meta import annotation_json
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Deadline, Informer, wait_until
 
 # Seconds a drain that ran out of time still spends starting again the VMs it shut down.
@@ -51,8 +62,12 @@ def permissions(shutdown, entries):
             by_action.setdefault(action, set()).add(vm["namespace"])
         else:
             by_action.setdefault("delete", set()).add(vm["namespace"])
+    marked = set()
     for vm in needs_start(entries):
         by_action.setdefault("start", set()).add(vm["namespace"])
+        marked.add(vm["namespace"])
+    if marked:
+        perms.append(Permission("patch", "virtualmachines", group="kubevirt.io", namespaces=sorted(marked)))
     for action, namespaces in sorted(by_action.items()):
         if action == "delete":
             perms.append(Permission("delete", "virtualmachineinstances", group="kubevirt.io",
@@ -115,18 +130,121 @@ def needs_start(entries):
     return [vm for vm in entries if vm["_fate"].restart_by == fates.BY_US and not vm["_fate"].shut_down_by_us]
 
 
+def mark_for_start(client, entries, node):
+    """Mark the VMs of ``entries`` the collection starts again after the drain (``needs_start``), before it shuts
+    them down from ``node`` (a merge patch: marking again changes nothing)."""
+    for vm in needs_start(entries):
+        mark = {"node": node, "vmi": vm["_vmi"]["metadata"].get("uid")}
+        try:
+            client.patch("VirtualMachine", vm["name"], {"metadata": {
+                "labels": {START_AGAIN_LABEL: "true"},
+                "annotations": {START_AGAIN_ANNOTATION: json.dumps(mark, sort_keys=True)}}}, vm["namespace"])
+        except NotFoundError:
+            pass  # a VMI without a VM has no run strategy to start it by
+
+
+def marked_for_start(client, node, tidy=True):
+    """{(namespace, name): uid of the VMI it was shut down from} of the VMs marked for a start after the drain of
+    ``node`` whose run strategy still asks for it (RerunOnFailure); a mark on any other (the VM stopped or its
+    strategy changed since) is removed (``tidy``)."""
+    vms, _rv = client.list("VirtualMachine", label_selector=START_AGAIN_LABEL)
+    found, stale = {}, []
+    for vm in vms:
+        meta = vm["metadata"]
+        mark = annotation_json(vm, START_AGAIN_ANNOTATION, dict) or {}
+        if mark.get("node") != node and mark:
+            continue
+        key = (meta["namespace"], meta["name"])
+        if mark and kubevirt.vm_run_strategy(vm) == "RerunOnFailure":
+            found[key] = mark.get("vmi")
+        else:
+            stale.append(key)
+    if tidy:
+        unmark(client, stale)
+    return found
+
+
+def start_permissions(marked):
+    """What starting and unmarking the VMs of ``marked`` (``marked_for_start``) needs."""
+    namespaces = sorted(set(namespace for namespace, _name in marked))
+    if not namespaces:
+        return []
+    return [Permission("patch", "virtualmachines", group="kubevirt.io", namespaces=namespaces),
+            Permission("update", "virtualmachines", group=SUBRESOURCE_GROUP, subresource="start",
+                       namespaces=namespaces)]
+
+
+def unmark(client, keys):
+    """Remove the start mark of the VMs ``keys`` ((namespace, name))."""
+    for namespace, name in keys:
+        try:
+            client.patch("VirtualMachine", name, {"metadata": {
+                "labels": {START_AGAIN_LABEL: None}, "annotations": {START_AGAIN_ANNOTATION: None}}}, namespace)
+        except NotFoundError:
+            pass
+
+
+def start_marked(client, marked, deadline, progress=None):
+    """Start the VMs of ``marked`` (``marked_for_start``) that a run stopped between shutting them down and
+    starting them, once the node is back in service: those whose old VMI has ended, or is ending (its
+    virt-launcher pod terminating: the run stopped right after the eviction), waiting for that at most until
+    ``deadline``; a VM whose old VMI still runs was never shut down. Unmarks them all; returns the
+    ``namespace/name`` of those it started."""
+    todo = {}
+    for key, old_uid in marked.items():
+        vmi = client.get_or_none("VirtualMachineInstance", key[1], key[0])
+        if vmi is None or vmi["metadata"].get("uid") != old_uid or kubevirt.vmi_is_final(vmi) \
+                or _launcher_terminating(client, vmi):
+            todo[key] = old_uid
+    try:
+        started, _running = _start_when_ended(client, todo, None, deadline, progress, "an earlier drain")
+    finally:
+        unmark(client, sorted(marked))
+    return ["%s/%s" % key for key in sorted(started)]
+
+
+def _launcher_terminating(client, vmi):
+    meta = vmi["metadata"]
+    pods, _rv = client.list("Pod", namespace=meta["namespace"],
+                            label_selector="%s=%s" % (kubevirt.CREATED_BY_LABEL, meta.get("uid")))
+    return any(pod["metadata"].get("deletionTimestamp") for pod in pods)
+
+
 def start_again(client, entries, source, deadline, progress=None):
-    """Start the VMs of ``entries`` once their old VMI has ended; wait until each runs on a
-    node other than ``source``. Returns {(namespace, name): node} of those that run."""
+    """Start the VMs of ``entries`` once their old VMI has ended, and those an earlier call marked for a start from
+    ``source`` and never started (``marked_for_start``); wait until each runs on a node other than ``source``.
+    Returns {(namespace, name): node} of those that run."""
     todo = dict(((vm["namespace"], vm["name"]), vm["_vmi"]["metadata"].get("uid")) for vm in needs_start(entries))
+    marked = marked_for_start(client, source)
+    for key, old_uid in marked.items():
+        todo.setdefault(key, old_uid)
     if not todo:
         return {}
+    # A drain that timed out (other VMs still blocking) still starts the VMs it shut down,
+    # within a short grace period of its own.
+    window = deadline if deadline.remaining() > START_GRACE else Deadline(START_GRACE)
+    asked = set()
+    try:
+        _started, running = _start_when_ended(client, todo, source, window, progress, "the drain", asked=asked)
+    finally:
+        # Started (or replaced by KubeVirt): the next call has nothing left to start for them.
+        unmark(client, sorted(key for key in marked if key in asked))
+    return running
+
+
+def _start_when_ended(client, todo, source, deadline, progress, by, asked=None):
+    """Start each VM of ``todo`` ({(namespace, name): uid of its old VMI}) once that VMI has ended (none if
+    KubeVirt replaced it meanwhile); wait until each runs on a node other than ``source`` (``source`` None: until
+    each was started). A timeout ends the wait quietly. Returns (keys started by this call, {key: node} of those
+    that run elsewhere); ``asked`` collects the keys no longer waited for to end."""
+    asked = set() if asked is None else asked
+    started, running = set(), {}
+    if not todo:
+        return started, running
     namespaces = set(ns for ns, _name in todo)
     informer = Informer(client, "VirtualMachineInstance",
                         namespace=list(namespaces)[0] if len(namespaces) == 1 else None)
     served = run_strategy.subresources_served(client)
-    asked = set()
-    running = {}
 
     def check():
         for key, old_uid in todo.items():
@@ -135,29 +253,27 @@ def start_again(client, entries, source, deadline, progress=None):
             if key not in asked and (vmi is None or uid != old_uid or kubevirt.vmi_is_final(vmi)):
                 if vmi is None or uid == old_uid:
                     _start(client, key, vmi, served)
+                    started.add(key)
+                    if progress is not None:
+                        progress.line("started VM %s/%s again (run strategy RerunOnFailure, shut down by %s)"
+                                      % (key + (by,)))
                 asked.add(key)
-                if progress is not None:
-                    progress.line("started VM %s/%s again (run strategy RerunOnFailure, shut down by the drain)"
-                                  % key)
-            if uid and uid != old_uid and kubevirt.vmi_phase_running(vmi) \
+            if source is not None and uid and uid != old_uid and kubevirt.vmi_phase_running(vmi) \
                     and kubevirt.vmi_node(vmi) not in (None, source):
                 running[key] = kubevirt.vmi_node(vmi)
-        return len(running) == len(todo)
+        return len(asked if source is None else running) == len(todo)
 
     def pending():
-        return ", ".join("%s/%s" % key for key in sorted(todo) if key not in running)
+        return ", ".join("%s/%s" % key for key in sorted(todo) if key not in (asked if source is None else running))
 
-    # A drain that timed out (other VMs still blocking) still starts the VMs it shut down,
-    # within a short grace period of its own.
-    window = deadline if deadline.remaining() > START_GRACE else Deadline(START_GRACE)
     try:
-        wait_until(check, [informer], window.remaining(), "VMs started again on another node",
-                   describe_pending=pending, deadline=window)
+        wait_until(check, [informer], deadline.remaining(), "VMs started again" + (
+            " on another node" if source is not None else ""), describe_pending=pending, deadline=deadline)
     except WaitTimeoutError:
         pass  # the report says which did not come back
     finally:
         informer.stop()
-    return running
+    return started, running
 
 
 def _start(client, key, vmi, served):

@@ -120,6 +120,8 @@ def _drain(module, result, plan, shutdown, drain_options, deadline, progress, ow
     pods left)."""
     client = module.client
     name = plan.node
+    # Marked first: a run stopped after the eviction and before their start leaves the mark to the next call.
+    restart_elsewhere.mark_for_start(client, plan.vms, name)
     wait_only = restart_elsewhere.shut_down(client, shutdown)
     if shutdown:
         result["changed"] = True
@@ -318,6 +320,7 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
         node, _patch = node_marks.update_node(
             client, name, lambda current: (node_marks.pending_taint_changes(current, None),), node=node)
         result["changed"] = True
+    restart_elsewhere.mark_for_start(client, plan.vms, name)  # before the operator's eviction shuts them down
     kind, cr = _cr_to_follow(client, name, cr_kind, ours_cr, params.get("reason"), result, progress)
     cr_name = cr["metadata"]["name"]
     if began is not None and ours_cr is None:

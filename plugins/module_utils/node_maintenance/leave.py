@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import evacuation
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import restart_elsewhere
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import story
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import cr as nm_cr
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance import remediation
@@ -54,8 +55,9 @@ def _view_after_cr(after):
         t for t in after["taints"] if t.get("key") not in [m["key"] for m in node_marks.MAINTENANCE_TAINTS]])
 
 
-def _planned_leave(client, name, marked, migrations, pauses, result):
+def _planned_leave(client, name, marked, migrations, pauses, to_start, result):
     """The result of a check run, or of a node with nothing to undo: what leaving would do."""
+    result["vms_started_again"] = ["%s/%s" % key for key in sorted(to_start)]
     how = evacuation.CANCEL_ACTION if marked and evacuation.uses_cancel_action(client) else "status"
     result["evacuations_cancelled"] = [{"namespace": v["metadata"].get("namespace"), "name": v["metadata"]["name"],
                                         "node": name, "how": how} for v in marked]
@@ -152,7 +154,9 @@ def leave(module):
     in_maintenance = bool(ours_cr) or node_marks.marked_for_maintenance(node) or nodes_mod.is_cordoned(node)
     marked, migrations = evacuation.pending(client, name) if in_maintenance else ([], [])
     pauses = remediation.to_restore(client, node)
-    result["changed"] = bool(ours_cr or patch or marked or migrations or pauses)
+    # RerunOnFailure VMs an earlier drain of the node shut down and a run stopped before it started them again.
+    to_start = restart_elsewhere.marked_for_start(client, name, tidy=not module.check_mode)
+    result["changed"] = bool(ours_cr or patch or marked or migrations or pauses or to_start)
     if result["changed"]:
         # Uncordoning a node that another run drained and may still work on would hand it back too early.
         refuse_while_held(client, params.get("lock"), "Node %s was left in maintenance" % name, node=name)
@@ -162,15 +166,17 @@ def leave(module):
         module.warn("Node %s was already cordoned before this collection's maintenance began, so it stays cordoned."
                     % name)
     if module.check_mode or not result["changed"]:
-        return _planned_leave(client, name, marked, migrations, pauses, result)
+        return _planned_leave(client, name, marked, migrations, pauses, to_start, result)
     progress = Progress(name, log=module.ansible.log, path=params.get("progress_file"))
-    perms = evacuation.permissions(client, marked, migrations) + remediation.permissions(pauses)
+    perms = evacuation.permissions(client, marked, migrations) + remediation.permissions(pauses) + \
+        restart_elsewhere.start_permissions(to_start)
     if perms:
         require(client, perms, "end the maintenance of node %s" % name)
     if ours_cr:
         _leave_cr(module, name, ours_cr, node, marked, result, progress, in_maintenance, deadline)
     else:
         _leave_drain(module, name, node, marked, result, progress, in_maintenance)
+    result["vms_started_again"] = restart_elsewhere.start_marked(client, to_start, deadline, progress)
     restore_remediation(client, name, progress, result)
     result["duration_seconds"] = round(deadline.elapsed(), 1)
     result["msg"] = "Node %s left maintenance. %s" % (name, MOVE_BACK_NOTE)
