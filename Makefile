@@ -13,7 +13,7 @@ PYTEST_WORKERS ?= 1
 # Every pytest tier writes its tests' outcomes and times to tests/output/junit/<tier>.xml.
 PYTEST_REPORT = --junitxml=$(CURDIR)/tests/output/junit/$@.xml
 
-.PHONY: help venv collection test checks lab-build-default lab-lane-checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-cluster lab-lane-faults lane-checks-shared lane-modules-shared lane-cluster-shared lane-faults-shared sanity sanity-run lint docs-lint test-chaos-cases ee-context test-versions test-versions-edges integration-core-edges changelog-lint unit unit-floor integration integration-cluster integration-lab integration-contract integration-modules integration-kubevirt-other test-roles test-roles-batches test-roles-runs test-machines test-awx test-security bench-smoke test-faults test-chaos chaos reliability-report molecule demo lab-up lab-down lab-status bench clean
+.PHONY: help venv collection test checks lab-build-default lab-lane-checks lab-binaries lab-binaries-other lab-tiers lab-lane-modules lab-lane-cluster lab-lane-faults lane-checks-shared lane-modules-shared lane-cluster-shared lane-faults-shared sanity sanity-run lint docs-lint test-chaos-cases ee-context test-versions test-versions-edges integration-core-edges changelog-lint unit unit-floor integration integration-cluster integration-lab integration-contract integration-modules integration-kubevirt-other test-roles test-roles-batches test-roles-runs test-machines test-awx test-security bench-smoke test-faults test-chaos chaos chaos-regressions reliability-report molecule demo lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      rolling maintenance of every lab worker, with VMs migrating; prints the report"
@@ -24,6 +24,7 @@ help:
 	@echo "make docs-lint  antsibull-docs lint of the plugin and role docs; make ee-context: the execution-environment build context"
 	@echo "make test-faults     fault-injection tests on the lab (kills, API server restart, node failure)"
 	@echo "make chaos     randomized, seeded fault runs of rolling maintenance (SEED=<n> replays one; tests/output/chaos/)"
+	@echo "make chaos-regressions  replays every seed a chaos run has failed on"
 	@echo "make reliability-report  bad-input, least-privilege, secrets and fault tests; the table of figures"
 	@echo "make lab-up    start the local lab cluster (.lab/kubeconfig); make lab-down stops it"
 	@echo "make bench     benchmarks against kubectl drain and kubernetes.core.k8s_drain (bench/results/)"
@@ -357,6 +358,15 @@ CHAOS_LANES ?= 1
 chaos: venv collection
 	$(LAB) build --kubevirt-version $(KUBEVIRT_DEFAULT_VERSION)
 	CHAOS_SEED=$(SEED) CHAOS_LANES=$(CHAOS_LANES) $(PYTEST_ENV) $(BIN)/python tests/integration/chaos/lanes.py
+
+# Every seed a chaos run has failed on, replayed on the fixed code (6: a cancel
+# while the lock was taken; 12: a guest left running on a rebooted machine; 18: a RerunOnFailure VM left stopped
+# after a failed drain; 19: a migrating VM restarted for an old failed pod of it). Before a release, beside the long
+# session; results: tests/output/chaos-regressions/.
+CHAOS_REGRESSION_SEEDS := 6,12,18,19
+chaos-regressions: venv collection
+	$(LAB) build --kubevirt-version $(KUBEVIRT_DEFAULT_VERSION)
+	CHAOS_SEED=$(CHAOS_REGRESSION_SEEDS) CHAOS_LANES=$(CHAOS_LANES) CHAOS_OUTPUT=tests/output/chaos-regressions $(PYTEST_ENV) $(BIN)/python tests/integration/chaos/lanes.py
 
 # The short chaos session of make test, so the machinery cannot rot: a fixed seed whose schedule covers
 # a kill, an AWX-style cancel, a failing migration, machines restarted through their BMCs and limits

@@ -191,6 +191,8 @@ def resumed(extra, tmp_path, since):
 
 
 LIMITS_RECORD = "kubevirt-ops.io/migration-limits"
+# The mark on a RerunOnFailure VM a drain shut down, until the collection started it again.
+START_AGAIN = "maintenance.kubevirt-ops.io/start-again"
 
 
 def migration_limits(k8s):
@@ -220,6 +222,11 @@ def end_state(k8s, nodes, lock, limits_before, health_check):
             problems.append("node %s still has %s" % (name, ", ".join(ours)))
         if REMEDIATION_RECORD in (node.metadata.annotations or {}):
             problems.append("node %s still records remediation paused for it" % name)
+    marked = client.CustomObjectsApi(k8s).list_cluster_custom_object(
+        "kubevirt.io", "v1", "virtualmachines", label_selector=START_AGAIN)["items"]
+    if marked:
+        problems.append("VMs still marked to be started again: %s" % ", ".join(
+            "%s/%s" % (vm["metadata"]["namespace"], vm["metadata"]["name"]) for vm in marked))
     try:
         lease = client.CoordinationV1Api(k8s).read_namespaced_lease(lock, "kube-system")
         if lease.spec.holder_identity:

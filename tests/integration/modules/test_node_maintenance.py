@@ -382,8 +382,10 @@ def evicted_and_marked(k8s, namespace, node, name, run_module):
     first = run_module("node_maintenance", {"name": node, "method": "drain", "wait": False})
     assert not first.get("failed"), first
     assert start_again_mark(k8s, namespace, name) == ("true", {"node": node, "vmi": old})
-    wait_for(lambda: ((vmi(k8s, namespace, name) or {}).get("status") or {}).get("phase") == "Succeeded", 120,
+    # Its guest shuts down: the VMI ends Succeeded, and KubeVirt's VM controller deletes it for RerunOnFailure.
+    wait_for(lambda: ((vmi(k8s, namespace, name) or {}).get("status") or {}).get("phase") in (None, "Succeeded"), 120,
              "the guest of %s to shut down after its eviction" % name)
+    assert running_on(k8s, namespace, name) is None
     return old
 
 
