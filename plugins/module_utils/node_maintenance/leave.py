@@ -154,8 +154,9 @@ def leave(module):
     in_maintenance = bool(ours_cr) or node_marks.marked_for_maintenance(node) or nodes_mod.is_cordoned(node)
     marked, migrations = evacuation.pending(client, name) if in_maintenance else ([], [])
     pauses = remediation.to_restore(client, node)
-    # RerunOnFailure VMs an earlier drain of the node shut down and a run stopped before it started them again.
-    to_start = restart_elsewhere.marked_for_start(client, name, tidy=not module.check_mode)
+    # RerunOnFailure VMs an earlier drain of the node shut down and a run stopped before it started them again
+    # (such a run leaves the node in maintenance: a node that is not has none).
+    to_start = restart_elsewhere.marked_for_start(client, name, tidy=not module.check_mode) if in_maintenance else {}
     result["changed"] = bool(ours_cr or patch or marked or migrations or pauses or to_start)
     if result["changed"]:
         # Uncordoning a node that another run drained and may still work on would hand it back too early.
