@@ -364,9 +364,8 @@ chaos: venv collection
 # after a failed drain; 19: a migrating VM restarted for an old failed pod of it). Before a release, beside the long
 # session; results: tests/output/chaos-regressions/.
 CHAOS_REGRESSION_SEEDS := 6,12,18,19
-chaos-regressions: venv collection
-	$(LAB) build --kubevirt-version $(KUBEVIRT_DEFAULT_VERSION)
-	CHAOS_SEED=$(CHAOS_REGRESSION_SEEDS) CHAOS_LANES=$(CHAOS_LANES) CHAOS_OUTPUT=tests/output/chaos-regressions $(PYTEST_ENV) $(BIN)/python tests/integration/chaos/lanes.py
+chaos-regressions:
+	CHAOS_OUTPUT=tests/output/chaos-regressions $(MAKE) chaos SEED=$(CHAOS_REGRESSION_SEEDS)
 
 # The short chaos session of make test, so the machinery cannot rot: a fixed seed whose schedule covers
 # a kill, an AWX-style cancel, a failing migration, machines restarted through their BMCs and limits

@@ -62,12 +62,6 @@ def permissions(shutdown, entries):
             by_action.setdefault(action, set()).add(vm["namespace"])
         else:
             by_action.setdefault("delete", set()).add(vm["namespace"])
-    marked = set()
-    for vm in needs_start(entries):
-        by_action.setdefault("start", set()).add(vm["namespace"])
-        marked.add(vm["namespace"])
-    if marked:
-        perms.append(Permission("patch", "virtualmachines", group="kubevirt.io", namespaces=sorted(marked)))
     for action, namespaces in sorted(by_action.items()):
         if action == "delete":
             perms.append(Permission("delete", "virtualmachineinstances", group="kubevirt.io",
@@ -75,7 +69,7 @@ def permissions(shutdown, entries):
         else:
             perms.append(Permission("update", "virtualmachines", group=SUBRESOURCE_GROUP, subresource=action,
                                     namespaces=sorted(namespaces)))
-    return perms
+    return perms + start_permissions((vm["namespace"], vm["name"]) for vm in needs_start(entries))
 
 
 def shut_down(client, entries):
@@ -152,8 +146,8 @@ def marked_for_start(client, node, tidy=True):
     for vm in vms:
         meta = vm["metadata"]
         mark = annotation_json(vm, START_AGAIN_ANNOTATION, dict) or {}
-        if mark.get("node") != node and mark:
-            continue
+        if mark and mark.get("node") != node:
+            continue  # another node's
         key = (meta["namespace"], meta["name"])
         if mark and kubevirt.vm_run_strategy(vm) == "RerunOnFailure":
             found[key] = mark.get("vmi")
@@ -164,9 +158,10 @@ def marked_for_start(client, node, tidy=True):
     return found
 
 
-def start_permissions(marked):
-    """What starting and unmarking the VMs of ``marked`` (``marked_for_start``) needs."""
-    namespaces = sorted(set(namespace for namespace, _name in marked))
+def start_permissions(keys):
+    """What marking, starting and unmarking the VMs ``keys`` ((namespace, name), as ``marked_for_start`` has them)
+    needs."""
+    namespaces = sorted(set(namespace for namespace, _name in keys))
     if not namespaces:
         return []
     return [Permission("patch", "virtualmachines", group="kubevirt.io", namespaces=namespaces),
