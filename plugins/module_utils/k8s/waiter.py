@@ -45,8 +45,11 @@ class Informer:
     """A live, thread-maintained view of the objects of one kind matching selectors."""
 
     def __init__(self, client, kind, namespace=None, label_selector=None, field_selector=None,
-                 changed=None, watch_seconds=50):
+                 changed=None, watch_seconds=50, on_version=None):
+        """``on_version(obj)``: called (in the informer's thread, before the waiters are woken) with every
+        version of an object it sees, in order: each one a list returns, each one an event brings."""
         self.client = client
+        self.on_version = on_version
         self.kind = kind
         self.namespace = namespace
         self.label_selector = label_selector
@@ -105,6 +108,9 @@ class Informer:
         items, rv = self.client.list(self.kind, namespace=self.namespace,
                                      label_selector=self.label_selector, field_selector=self.field_selector)
         self.objects = dict((object_key(o), o) for o in items)
+        if self.on_version is not None:
+            for obj in items:
+                self.on_version(obj)
         self.error = None
         self.synced.set()
         self._notify()
@@ -136,6 +142,8 @@ class Informer:
                             objects.pop(object_key(obj), None)
                         else:
                             objects[object_key(obj)] = obj
+                            if self.on_version is not None:
+                                self.on_version(obj)
                         self.objects = objects
                         self._notify()
                     if expired:
@@ -187,12 +195,22 @@ def wait_until(check, informers, timeout, what, describe_pending=None, recheck_e
 
 
 def wait_for_object(client, kind, name, predicate, timeout, what, namespace=None, describe_pending=None,
-                    stable_for=0.0):
+                    stable_for=0.0, settles=None):
     """Wait until ``predicate(obj_or_None)`` is truthy for one object; returns the object.
 
     ``stable_for``: seconds the predicate must stay true, every change of the object in between
-    seen through the same watch; a change that makes it false starts the wait for it again."""
-    with Informer(client, kind, namespace=namespace, field_selector="metadata.name=%s" % name) as informer:
+    seen through the same watch; a change that makes it false starts the wait for it again.
+    ``settles(obj)``: given every version of the object the watch sees, in order; once it returned
+    True, what made the wait for ``stable_for`` needed is known to be over, and the predicate is
+    enough."""
+    settled = []
+
+    def see(obj):
+        if not settled and settles(obj):
+            settled.append(True)
+
+    with Informer(client, kind, namespace=namespace, field_selector="metadata.name=%s" % name,
+                  on_version=see if settles is not None else None) as informer:
         found = []
         since = []  # monotonic time since which the predicate has held, when it holds
 
@@ -203,7 +221,7 @@ def wait_for_object(client, kind, name, predicate, timeout, what, namespace=None
                 return False
             if not since:
                 since.append(time.monotonic())
-            if time.monotonic() - since[0] < stable_for:
+            if time.monotonic() - since[0] < stable_for and not settled:
                 return False
             found.append(obj)
             return True

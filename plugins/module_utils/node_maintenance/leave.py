@@ -85,23 +85,49 @@ def released_by_operator(node):
         nodes_mod.labels_of(node).get(node_marks.EXCLUDE_LABEL) != "true"
 
 
-# How long a released node must stay released before the module says so (see _wait_for_release).
+# How long a released node must stay released before the module says so, unless the node lifecycle
+# controller was seen correcting itself (see _wait_for_release).
 RELEASE_QUIET_SECONDS = 2.0
 
 
+class LifecycleTaintSettled:
+    """Given the node's versions in order: True once the node lifecycle controller was seen taking the
+    unschedulable taint off the uncordoned node (one version uncordoned with the taint, a later one uncordoned
+    without it).
+
+    The operator takes its taints off before it uncordons (stopNodeMaintenanceImp: AddOrRemoveTaint, then
+    RunCordonOrUncordon, in every release of medik8s/node-maintenance-operator and of its predecessor), so a
+    taint that leaves an uncordoned node is the node lifecycle controller's doing, from a view of the node
+    uncordoned. Its passes over one node run one after another (doNodeProcessingPassWorker takes the node from
+    a workqueue, which never hands one key to two workers at once), each from a view of the node no older than
+    the last one's, so no decision taken from the cordoned node can land after that one.
+    """
+
+    def __init__(self):
+        self._tainted_uncordoned = False
+
+    def __call__(self, node):
+        uncordoned = not nodes_mod.is_cordoned(node)
+        tainted = nodes_mod.has_taint(node, node_marks.UNSCHEDULABLE_TAINT)
+        settled = self._tainted_uncordoned and uncordoned and not tainted
+        self._tainted_uncordoned = uncordoned and tainted
+        return settled
+
+
 def _wait_for_release(client, name, cr, deadline, result):
-    """The node once released and still released RELEASE_QUIET_SECONDS later.
+    """The node once released and, unless the node lifecycle controller was seen correcting its taint
+    (LifecycleTaintSettled), still released RELEASE_QUIET_SECONDS later.
 
     The node lifecycle controller decides from its informer's view of the node and then adds the
     unschedulable taint to whatever node it reads afresh (kubernetes pkg/controller/controller_utils.go
     AddOrUpdateTaintOnNode), so a decision taken while it still saw the node cordoned can land just
-    after the operator's uncordon, and is undone only on its next pass: one clean moment is not yet
-    a released node.
+    after the operator's uncordon (in the lab about 0.1 s after the operator's last write, most times),
+    and is undone only on its next pass: one clean moment is not yet a released node.
     """
     what = "the node-maintenance operator to release node %s" % name
     try:
         return wait_for_object(client, "Node", name, released_by_operator, deadline.remaining(), what,
-                               stable_for=RELEASE_QUIET_SECONDS)
+                               stable_for=RELEASE_QUIET_SECONDS, settles=LifecycleTaintSettled())
     except WaitTimeoutError as exc:
         raise WaitTimeoutError("NodeMaintenance %s was deleted, but node %s still carries its maintenance "
                                "marks (cordon, taints or exclude-from-remediation label) after %ds: is the "

@@ -103,7 +103,40 @@ def test_release_is_reported_only_once_the_node_stays_released(monkeypatch):
     monkeypatch.setattr(nm_leave, "wait_for_object", fake_wait)
     got = nm_leave._wait_for_release(None, "w", {"metadata": {"name": "nm-w"}}, Deadline(60), {})
     assert got is released
-    assert calls == [("Node", "w", {"stable_for": nm_leave.RELEASE_QUIET_SECONDS})]
+    assert [(kind, name, sorted(kwargs)) for kind, name, kwargs in calls] == [("Node", "w", ["settles", "stable_for"])]
+    assert calls[0][2]["stable_for"] == nm_leave.RELEASE_QUIET_SECONDS
+    assert isinstance(calls[0][2]["settles"], nm_leave.LifecycleTaintSettled)
+
+
+UNSCHEDULABLE = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
+DRAIN = [{"key": "medik8s.io/drain", "effect": "NoSchedule"}]
+
+
+def _versions(*states):
+    """Node versions from (cordoned, taints) pairs."""
+    return [node("w", cordoned=cordoned, taints=taints) for cordoned, taints in states]
+
+
+def test_the_lifecycle_controller_is_settled_once_it_took_its_taint_off_the_uncordoned_node():
+    """The sequences the lab shows after a NodeMaintenance is deleted: the operator takes its taints off (still
+    cordoned), uncordons; the node lifecycle controller puts the unschedulable taint back from its stale view
+    (before or after the uncordon) and takes it off again from a view of the uncordoned node."""
+    late = _versions((True, UNSCHEDULABLE + DRAIN), (True, []), (False, []), (False, UNSCHEDULABLE), (False, []))
+    early = _versions((True, UNSCHEDULABLE + DRAIN), (True, []), (True, UNSCHEDULABLE), (False, UNSCHEDULABLE),
+                      (False, []))
+    for versions in (late, early):
+        settled = nm_leave.LifecycleTaintSettled()
+        assert [settled(v) for v in versions] == [False, False, False, False, True]
+
+
+def test_taints_the_operator_takes_off_or_a_node_never_retainted_settle_nothing():
+    """The operator's own removal (the node still cordoned), or no stale decision seen at all: the release must
+    then stay for RELEASE_QUIET_SECONDS, as a decision may still be on its way."""
+    for versions in (_versions((True, UNSCHEDULABLE + DRAIN), (True, []), (False, []), (False, [])),
+                     _versions((True, UNSCHEDULABLE), (False, UNSCHEDULABLE + DRAIN), (True, UNSCHEDULABLE),
+                               (True, []))):
+        settled = nm_leave.LifecycleTaintSettled()
+        assert not any(settled(v) for v in versions)
 
 
 def test_release_that_never_comes_names_the_cr_and_the_node(monkeypatch):

@@ -90,6 +90,32 @@ def test_stable_for_returns_only_once_the_predicate_held_that_long_through_one_w
     assert client.lists == 1, "one watch throughout"
 
 
+def test_settles_ends_the_stable_period_once_it_saw_what_it_waited_for():
+    """A version the caller knows settles the matter (here: one with rv 4 after one with rv 3) ends the wait at
+    the first moment the predicate holds: without it the stable period (longer than the timeout) could never
+    pass. Every version reaches settles, in order."""
+    client = FakeClient([node("n1", False)])
+    seen = []
+
+    def settles(obj):
+        seen.append(obj["metadata"]["resourceVersion"])
+        return seen[-2:] == ["3", "4"]
+
+    for rv, ready in (("3", False), ("4", True)):
+        client.events.put({"type": "MODIFIED", "object": node("n1", ready, rv=rv)})
+    obj = wait_for_object(client, "Node", "n1", is_ready, timeout=20, what="n1 Ready", stable_for=3600,
+                          settles=settles)
+    assert obj["metadata"]["resourceVersion"] == "4"
+    assert seen == ["2", "3", "4"]
+
+
+def test_settles_that_never_says_so_keeps_the_stable_period():
+    client = FakeClient([node("n1", True)])
+    with pytest.raises(WaitTimeoutError):
+        wait_for_object(client, "Node", "n1", is_ready, timeout=0.5, what="n1 Ready", stable_for=3600,
+                        settles=lambda obj: False)
+
+
 def test_stable_for_that_never_comes_times_out():
     client = FakeClient([node("n1", False)])
     with pytest.raises(WaitTimeoutError):
