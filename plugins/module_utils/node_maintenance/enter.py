@@ -210,7 +210,7 @@ def enter_cr_after_evacuation(module, result, plan, node, cr_kind, shutdown, opt
         return outcome.timed_out
     kind, cr = _cr_to_follow(client, name, cr_kind, None, module.params.get("reason"), result, progress,
                              after="VMs evacuated")
-    timed_out = _follow_cr(module, result, plan, kind, cr, deadline, progress, owner)
+    timed_out = _follow_cr(module, result, plan, kind, cr, deadline, progress, owner, evacuated=True)
     # The whole maintenance in the numbers: the pods the evacuation and the operator removed together.
     result["total_pods"] = plan.total_pods
     result["eviction_pods"] = len(plan.evict)
@@ -232,15 +232,16 @@ def _cr_to_follow(client, name, cr_kind, ours_cr, reason, result, progress, afte
     return cr_kind, cr
 
 
-def _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress, owner=None):
+def _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress, owner=None, evacuated=False):
     """(the NodeMaintenance once its phase is final, timed out, error of the run's end or None), reporting
     the drain's progress meanwhile.
 
     ``owner``: the run_owner.RunOwner of the run; once it is gone the wait ends with its error
-    (the operator goes on draining: the NodeMaintenance stays)."""
+    (the operator goes on draining: the NodeMaintenance stays). ``evacuated``: see _follow_cr."""
     cr_name = cr["metadata"]["name"]
-    vm_of_pod = dict((object_name(p), "%s/%s" % (p["metadata"]["namespace"], kubevirt.launcher_vmi_name(p)))
-                     for p in plan.evict if kubevirt.is_launcher_pod(p) and kubevirt.launcher_vmi_name(p))
+    vm_of_pod = {} if evacuated else dict(
+        (object_name(p), "%s/%s" % (p["metadata"]["namespace"], kubevirt.launcher_vmi_name(p)))
+        for p in plan.evict if kubevirt.is_launcher_pod(p) and kubevirt.launcher_vmi_name(p))
     informer = Informer(client, kind, field_selector="metadata.name=%s" % cr_name)
     ended = []
 
@@ -255,7 +256,7 @@ def _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress, owner=N
             return False
         view = nm_cr.status_view(current, namespaces)
         progress.update(view["total_pods"], view["eviction_pods"], len(view["pending_pods"]),
-                        sum(1 for p in view["pending_pods"] if "virt-launcher-" in p),
+                        0 if evacuated else sum(1 for p in view["pending_pods"] if "virt-launcher-" in p),
                         vms=[vm_of_pod[p] for p in view["pending_pods"] if p in vm_of_pod],
                         error=view["last_error"])
         return current if view["phase"] in kubevirt.FINISHED_PHASES else False
@@ -336,9 +337,11 @@ def enter_cr(module, result, plan, cr_kind, ours_cr, shutdown, deadline, progres
     return timed_out
 
 
-def _follow_cr(module, result, plan, kind, cr, deadline, progress, owner):
+def _follow_cr(module, result, plan, kind, cr, deadline, progress, owner, evacuated=False):
     """Follow the node's NodeMaintenance (until its phase is final, with wait) and report it in ``result``;
-    True when it timed out."""
+    True when it timed out. ``evacuated``: the node's VMs left before the NodeMaintenance was created, so the
+    virt-launcher pods the operator still lists are those of guests that run elsewhere (the progress names no VM
+    as left)."""
     params = module.params
     client = module.client
     name = plan.node
@@ -346,7 +349,8 @@ def _follow_cr(module, result, plan, kind, cr, deadline, progress, owner):
     namespaces = dict((p["metadata"]["name"], p["metadata"]["namespace"]) for p in plan.evict)
     timed_out, ended = False, None
     if params["wait"]:
-        cr, timed_out, ended = _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress, owner=owner)
+        cr, timed_out, ended = _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress, owner=owner,
+                                            evacuated=evacuated)
     else:
         cr = client.get_or_none(kind, cr_name) or cr
     view = _cr_view(plan, cr, namespaces, result)
