@@ -88,7 +88,10 @@ options:
     description:
       - V(present) puts the node into maintenance and (with O(wait=true)) returns when it is drained.
       - V(absent) ends maintenance; with O(method=cr) it deletes the NodeMaintenance this collection created and waits
-        until the operator released the node.
+        until the operator released the node (uncordoned, its taints and label gone) and the release lasts. The node
+        lifecycle controller can put C(node.kubernetes.io/unschedulable) back from a stale view of the cordon, so the
+        release counts once that controller was seen taking the taint off the uncordoned node, or else once it held
+        for 2 seconds.
     type: str
     choices: [present, absent]
     default: present
