@@ -255,6 +255,17 @@ class Violation(dict):
                 "minimum %(minimum)d" % self)
 
 
+def _disrupted(etype, pod):
+    """Whether a pod that was available went away through a disruption (deleted, being deleted, or ended), as an
+    eviction, a deletion or a VM's shutdown takes it away; a pod that only turned unready while it runs (its node's
+    heartbeat lapsed while the test stopped the API server, say) was disrupted by nothing anyone asked for, and no
+    budget is violated by it (the disruption controller counts it as unhealthy, so that an eviction is then
+    refused: a removal at such a moment is still counted, with the unready pod as unavailable)."""
+    if etype == "DELETED" or pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return True
+    return (pod.get("status") or {}).get("phase") != "Running"
+
+
 def _gone_how(etype, pod):
     """How a pod stopped being available: deleted, or its phase and Ready condition."""
     if etype == "DELETED" or pod is None:
@@ -322,7 +333,7 @@ class PdbWatcher:
                 pods.pop(key, None)
             else:
                 pods[key] = obj
-            if not pod_available(before) or pod_available(pods.get(key)):
+            if not pod_available(before) or pod_available(pods.get(key)) or not _disrupted(etype, pods.get(key)):
                 continue
             namespace = key[0]
             ns = namespaces.get(("", namespace))

@@ -42,6 +42,36 @@ def test_pdb_watcher_accepts_evictions_the_budget_allows(k8s, fault_namespace):
     assert watcher.disruptions >= 1
 
 
+def _pod(name, node, ready=True, phase="Running", deleting=False):
+    meta = {"namespace": "ns", "name": name, "labels": {"app": "x"}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def test_pdb_watcher_counts_pods_taken_away_not_pods_that_only_turned_unready():
+    """Replayed without a lab: a pod that turns unready while it runs (its node's heartbeat lapsed) violates no
+    budget; a pod deleted, evicted (being deleted) or ended while its budget is short does, the unready one counted
+    as unavailable."""
+    watcher = safety.PdbWatcher(None)
+    record = watcher._recorder.record
+    pdb = {"metadata": {"namespace": "ns", "name": "x"},
+           "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "x"}}}}
+    events = [("Namespace", "SYNC", {"metadata": {"name": "ns"}}), ("PodDisruptionBudget", "SYNC", pdb)]
+    nodes = (("a", "n1"), ("b", "n2"), ("c", "n2"), ("d", "n3"))
+    events += [("Pod", "SYNC", _pod(name, node)) for name, node in nodes]
+    events += [("Pod", "MODIFIED", _pod("b", "n2", ready=False)),                 # unready: nothing taken away
+               ("Pod", "MODIFIED", _pod("a", "n1", deleting=True)),               # evicted while b is unready
+               ("Pod", "MODIFIED", _pod("c", "n2", phase="Succeeded", ready=False)),  # ended
+               ("Pod", "DELETED", _pod("d", "n3"))]                               # deleted
+    for rv, (kind, etype, obj) in enumerate(events, start=1):
+        record(rv, kind, etype, obj)
+    violations = watcher._replay()
+    assert [(v["pod"], v["available"]) for v in violations] == [("ns/a", 2), ("ns/c", 1), ("ns/d", 0)], violations
+    assert watcher.disruptions == 3
+
+
 def test_vm_safety_flags_an_unexplained_vmi_restart(k8s, fault_namespace):
     workloads.create_vm(k8s, fault_namespace, "victim")
     workloads.wait_vms_running(k8s, fault_namespace, ["victim"])
