@@ -330,8 +330,8 @@ def _scale_verdicts(scale):
 def _noop_verdicts(noop):
     """A no-op run of each module within 0.3 s of ansible.builtin.ping."""
     out = []
-    if not (noop and noop.get("samples")):
-        return out
+    if not (noop and noop.get("samples") and noop["samples"].get("ping")):
+        return out  # not measured (--noop-iterations 0)
     ping = median(noop["samples"]["ping"])
     for key, samples in noop["samples"].items():
         if key == "ping":
