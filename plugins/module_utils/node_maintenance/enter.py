@@ -239,9 +239,16 @@ def _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress, owner=N
     ``owner``: the run_owner.RunOwner of the run; once it is gone the wait ends with its error
     (the operator goes on draining: the NodeMaintenance stays). ``evacuated``: see _follow_cr."""
     cr_name = cr["metadata"]["name"]
-    vm_of_pod = {} if evacuated else dict(
-        (object_name(p), "%s/%s" % (p["metadata"]["namespace"], kubevirt.launcher_vmi_name(p)))
-        for p in plan.evict if kubevirt.is_launcher_pod(p) and kubevirt.launcher_vmi_name(p))
+    vm_of_pod = dict((object_name(p), "%s/%s" % (p["metadata"]["namespace"], kubevirt.launcher_vmi_name(p)))
+                     for p in plan.evict if kubevirt.is_launcher_pod(p) and kubevirt.launcher_vmi_name(p))
+
+    def vms_left(pending):
+        """(how many, which) of the pending pods are virt-launcher pods of VMs still on the node: none once the
+        VMs were evacuated (the operator still lists their finished pods)."""
+        if evacuated:
+            return 0, []
+        return sum(1 for p in pending if "virt-launcher-" in p), [vm_of_pod[p] for p in pending if p in vm_of_pod]
+
     informer = Informer(client, kind, field_selector="metadata.name=%s" % cr_name)
     ended = []
 
@@ -255,9 +262,8 @@ def _wait_for_cr(client, kind, cr, plan, namespaces, deadline, progress, owner=N
         if current is None:
             return False
         view = nm_cr.status_view(current, namespaces)
-        progress.update(view["total_pods"], view["eviction_pods"], len(view["pending_pods"]),
-                        0 if evacuated else sum(1 for p in view["pending_pods"] if "virt-launcher-" in p),
-                        vms=[vm_of_pod[p] for p in view["pending_pods"] if p in vm_of_pod],
+        count, vms = vms_left(view["pending_pods"])
+        progress.update(view["total_pods"], view["eviction_pods"], len(view["pending_pods"]), count, vms=vms,
                         error=view["last_error"])
         return current if view["phase"] in kubevirt.FINISHED_PHASES else False
 

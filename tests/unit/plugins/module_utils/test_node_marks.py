@@ -108,8 +108,8 @@ def test_release_is_reported_only_once_the_node_stays_released(monkeypatch):
     assert isinstance(calls[0][2]["settles"], nm_leave.LifecycleTaintSettled)
 
 
-UNSCHEDULABLE = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
-DRAIN = [{"key": "medik8s.io/drain", "effect": "NoSchedule"}]
+UNSCHEDULABLE = [node_marks.UNSCHEDULABLE_TAINT]
+DRAIN = [node_marks.DRAIN_TAINT]
 
 
 def _versions(*states):

@@ -5,6 +5,7 @@ with KubeVirt's evacuations and the operator played by the test."""
 
 import copy
 import threading
+import time
 
 import pytest
 
@@ -181,8 +182,6 @@ def test_auto_evacuates_the_vms_at_kubevirts_pace_then_the_cr_drains_the_rest(ap
 def test_the_launcher_pods_of_evacuated_vms_the_operator_lists_are_no_vms_left(api, capsys, tmp_path):
     """The operator's first status lists the finished virt-launcher pods of the VMs that migrated before it came:
     the progress says they are pods to remove, but names no VM as still to leave the node."""
-    import time
-
     EvacuatingKubeVirt(api, seconds=0.05)
     operator = Operator(api)
     progress = tmp_path / "progress.log"
