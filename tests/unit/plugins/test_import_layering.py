@@ -9,6 +9,7 @@
 """
 
 import ast
+import functools
 import os
 
 import pytest
@@ -75,8 +76,10 @@ def packages_imported(tree):
     return found
 
 
+@functools.lru_cache(maxsize=None)
 def module_utils_files(folder=MODULE_UTILS_DIR):
-    """{(package, file name): tree} of every file under module_utils."""
+    """{(package, file name): tree} of every file under module_utils (read once per folder: every parametrized
+    test below looks at one file of it)."""
     found = {}
     for path in python_files(folder):
         relative = os.path.relpath(path, folder).split(os.sep)
