@@ -400,7 +400,9 @@ def _header(meta):
         "# Benchmark results",
         "",
         f"Produced by `{meta['command']}` on {meta['date']} ({meta['machine']}). "
-        f"Median of {meta['iterations']} iterations per scenario and peer; all peers ran against the same lab "
+        + ("One iteration per scenario and peer" if meta["iterations"] == 1 else
+           f"Median of {meta['iterations']} iterations per scenario and peer")
+        + "; all peers ran against the same lab "
         "in the same benchmark run, each on a freshly prepared, identical node. The machine is shared and small: "
         "expect noise of 10-30 % between runs.",
         "",
