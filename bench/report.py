@@ -396,13 +396,12 @@ def markdown(result):
 
 def _header(meta):
     """The title and what the figures mean."""
+    runs = "One iteration" if meta["iterations"] == 1 else f"Median of {meta['iterations']} iterations"
     return [
         "# Benchmark results",
         "",
         f"Produced by `{meta['command']}` on {meta['date']} ({meta['machine']}). "
-        + ("One iteration per scenario and peer" if meta["iterations"] == 1 else
-           f"Median of {meta['iterations']} iterations per scenario and peer")
-        + "; all peers ran against the same lab "
+        f"{runs} per scenario and peer; all peers ran against the same lab "
         "in the same benchmark run, each on a freshly prepared, identical node. The machine is shared and small: "
         "expect noise of 10-30 % between runs.",
         "",
