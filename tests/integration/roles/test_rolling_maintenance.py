@@ -191,6 +191,19 @@ def test_bad_input_is_refused_with_a_clear_message(lab, k8s, tmp_path, lock_name
         "rolling_maintenance_notify_webhooks is refused: Option webhooks[1].url must be an http:// or https:// URL, "
         "not a value without http:// or https://."]
     assert "s3cret" not in bad_webhook.output
+
+    # Every problem of the inputs at once, each naming its variable and value, in one failure.
+    several = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
+        tmp_path, lock_name, rolling_maintenance_nodes=["lab-worker-1", " "], rolling_maintenance_max_parallel=0,
+        rolling_maintenance_reboot="maybe", rolling_maintenance_lock_ttl=60))
+    assert several.returncode != 0
+    messages = failure_messages(several)
+    assert len(messages) == 1, messages
+    for part in ('rolling_maintenance_nodes (["lab-worker-1", " "]) has an empty node name',
+                 "rolling_maintenance_max_parallel (0) is not a number of nodes",
+                 "rolling_maintenance_reboot (maybe) must be false, true",
+                 "rolling_maintenance_lock_ttl (60s) must be longer than the drain timeout"):
+        assert part in messages[0], messages[0]
     assert node_marks(k8s) == before
     assert lease(k8s, lock_name) is None
 
@@ -554,6 +567,8 @@ def rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_nam
     assert all(in_service(k8s, name) for name in WORKERS)
     for node in client.CoreV1Api(k8s).list_node().items:
         assert PENDING_TAINT not in [t.key for t in node.spec.taints or []], node.metadata.name
+    # Each node's drain took its taint off: the end of the run has none left to take off.
+    assert task_statuses(run, TAINTS_OFF_TASK) == ["skipped"]
     return moves, report_of(tmp_path)
 
 
@@ -697,6 +712,15 @@ def test_lock_of_a_run_stops_node_maintenance_by_hand_but_not_the_run(lab, k8s, 
 
 # -- health gate -------------------------------------------------------------------------------
 
+TAINTS_OFF_TASK = "Take the preference taints off the nodes still to do"
+
+
+def task_statuses(run, name):
+    """The statuses of the run's results of the task ``name``, in order (changed for a result that changed)."""
+    return ["changed" if line["status"] == "ok" and line["result"].get("changed") else line["status"]
+            for line in run.lines if line["name"] == name]
+
+
 def drained_nodes(run):
     """The nodes the run put into maintenance, from its 'Enter maintenance' results."""
     return [line["result"].get("invocation", {}).get("module_args", {}).get("name") for line in run.lines
@@ -748,6 +772,8 @@ def test_health_gate_passes_after_tries_then_stops_the_run_before_the_next_node(
             "'{\"rolling_maintenance_nodes\": [\"lab-worker-2\", \"lab-worker-3\"], "
             "\"rolling_maintenance_node_selector\": \"\"}'") in final, final
     assert all(in_service(k8s, name) for name in WORKERS)
+    # The nodes not started kept their taints until the end of the run took them off.
+    assert task_statuses(run, TAINTS_OFF_TASK) == ["changed"]
     for node in client.CoreV1Api(k8s).list_node().items:
         assert PENDING_TAINT not in [t.key for t in node.spec.taints or []], node.metadata.name
     assert not lease(k8s, lock_name).spec.holder_identity
