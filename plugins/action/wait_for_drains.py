@@ -7,12 +7,16 @@ while they run: the module documentation is plugins/modules/wait_for_drains.py.
 Each job's state comes from Ansible's own ``async_status`` module, as the ``async_status``
 action asks for it; the progress comes from the files the drains write, followed by one
 ``Follower`` per job (plugin_utils/drain_progress.py), the same lines a drain run without
-``async`` prints."""
+``async`` prints. With a local connection the jobs' results files are on this machine: between
+two reads of the states the wait looks at them (``ended_locally``) and reads the states at once
+when one says its job ended, so the wait ends with the last drain, not up to ``poll`` seconds
+later."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import time
 
 from ansible.plugins.action import ActionBase
@@ -28,6 +32,23 @@ ARGUMENT_SPEC = {
     "timeout": {"type": "int", "default": 3600},
     "poll": {"type": "float", "default": 5.0},
 }
+
+
+# Seconds between two looks at the local jobs' results files (a small read each; a read of a job's state
+# through async_status runs a module, so those stay every ``poll`` seconds).
+LOCAL_LOOK = 0.2
+
+
+def ended_locally(path):
+    """Whether an async job's results file says the job ended, as async_status reads it (a result without
+    ``started``: async_wrapper replaces its start record with the module's result in one rename). False
+    while it runs, and when the file cannot be read."""
+    try:
+        with open(path) as handle:
+            data = json.loads(handle.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "started" not in data
 
 
 def job_node(job):
@@ -66,8 +87,21 @@ class ActionModule(ActionBase):
         args = {"jid": jid, "mode": "status", "_async_dir": self._async_dir()}
         return self._execute_module(module_name="ansible.legacy.async_status", module_args=args, task_vars=task_vars)
 
+    def _local(self):
+        return getattr(self._connection, "transport", None) == "local"
+
+    @staticmethod
+    def _pause(seconds, files):
+        """Sleep ``seconds``, or less once one of the local results ``files`` says its job ended."""
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or any(ended_locally(path) for path in files):
+                return
+            time.sleep(min(LOCAL_LOOK, left) if files else left)
+
     def _followers(self, jobs):
-        local = getattr(self._connection, "transport", None) == "local"
+        local = self._local()
         followers = {}
         for index, job in enumerate(jobs):
             live = job.get("live_progress") or {}
@@ -89,17 +123,25 @@ class ActionModule(ActionBase):
             else:  # never started (skipped, or refused at its start): its own result is its end
                 entries[index] = dict(job, node=job_node(job), finished=True)
         followers = self._followers(jobs)
+        # The jobs' results files to look at between two reads of their states (a local connection only); a file
+        # that says its job ended while async_status says otherwise is not looked at again (never a busy wait).
+        results_files = dict((index, jobs[index]["results_file"]) for index in waiting
+                             if self._local() and jobs[index].get("results_file"))
         started = time.monotonic()
         last_shown = started
         try:
             while waiting:
                 for index, jid in sorted(waiting.items()):
+                    said_ended = index in results_files and ended_locally(results_files[index])
                     status = self._status(jid, task_vars)
                     if status.get("finished"):  # also a job that cannot be found or read: failed and finished
                         entries[index] = dict(status, node=job_node(jobs[index]), ansible_job_id=jid, finished=True)
                         del waiting[index]
+                        results_files.pop(index, None)
                         if index in followers:
                             followers.pop(index).finish()
+                    elif said_ended:
+                        del results_files[index]
                 if not waiting:
                     break
                 elapsed = time.monotonic() - started
@@ -116,7 +158,7 @@ class ActionModule(ActionBase):
                         "" if len(waiting) == 1 else "s",
                         ", ".join(str(job_node(jobs[i]) or jid) for i, jid in sorted(waiting.items())), int(elapsed)))
                     last_shown = time.monotonic()
-                time.sleep(args["poll"])
+                self._pause(args["poll"], list(results_files.values()))
         finally:
             for follower in followers.values():
                 follower.finish()

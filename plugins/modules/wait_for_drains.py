@@ -21,7 +21,9 @@ description:
     on the controller (connection C(local), as with C(delegate_to=localhost)); otherwise a line every 10 seconds
     names the drains still running.
   - Each job's state is read with Ansible's own C(async_status) module, once every O(poll) seconds per job still
-    running.
+    running. With connection C(local) the jobs' results files are on the controller, and between two reads the
+    wait looks at them every 0.2 seconds, reading a job's state as soon as its file says it ended: the task ends
+    with the last drain, not up to O(poll) seconds after it.
   - The task fails when any drain failed, with every job's result in RV(results); use C(ignore_errors) to go on
     with the drains that succeeded.
   - This is an action plugin; it runs on the controller and reaches the jobs through the task's connection.

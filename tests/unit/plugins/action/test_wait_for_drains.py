@@ -115,3 +115,96 @@ def test_the_async_directory_is_worked_out_once_for_all_polls():
         plugin._status("j1", {})
     assert expanded == ["~/.ansible_async"]
     assert [a["_async_dir"] for a in executed] == ["/home/ops/.ansible_async"] * 3
+
+
+class Sleeps:
+    """time.sleep of the action plugin, recording how long the wait would have slept."""
+
+    def __init__(self):
+        self.seconds = []
+
+    def __call__(self, seconds):
+        self.seconds.append(seconds)
+
+
+def test_a_local_job_is_read_as_soon_as_its_results_file_says_it_ended(monkeypatch, tmp_path):
+    """The first read finds the job running; it ends then (async_wrapper writes its result over the start
+    record). The wait reads the state again at its next look at the file, long before ``poll``."""
+    from ansible_collections.kubevirt_ops.maintenance.plugins.action import wait_for_drains
+
+    sleeps = Sleeps()
+    monkeypatch.setattr(wait_for_drains.time, "sleep", sleeps)
+    results_file = tmp_path / "j1"
+    results_file.write_text('{"started": true, "finished": false, "ansible_job_id": "j1"}')
+    reads = []
+
+    def status(jid, task_vars):
+        reads.append(jid)
+        if len(reads) == 1:
+            results_file.write_text('{"changed": true, "phase": "Succeeded"}')
+            return {"ansible_job_id": jid, "started": 1, "finished": 0}
+        return {"ansible_job_id": jid, "changed": True, "phase": "Succeeded", "finished": 1}
+
+    job = dict(started("worker-1", "j1"), results_file=str(results_file))
+    plugin = action({"jobs": [job], "poll": 600})
+    plugin._status = status
+    result = plugin.run(task_vars={})
+    assert reads == ["j1", "j1"]
+    assert result["results"][0]["phase"] == "Succeeded" and not result.get("failed")
+    assert sum(sleeps.seconds) < 600  # it did not wait out the poll period
+
+
+def test_a_results_file_that_says_ended_while_the_state_does_not_is_not_trusted(monkeypatch, tmp_path):
+    """A results file async_status does not agree with (another async directory, for example) is not looked at
+    again: the wait falls back to one read per ``poll``, and never spins."""
+    from ansible_collections.kubevirt_ops.maintenance.plugins.action import wait_for_drains
+
+    sleeps = Sleeps()
+    monkeypatch.setattr(wait_for_drains.time, "sleep", sleeps)
+    monkeypatch.setattr(wait_for_drains.time, "monotonic", iter(range(0, 100000, 1)).__next__)
+    results_file = tmp_path / "j1"
+    results_file.write_text('{"changed": true}')
+    reads = []
+
+    def status(jid, task_vars):
+        reads.append(jid)
+        return {"ansible_job_id": jid, "started": 1, "finished": int(len(reads) == 3)}
+
+    job = dict(started("worker-1", "j1"), results_file=str(results_file))
+    plugin = action({"jobs": [job], "poll": 5})
+    plugin._status = status
+    plugin.run(task_vars={})
+    assert reads == ["j1", "j1", "j1"]
+    assert sleeps.seconds and all(s > wait_for_drains.LOCAL_LOOK for s in sleeps.seconds), sleeps.seconds
+
+
+def test_the_results_file_of_a_remote_job_is_not_looked_at(monkeypatch, tmp_path):
+    """Over another connection the results file is on the managed node: only async_status reads it."""
+    from ansible_collections.kubevirt_ops.maintenance.plugins.action import wait_for_drains
+
+    looked = []
+    monkeypatch.setattr(wait_for_drains, "ended_locally", lambda path: looked.append(path) or True)
+    reads = []
+
+    def status(jid, task_vars):
+        reads.append(jid)
+        return {"ansible_job_id": jid, "started": 1, "finished": int(len(reads) == 2)}
+
+    job = dict(started("worker-1", "j1"), results_file=str(tmp_path / "j1"))
+    plugin = action({"jobs": [job], "poll": 0.01}, transport="ssh")
+    plugin._status = status
+    plugin.run(task_vars={})
+    assert looked == [] and reads == ["j1", "j1"]
+
+
+def test_ended_locally_reads_a_results_file_as_async_status_does(tmp_path):
+    from ansible_collections.kubevirt_ops.maintenance.plugins.action.wait_for_drains import ended_locally
+
+    path = tmp_path / "j1"
+    assert not ended_locally(str(path))  # not there (yet)
+    path.write_text("")
+    assert not ended_locally(str(path))  # being written
+    path.write_text('{"started": 1, "finished": 0, "ansible_job_id": "j1"}')
+    assert not ended_locally(str(path))
+    path.write_text('{"failed": true, "msg": "boom"}')
+    assert ended_locally(str(path))
