@@ -893,8 +893,10 @@ def test_two_nodes_of_one_zone_at_a_time(lab, k8s, namespace, tmp_path, lock_nam
     more than two; KubeVirt's migration limits hold and every VM runs afterwards."""
     held_pods, release = held_pod
     vm_safety = safety.VmSafety(k8s)
+    # A TTL the batches' drain, Ready and verify timeouts cannot outlast with two minutes to spare (300 + 120 + 180
+    # + 120 s): renewed before each batch.
     extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=WORKERS, rolling_maintenance_max_parallel=2,
-                      rolling_maintenance_failure_domain=ZONE)
+                      rolling_maintenance_failure_domain=ZONE, rolling_maintenance_lock_ttl=720)
     outcome = {}
     moves = VmiMoves(k8s, namespace)
     with safety.PdbWatcher(k8s) as budgets, safety.ParallelWatcher(k8s, WORKERS, ZONE) as parallel:
@@ -912,6 +914,7 @@ def test_two_nodes_of_one_zone_at_a_time(lab, k8s, namespace, tmp_path, lock_nam
             moves.stop()
     run = outcome["run"]
     assert run.returncode == 0, run.output[-4000:]
+    assert task_statuses(run, "Renew the cluster lock before the batch") == ["ok", "ok"]
     assert_no_move_within_a_batch(moves)
     assert "lab-worker-1 + lab-worker-3, then lab-worker-2 + lab-worker-4 (up to 2 at once" in run.output
     assert "entering maintenance together: lab-worker-1, lab-worker-3" in run.output
@@ -940,12 +943,14 @@ def test_two_nodes_of_one_zone_at_a_time(lab, k8s, namespace, tmp_path, lock_nam
 
 def test_a_failure_in_a_batch_finishes_the_batch_and_starts_no_other(lab, k8s, namespace, tmp_path, lock_name,
                                                                    zones, task_files, four_vms, workers_back):
+    # A TTL that outlasts the first batch, taken a moment ago: not renewed before it (the second is not started).
     extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=WORKERS, rolling_maintenance_max_parallel=2,
                       rolling_maintenance_failure_domain=ZONE, rolling_maintenance_node_tasks=task_files["failing"],
-                      fail_on_node="lab-worker-1")
+                      fail_on_node="lab-worker-1", rolling_maintenance_lock_ttl=3600)
     with safety.ParallelWatcher(k8s, WORKERS, ZONE) as parallel:
         run = runs.playbook(lab.kubeconfig, PLAYBOOK, extra)
     assert run.returncode != 0
+    assert task_statuses(run, "Renew the cluster lock before the batch") == ["skipped", "skipped"]
     final = failure_messages(run)[-1]
     assert "Done: lab-worker-3." in final, final
     assert "Failed and left cordoned (in maintenance): lab-worker-1." in final
