@@ -22,7 +22,7 @@ description:
     names the drains still running.
   - Each job's state is read with Ansible's own C(async_status) module, once every O(poll) seconds per job still
     running. With connection C(local) the jobs' results files are on the controller, and between two reads the
-    wait looks at them every 0.2 seconds, reading a job's state as soon as its file says it ended: the task ends
+    wait looks at them every 0.2 seconds, reading a job's state as soon as its file says it ended, so the task ends
     with the last drain, not up to O(poll) seconds after it.
   - The task fails when any drain failed, with every job's result in RV(results); use C(ignore_errors) to go on
     with the drains that succeeded.
