@@ -563,7 +563,7 @@ def _scale_how(scale):
     if scale.get("load_average_before"):
         how.append("with the machine's load average at "
                    f"{', '.join(_fmt(x) for x in scale['load_average_before'])} (1, 5, 15 min) "
-                   "before the runs (other work on the 2 cores)")
+                   "before the runs (the lab's own work on the 2 cores included)")
     return how
 
 
