@@ -16,7 +16,16 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 USER_AGENT = "kubevirt-ops-bench/1"
-_CONTINUE = re.compile(rb'"continue":"([^"]+)"')
+# A list page's continue token: in the ListMeta before the items of a built-in kind's list, and after them in
+# a custom resource's (the API server writes those with their keys sorted: apiVersion, items, kind, metadata).
+_CONTINUE_HEAD = re.compile(rb'^\{[^\[]*?"metadata":\{[^{}]*?"continue":"([^"\\]+)"')
+_CONTINUE_TAIL = re.compile(rb'"metadata":\{[^{}]*?"continue":"([^"\\]+)"[^{}]*\}\}\s*$')
+
+
+def continue_token(page):
+    """The continue token of a raw list page (bytes), or None on its last page."""
+    found = _CONTINUE_HEAD.search(page[:4096]) or _CONTINUE_TAIL.search(page[-4096:])
+    return found.group(1).decode() if found else None
 
 # kind -> (API prefix, plural, namespaced)
 RESOURCES = {
@@ -134,8 +143,7 @@ class Kube:
             if not 200 <= resp.status < 300:
                 raise ApiError(resp.status, resp.data.decode("utf-8", "replace"), "GET", path_of(kind))
             pages, size = pages + 1, size + len(resp.data)
-            found = _CONTINUE.search(resp.data[:4096])
-            token = found.group(1).decode() if found else None
+            token = continue_token(resp.data)
             if not token:
                 return pages, size
 
