@@ -27,6 +27,7 @@ def continue_token(page):
     found = _CONTINUE_HEAD.search(page[:4096]) or _CONTINUE_TAIL.search(page[-4096:])
     return found.group(1).decode() if found else None
 
+
 # kind -> (API prefix, plural, namespaced)
 RESOURCES = {
     "Namespace": ("/api/v1", "namespaces", False),
