@@ -99,6 +99,12 @@ class Run:
         """Every task result of the run: [(task name without its role prefix, host result dict)]."""
         return [(line["name"], line["result"]) for line in self.lines]
 
+    def statuses(self, name):
+        """The statuses of the results of the task ``name`` (without its role prefix), in order: ok, changed (an ok
+        result that changed), skipped, failed or unreachable."""
+        return ["changed" if line["status"] == "ok" and line["result"].get("changed") else line["status"]
+                for line in self.lines if line["name"] == name]
+
     def failures(self):
         return [(line["name"], line["result"]) for line in self.lines
                 if line["status"] in ("failed", "unreachable") and not line.get("ignore_errors")]

@@ -136,6 +136,9 @@ def in_service(k8s, name):
     return not node.spec.unschedulable and "medik8s.io/drain" not in taints
 
 
+TAINTS_OFF_TASK = "Take the preference taints off the nodes still to do"
+
+
 def failure_messages(run):
     return [result.get("msg", "") for _task, result in run.failures()]
 
@@ -568,7 +571,7 @@ def rolling_with_a_favourite_still_to_do(lab, k8s, namespace, tmp_path, lock_nam
     for node in client.CoreV1Api(k8s).list_node().items:
         assert PENDING_TAINT not in [t.key for t in node.spec.taints or []], node.metadata.name
     # Each node's drain took its taint off: the end of the run has none left to take off.
-    assert task_statuses(run, TAINTS_OFF_TASK) == ["skipped"]
+    assert run.statuses(TAINTS_OFF_TASK) == ["skipped"]
     return moves, report_of(tmp_path)
 
 
@@ -628,16 +631,13 @@ def test_the_lock_is_renewed_before_a_node_only_when_its_ttl_would_not_outlast_t
                                                                                          lock_name, workers_back):
     """Drain 300 + Ready 120 + verify 180 + 120 s to spare = 720 s: a TTL of 720 s needs renewing before every
     node, one of 3600 s taken a moment ago does not (and outlasts both nodes)."""
-    def renewals(run):
-        return [line["status"] for line in run.lines if line["name"].endswith("Renew the cluster lock before the node")]
-
     with WebhookReceiver() as receiver:
         hooks = [{"url": receiver.base + "/slack/T0/s3cret", "format": "slack"}, {"url": receiver.base + "/json"}]
         tight = runs.playbook(lab.kubeconfig, PLAYBOOK, base_vars(
             tmp_path / "tight", lock_name, rolling_maintenance_nodes=["lab-worker-1", "lab-worker-2"],
             rolling_maintenance_lock_ttl=720, rolling_maintenance_notify_webhooks=hooks))
     assert tight.returncode == 0, failure_messages(tight)
-    assert renewals(tight) == ["ok", "ok"]
+    assert tight.statuses("Renew the cluster lock before the node") == ["ok", "ok"]
     # The webhooks were told, in order, with the right nodes; the Slack one got its text only.
     told = receiver.bodies("/json")
     assert [(m["event"], m["node"]) for m in told] == [
@@ -664,7 +664,7 @@ def test_the_lock_is_renewed_before_a_node_only_when_its_ttl_would_not_outlast_t
             tmp_path / "roomy", lock_name, rolling_maintenance_nodes=["lab-worker-1", "lab-worker-2"],
             rolling_maintenance_lock_ttl=3600, rolling_maintenance_notify_webhooks=[{"url": down.base + "/json"}]))
     assert roomy.returncode == 0, failure_messages(roomy)
-    assert renewals(roomy) == ["skipped", "skipped"]
+    assert roomy.statuses("Renew the cluster lock before the node") == ["skipped", "skipped"]
     told = [(name, result) for name, result in roomy.results() if name.startswith("Tell the webhooks")]
     assert [name for name, _r in told] == ["Tell the webhooks the run starts"] + [
         "Tell the webhooks how the node ended"] * 2 + ["Tell the webhooks how the run ended"], told
@@ -711,15 +711,6 @@ def test_lock_of_a_run_stops_node_maintenance_by_hand_but_not_the_run(lab, k8s, 
 
 
 # -- health gate -------------------------------------------------------------------------------
-
-TAINTS_OFF_TASK = "Take the preference taints off the nodes still to do"
-
-
-def task_statuses(run, name):
-    """The statuses of the run's results of the task ``name``, in order (changed for a result that changed)."""
-    return ["changed" if line["status"] == "ok" and line["result"].get("changed") else line["status"]
-            for line in run.lines if line["name"] == name]
-
 
 def drained_nodes(run):
     """The nodes the run put into maintenance, from its 'Enter maintenance' results."""
@@ -773,7 +764,7 @@ def test_health_gate_passes_after_tries_then_stops_the_run_before_the_next_node(
             "\"rolling_maintenance_node_selector\": \"\"}'") in final, final
     assert all(in_service(k8s, name) for name in WORKERS)
     # The nodes not started kept their taints until the end of the run took them off.
-    assert task_statuses(run, TAINTS_OFF_TASK) == ["changed"]
+    assert run.statuses(TAINTS_OFF_TASK) == ["changed"]
     for node in client.CoreV1Api(k8s).list_node().items:
         assert PENDING_TAINT not in [t.key for t in node.spec.taints or []], node.metadata.name
     assert not lease(k8s, lock_name).spec.holder_identity
@@ -914,7 +905,7 @@ def test_two_nodes_of_one_zone_at_a_time(lab, k8s, namespace, tmp_path, lock_nam
             moves.stop()
     run = outcome["run"]
     assert run.returncode == 0, run.output[-4000:]
-    assert task_statuses(run, "Renew the cluster lock before the batch") == ["ok", "ok"]
+    assert run.statuses("Renew the cluster lock before the batch") == ["ok", "ok"]
     assert_no_move_within_a_batch(moves)
     assert "lab-worker-1 + lab-worker-3, then lab-worker-2 + lab-worker-4 (up to 2 at once" in run.output
     assert "entering maintenance together: lab-worker-1, lab-worker-3" in run.output
@@ -950,7 +941,7 @@ def test_a_failure_in_a_batch_finishes_the_batch_and_starts_no_other(lab, k8s, n
     with safety.ParallelWatcher(k8s, WORKERS, ZONE) as parallel:
         run = runs.playbook(lab.kubeconfig, PLAYBOOK, extra)
     assert run.returncode != 0
-    assert task_statuses(run, "Renew the cluster lock before the batch") == ["skipped"]
+    assert run.statuses("Renew the cluster lock before the batch") == ["skipped"]
     final = failure_messages(run)[-1]
     assert "Done: lab-worker-3." in final, final
     assert "Failed and left cordoned (in maintenance): lab-worker-1." in final
