@@ -40,8 +40,19 @@ AGGREGATED_DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupD
 # Writes ``update_guarded`` makes before it gives up on an object that keeps changing.
 GUARDED_ATTEMPTS = 5
 
-# A list's continue token, read from the start of the raw page (ListMeta precedes the items).
+# A list's continue token, read from the raw page: in the ListMeta before the items of a built-in kind's list,
+# and after them in a custom resource's (the API server writes those with their keys sorted: apiVersion, items,
+# kind, metadata), where only the list's own flat metadata closes the page.
 _CONTINUE = re.compile(br'^\{[^\[]*?"metadata":\{[^{}]*?"continue":"([^"\\]*)"')
+_CONTINUE_LAST = re.compile(br'"metadata":\{[^{}]*?"continue":"([^"\\]*)"[^{}]*\}\}\s*$')
+
+
+def continue_token(raw):
+    """The continue token of a raw list page, None on its last page (or where it is not found undecoded)."""
+    match = _CONTINUE.match(raw) or _CONTINUE_LAST.search(raw[-4096:])
+    return match.group(1).decode("ascii") if match and match.group(1) else None
+
+
 # An object's managedFields (the last key of its metadata, straight before "spec"), for lists
 # whose transform drops them anyway: about a third of a pod's JSON, not worth decoding. The
 # match cannot leave the object: managedFields hold no brackets, every object outside them does.
@@ -110,12 +121,12 @@ class KubeClient(ApiTransport):
         try:
             raw = fetch(None)
             while True:
-                match = _CONTINUE.match(raw)
+                token = continue_token(raw)
                 ahead = None
-                if match:
+                if token:
                     if ahead_pool is None:
                         ahead_pool = ThreadPoolExecutor(1)
-                    ahead = ahead_pool.submit(fetch, match.group(1).decode("ascii"))
+                    ahead = ahead_pool.submit(fetch, token)
                 if drop_managed_fields:
                     raw = _MANAGED_FIELDS_SORTED.sub(b"", _MANAGED_FIELDS.sub(b"}", raw))
                 data = json.loads(raw) if raw else {}
@@ -129,8 +140,8 @@ class KubeClient(ApiTransport):
                         ahead.cancel()
                     return items, meta.get("resourceVersion")
                 data = page = None
-                # The token was not where it is expected (another server's formatting): fetch in turn.
-                raw = ahead.result() if ahead is not None else fetch(cont)
+                # The token was not found undecoded (another server's formatting), or not the one decoded: in turn.
+                raw = ahead.result() if ahead is not None and token == cont else fetch(cont)
         finally:
             if ahead_pool is not None:
                 ahead_pool.shutdown(wait=True)

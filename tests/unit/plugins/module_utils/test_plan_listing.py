@@ -5,6 +5,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fake_apiserver import FakeResponse, fake_client
 
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.client import continue_token
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import snapshot as plan
 
 
@@ -125,3 +126,16 @@ def test_equal_parts_of_pods_are_kept_once():
     requests = plan._requests(a)
     assert requests is plan._requests(b)
     assert abs(requests["cpu"] - 0.01) < 1e-9 and requests["memory"] == 16 * 2 ** 20 and requests["pods"] == 1.0
+
+
+def test_the_next_page_is_found_up_front_in_both_layouts():
+    """The token a page is fetched ahead with: before the items of a built-in kind's list, after them in a custom
+    resource's (sorted keys); none on the last page, whatever its layout."""
+    pods = [_pod(i, "n-1") for i in range(5)]
+    for sorted_keys in (False, True):
+        first = _PagingPool(pods, 2, sorted_keys=sorted_keys).request("GET", "https://x/api/v1/pods?limit=2",
+                                                                       preload_content=False)
+        last = _PagingPool(pods, 2, sorted_keys=sorted_keys).request("GET", "https://x/api/v1/pods?limit=2&continue=4",
+                                                                      preload_content=False)
+        assert continue_token(first.read()) == "2", sorted_keys
+        assert continue_token(last.read()) is None, sorted_keys
