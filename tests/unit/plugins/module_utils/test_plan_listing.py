@@ -133,9 +133,9 @@ def test_the_next_page_is_found_up_front_in_both_layouts():
     resource's (sorted keys); none on the last page, whatever its layout."""
     pods = [_pod(i, "n-1") for i in range(5)]
     for sorted_keys in (False, True):
-        first = _PagingPool(pods, 2, sorted_keys=sorted_keys).request("GET", "https://x/api/v1/pods?limit=2",
-                                                                       preload_content=False)
-        last = _PagingPool(pods, 2, sorted_keys=sorted_keys).request("GET", "https://x/api/v1/pods?limit=2&continue=4",
-                                                                      preload_content=False)
+        pool = _PagingPool(pods, 2, sorted_keys=sorted_keys)
+        first = pool.request("GET", "https://x/api/v1/pods?limit=2", preload_content=False)
+        pool = _PagingPool(pods, 2, sorted_keys=sorted_keys)
+        last = pool.request("GET", "https://x/api/v1/pods?limit=2&continue=4", preload_content=False)
         assert continue_token(first.read()) == "2", sorted_keys
         assert continue_token(last.read()) is None, sorted_keys
