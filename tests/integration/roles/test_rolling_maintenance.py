@@ -883,7 +883,7 @@ def test_two_nodes_of_one_zone_at_a_time(lab, k8s, namespace, tmp_path, lock_nam
     """max_parallel 2 by zone: both nodes of a zone are drained together, never nodes of two zones, never
     more than two; KubeVirt's migration limits hold and every VM runs afterwards."""
     held_pods, release = held_pod
-    vm_safety = safety.VmSafety(k8s)
+    vm_safety = safety.VmSafety(k8s, [namespace])
     # A TTL the batches' drain, Ready and verify timeouts cannot outlast with two minutes to spare (300 + 120 + 180
     # + 120 s): renewed before each batch.
     extra = base_vars(tmp_path, lock_name, rolling_maintenance_nodes=WORKERS, rolling_maintenance_max_parallel=2,
@@ -920,7 +920,8 @@ def test_two_nodes_of_one_zone_at_a_time(lab, k8s, namespace, tmp_path, lock_nam
     assert parallel.mixed_domains == []
     assert 0 < parallel.most_migrations <= 5  # parallelMigrationsPerCluster, KubeVirt's default
     assert budgets.violations == []
-    vm_safety.verify()
+    vms = vm_safety.verify()
+    assert vms.problems == [] and vms.migrated, vms
     assert all(in_service(k8s, name) for name in WORKERS)
     report = report_of(tmp_path)
     assert report["status"] == "succeeded"
@@ -1003,7 +1004,7 @@ def test_host_based_play_runs_a_batch_on_its_hosts_at_the_same_time(lab, k8s, na
     """The host-based playbook with max_parallel 2 by zone: the play's serial batches are the preflight's
     (hosts in the run's order, not the inventory's), both nodes of a zone are out together and never
     nodes of two zones, and the node tasks of a batch's hosts run at the same time."""
-    vm_safety = safety.VmSafety(k8s)
+    vm_safety = safety.VmSafety(k8s, [namespace])
     extra = base_vars(tmp_path, lock_name, rolling_maintenance_target="workers", rolling_maintenance_max_parallel=2,
                       rolling_maintenance_failure_domain=ZONE, rolling_maintenance_node_tasks=task_files["ok"],
                       node_task_seconds=6)
@@ -1027,7 +1028,8 @@ def test_host_based_play_runs_a_batch_on_its_hosts_at_the_same_time(lab, k8s, na
     assert ["lab-worker-2", "lab-worker-4"] in parallel.cordoned_sets
     assert parallel.mixed_domains == []
     assert budgets.violations == []
-    vm_safety.verify()
+    vms = vm_safety.verify()
+    assert vms.problems == [] and vms.migrated, vms
     assert all(in_service(k8s, name) for name in WORKERS)
     assert not lease(k8s, lock_name).spec.holder_identity
     report = report_of(tmp_path)
