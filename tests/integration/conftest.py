@@ -5,15 +5,17 @@ ApiClient), ``namespace`` (a fresh namespace per test). ``run_module`` runs one 
 this collection through ``ansible`` exactly as a user would, and returns its result.
 """
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 pytest_plugins = ["lab.pytest_plugin"]
-
 
 
 def pytest_addoption(parser):
@@ -30,6 +32,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # KUBEVIRT_OPS_ANSIBLE_BIN names (make integration-core-<X.Y>: the oldest and newest ansible-core).
 BIN = os.environ.get("KUBEVIRT_OPS_ANSIBLE_BIN") or os.path.dirname(sys.executable)
 PYTHON = os.path.join(BIN, "python")
+# The temporary directory of the ansible processes the tests start: a module process killed with its playbook
+# (the kill tests) leaves its AnsiballZ payload behind, here rather than in the machine's /tmp. Gone at exit.
+# One per test process, whichever copy of this file makes it (tests/integration/runs.py loads it too).
+ANSIBLE_TMPDIR = os.environ.get("KVOPS_TEST_ANSIBLE_TMPDIR") or ""
+if not ANSIBLE_TMPDIR:
+    ANSIBLE_TMPDIR = os.environ["KVOPS_TEST_ANSIBLE_TMPDIR"] = tempfile.mkdtemp(prefix="kvops-ansible-tmp-")
+    atexit.register(shutil.rmtree, ANSIBLE_TMPDIR, True)
 
 
 def ansible_env(kubeconfig, extra=None):
@@ -44,6 +53,7 @@ def ansible_env(kubeconfig, extra=None):
         "ANSIBLE_PYTHON_INTERPRETER": PYTHON,
         "K8S_AUTH_KUBECONFIG": kubeconfig,
         "PATH": BIN + os.pathsep + env.get("PATH", ""),
+        "TMPDIR": ANSIBLE_TMPDIR,
     })
     env.update(extra or {})
     return env

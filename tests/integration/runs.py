@@ -40,6 +40,8 @@ def _integration_conftest():
 
 
 BIN = _integration_conftest().BIN
+# The temporary directory of the ansible processes the tests start (AnsiballZ payloads, drain progress files).
+ANSIBLE_TMPDIR = _integration_conftest().ANSIBLE_TMPDIR
 # The marks of maintenance on a node, as the collection sets them; a NodeMaintenance of either API group.
 MAINTENANCE_TAINT_KEYS = tuple(t["key"] for t in MAINTENANCE_TAINTS + (PENDING_TAINT,))
 NODE_MAINTENANCE_GROUPS = ("nodemaintenance.medik8s.io", "nodemaintenance.kubevirt.io")

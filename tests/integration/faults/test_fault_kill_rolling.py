@@ -20,7 +20,6 @@ test_fault_lock_holder_dies.py.)
 import glob
 import json
 import os
-import tempfile
 import time
 
 import pytest
@@ -376,7 +375,7 @@ def progress_files_of(pids):
             pass
         except PermissionError:
             continue
-        files += glob.glob(os.path.join(tempfile.gettempdir(), "kubevirt-ops-progress-%d-*.log" % pid))
+        files += glob.glob(os.path.join(runs.ANSIBLE_TMPDIR, "kubevirt-ops-progress-%d-*.log" % pid))
     return sorted(files)
 
 
