@@ -454,6 +454,9 @@ def _vmi_view(vmi):
 class VmReport:
     def __init__(self):
         self.problems = []
+        # The problems that time may still mend (a VM that must run and does not, yet); the others are final (a VM
+        # gone, a VMI replaced without the operation saying so): no wait undoes them.
+        self.unsettled = []
         self.lost = []
         self.migrated = []
         self.restarted = []
@@ -488,7 +491,8 @@ class VmSafety:
                     for key, vm in vms.items())
 
     def verify(self, shut_down=(), stopped=(), timeout=180):
-        """Wait (up to ``timeout``) until every VM is safe; return a VmReport.
+        """Wait (up to ``timeout``) until every VM is safe, or until what is wrong can no longer change (a VM
+        restarted behind the operation's back stays restarted); return a VmReport.
 
         ``shut_down``: VMs ((namespace, name) or 'namespace/name') the operation said it
         shut down or restarted; their VMI UID may change. ``stopped``: VMs the test
@@ -500,7 +504,7 @@ class VmSafety:
 
         def settled():
             report["value"] = self._check(self._read(), shut_down, stopped)
-            return not report["value"].problems
+            return not report["value"].unsettled
 
         try:
             wait_for(settled, timeout, "every VM to be safe", interval=1.0)
@@ -524,8 +528,10 @@ class VmSafety:
             must_run = new["run_strategy"] in RESTARTING_STRATEGIES
             running = bool(new_vmi and new_vmi["phase"] == "Running" and not new_vmi["deleting"])
             if must_run and not running:
-                report.problems.append("VirtualMachine %s (%s) is not running (VMI %s)" % (
-                    name, new["run_strategy"], new_vmi["phase"] if new_vmi else "absent"))
+                problem = "VirtualMachine %s (%s) is not running (VMI %s)" % (
+                    name, new["run_strategy"], new_vmi["phase"] if new_vmi else "absent")
+                report.problems.append(problem)
+                report.unsettled.append(problem)
                 report.lost.append(name)
                 continue
             if not old_vmi or old_vmi["phase"] in ("Succeeded", "Failed"):
