@@ -6,7 +6,6 @@ tell it apart from the peer being measured.
 """
 
 import json
-import re
 import ssl
 import threading
 import urllib.parse
@@ -16,17 +15,6 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 USER_AGENT = "kubevirt-ops-bench/1"
-# A list page's continue token: in the ListMeta before the items of a built-in kind's list, and after them in
-# a custom resource's (the API server writes those with their keys sorted: apiVersion, items, kind, metadata).
-_CONTINUE_HEAD = re.compile(rb'^\{[^\[]*?"metadata":\{[^{}]*?"continue":"([^"\\]+)"')
-_CONTINUE_TAIL = re.compile(rb'"metadata":\{[^{}]*?"continue":"([^"\\]+)"[^{}]*\}\}\s*$')
-
-
-def continue_token(page):
-    """The continue token of a raw list page (bytes), or None on its last page."""
-    found = _CONTINUE_HEAD.search(page[:4096]) or _CONTINUE_TAIL.search(page[-4096:])
-    return found.group(1).decode() if found else None
-
 
 # kind -> (API prefix, plural, namespaced)
 RESOURCES = {
@@ -134,8 +122,12 @@ class Kube:
 
     def read_list_raw(self, kind, limit=500):
         """(pages, bytes) of every object of ``kind``, page by page, the bodies read and dropped
-        undecoded: what the API server alone needs to serve the list. The continue token is near
-        the start of each page ({"kind":..,"metadata":{..,"continue":".."},"items":[..]})."""
+        undecoded: what the API server alone needs to serve the list. Each page's continue token is read
+        undecoded as the collection's pager reads it (module_utils/k8s/pages.py: before the items of a built-in
+        kind's list, after them in a custom resource's); imported here, so that ``--help`` and ``--render`` need
+        no collection path."""
+        from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.pages import continue_token
+
         pages, size, token = 0, 0, None
         while True:
             url = self.host + path_of(kind) + "?" + urllib.parse.urlencode(

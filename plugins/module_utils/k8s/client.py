@@ -32,6 +32,7 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.kinds
     SUBRESOURCE_APIS,
     resource_path,
 )
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.pages import continue_token
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.transport import ApiTransport
 
 # Every group's resources in one response (Kubernetes 1.30+); plain JSON from older servers.
@@ -39,19 +40,6 @@ AGGREGATED_DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupD
 
 # Writes ``update_guarded`` makes before it gives up on an object that keeps changing.
 GUARDED_ATTEMPTS = 5
-
-# A list's continue token, read from the raw page: in the ListMeta before the items of a built-in kind's list,
-# and after them in a custom resource's (the API server writes those with their keys sorted: apiVersion, items,
-# kind, metadata), where only the list's own flat metadata closes the page.
-_CONTINUE = re.compile(br'^\{[^\[]*?"metadata":\{[^{}]*?"continue":"([^"\\]*)"')
-_CONTINUE_LAST = re.compile(br'"metadata":\{[^{}]*?"continue":"([^"\\]*)"[^{}]*\}\}\s*$')
-
-
-def continue_token(raw):
-    """The continue token of a raw list page, None on its last page (or where it is not found undecoded)."""
-    match = _CONTINUE.match(raw) or _CONTINUE_LAST.search(raw[-4096:])
-    return match.group(1).decode("ascii") if match and match.group(1) else None
-
 
 # An object's managedFields (the last key of its metadata, straight before "spec"), for lists
 # whose transform drops them anyway: about a third of a pod's JSON, not worth decoding. The

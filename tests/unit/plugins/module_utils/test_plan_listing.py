@@ -5,7 +5,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fake_apiserver import FakeResponse, fake_client
 
-from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.client import continue_token
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.pages import continue_token
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.planning import snapshot as plan
 
 

@@ -1,9 +1,10 @@
-"""The benchmark's raw list reader finds a page's continue token where the API server writes it: before the
-items of a built-in kind's list, after them in a custom resource's (keys sorted)."""
+"""A raw list page's continue token (module_utils/k8s/pages.py, read by the client's pager and the benchmark's
+raw-list reference) is found where the API server writes it: before the items of a built-in kind's list, after
+them in a custom resource's (keys sorted)."""
 
 import json
 
-from bench.kube import continue_token
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.pages import continue_token
 
 
 def test_the_token_of_a_built_in_kinds_page_comes_before_its_items():
