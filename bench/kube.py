@@ -32,6 +32,7 @@ RESOURCES = {
     "VirtualMachineInstance": ("/apis/kubevirt.io/v1", "virtualmachineinstances", True),
     "VirtualMachineInstanceMigration": ("/apis/kubevirt.io/v1", "virtualmachineinstancemigrations", True),
     "KubeVirt": ("/apis/kubevirt.io/v1", "kubevirts", True),
+    "HyperConverged": ("/apis/hco.kubevirt.io/v1beta1", "hyperconvergeds", True),
     "NodeMaintenance": ("/apis/nodemaintenance.medik8s.io/v1beta1", "nodemaintenances", False),
 }
 

@@ -309,7 +309,7 @@ class KubectlRolling(Kubectl):
     key = "kubectl"
     label = "kubectl drain + uncordon loop"
 
-    def run_rolling(self, env, nodes):
+    def run_rolling(self, env, nodes, link_speed=""):
         k = f"{KUBECTL} --kubeconfig={env.kubeconfig}"
         script = "set -e\nfor node in " + " ".join(nodes) + "; do\n" \
             f"  {k} drain \"$node\" --ignore-daemonsets --delete-emptydir-data --force --timeout={env.timeout}s\n" \
@@ -327,7 +327,7 @@ class KubectlBmcRolling(Kubectl):
     key = "kubectl_bmc"
     label = "kubectl drain + curl Redfish restart + uncordon loop"
 
-    def run_rolling(self, env, nodes):
+    def run_rolling(self, env, nodes, link_speed=""):
         import tempfile
 
         from lab.machines import bmc as lab_bmc
@@ -388,14 +388,16 @@ class OursRole(Peer):
         if not (REPO / "roles" / "rolling_maintenance" / "tasks" / "main.yml").exists():
             raise Unavailable("roles/rolling_maintenance/tasks/main.yml does not exist yet")
 
-    def run_rolling(self, env, nodes):
+    def run_rolling(self, env, nodes, link_speed=""):
+        """``link_speed``: each node's migration link, bytes per second, for the preflight of raised limits."""
         import tempfile
 
         report_dir = tempfile.mkdtemp(prefix="bench-rolling-report-")
         extra = {"bench_nodes": nodes, "bench_report_dir": report_dir, "bench_drain_timeout": env.timeout,
                  "bench_method": self.method, "bench_max_parallel": self.max_parallel,
                  "bench_failure_domain": self.failure_domain, "bench_reboot": self.reboot,
-                 "bench_migration_limits": self.limits}
+                 "bench_migration_limits": self.limits,
+                 "bench_migration_link_speed": link_speed if self.limits else ""}
         inventories = ["-i", "localhost,"]
         if self.reboot == "bmc":
             inventories += ["-i", str(LabPaths(env.lab_dir).bmc_inventory)]
