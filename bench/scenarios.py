@@ -472,9 +472,10 @@ def migration_link(ctx, scenario):
     if not scenario.link_multiple:
         yield
         return
-    before = migration_configuration(kubevirt_cr(ctx.kube)).get("bandwidthPerMigration")
-    if scenario.migration_bandwidth:
-        _set_bandwidth(ctx.kube, scenario.migration_bandwidth)
+    set_bandwidth = _bandwidth_setter(ctx.kube) if scenario.migration_bandwidth else None
+    if set_bandwidth:
+        before = migration_configuration(kubevirt_cr(ctx.kube)).get("bandwidthPerMigration")
+        set_bandwidth(scenario.migration_bandwidth)
     try:
         settings = migration_settings(kubevirt_cr(ctx.kube), ctx.lab_dir)
         link = int(settings["bandwidth_bytes_per_second"] * scenario.link_multiple)
@@ -484,25 +485,34 @@ def migration_link(ctx, scenario):
     finally:
         ctx.kube.patch("KubeVirt", KUBEVIRT[1], {"metadata": {"annotations": {LINK_ANNOTATION: None}}},
                        namespace=KUBEVIRT[0])
-        if scenario.migration_bandwidth:
-            _set_bandwidth(ctx.kube, before)
+        if set_bandwidth:
+            set_bandwidth(before)
 
 
-def _set_bandwidth(kube, value):
-    """The cluster's ``bandwidthPerMigration`` (None: unset) where its owner keeps it: the HyperConverged CR when
-    there is one (HCO builds the KubeVirt CR's migration settings from it and puts back any edit of them), else the
-    KubeVirt CR; then waits until the KubeVirt CR says it, so the scenario's figures are what they say."""
+def _bandwidth_setter(kube):
+    """A function setting the cluster's ``bandwidthPerMigration`` (None: unset) where its owner keeps it, found
+    once: the HyperConverged CR when there is one (HCO builds the KubeVirt CR's migration settings from it and
+    puts back any edit of them), else the KubeVirt CR. It waits until the KubeVirt CR says the value, so the
+    scenario's figures are what they say."""
     hcos = kube.list("HyperConverged")[0] if kube.served("HyperConverged") else []
     if hcos:
-        meta = hcos[0]["metadata"]
-        kube.patch("HyperConverged", meta["name"], {"spec": {"liveMigrationConfig": {"bandwidthPerMigration": value}}},
-                   namespace=meta["namespace"])
+        kind, meta = "HyperConverged", hcos[0]["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+
+        def body(value):
+            return {"spec": {"liveMigrationConfig": {"bandwidthPerMigration": value}}}
     else:
-        kube.patch("KubeVirt", KUBEVIRT[1],
-                   {"spec": {"configuration": {"migrations": {"bandwidthPerMigration": value}}}},
-                   namespace=KUBEVIRT[0])
-    w.wait_for(lambda: migration_configuration(kubevirt_cr(kube)).get("bandwidthPerMigration") == value, 60,
-               f"the KubeVirt CR's bandwidthPerMigration to be {value!r}")
+        kind, (namespace, name) = "KubeVirt", KUBEVIRT
+
+        def body(value):
+            return {"spec": {"configuration": {"migrations": {"bandwidthPerMigration": value}}}}
+
+    def set_bandwidth(value):
+        kube.patch(kind, name, body(value), namespace=namespace)
+        w.wait_for(lambda: migration_configuration(kubevirt_cr(kube)).get("bandwidthPerMigration") == value, 60,
+                   f"the KubeVirt CR's bandwidthPerMigration to be {value!r}")
+
+    return set_bandwidth
 
 
 def kubevirt_cr(kube):
