@@ -287,11 +287,16 @@ class EvacuatingKubeVirt:
     pod goes). Records the VMs asked, in order (``asked``), and the most evacuating at once (``most``). VMs named in
     ``failing`` never leave: each request adds a Failed migration and a Pending retry (KubeVirt backing off); VMs in
     ``stuck`` are marked but leave only once ``release``d. ``pod_lingers``: seconds the old pod stays after its
-    migration Succeeded (``asked_while_lingering`` counts the VMs asked meanwhile)."""
+    migration Succeeded (``asked_while_lingering`` counts the VMs asked meanwhile). ``source_pod_stays``: the old pod
+    stays on the node Succeeded, as KubeVirt leaves it until the VMI is deleted, and virt-api lets it be evicted
+    (``finished_refusal``: refused with this (status, message) instead)."""
 
-    def __init__(self, server, seconds=0.2, failing=(), stuck=(), pod_lingers=0.0):
+    def __init__(self, server, seconds=0.2, failing=(), stuck=(), pod_lingers=0.0, source_pod_stays=False,
+                 finished_refusal=None):
         self.server = server
         self.seconds = seconds
+        self.source_pod_stays = source_pod_stays
+        self.finished_refusal = finished_refusal
         self.failing = set(failing)
         self.stuck = set(stuck)
         self.pod_lingers = pod_lingers
@@ -306,6 +311,8 @@ class EvacuatingKubeVirt:
         name = target["metadata"]["name"]
         if not name.startswith("virt-launcher-"):
             return None
+        if (target.get("status") or {}).get("phase") == "Succeeded":
+            return self.finished_refusal  # not the pod its VMI runs in
         vmi_name = name[len("virt-launcher-"):].rsplit("-", 1)[0]
         with self.server.lock:
             if name not in self.evacuating and vmi_name not in self.asked:
@@ -360,6 +367,11 @@ class EvacuatingKubeVirt:
                 self.server._store("VirtualMachineInstance", "ns1", vmi_name, current, "MODIFIED")
             self.evacuating.discard(pod_name)
             self.lingering.discard(pod_name)
+            if self.source_pod_stays:
+                finished = copy.deepcopy(self.server.get("Pod", pod_name, "ns1"))
+                finished["status"]["phase"] = "Succeeded"
+                self.server._store("Pod", "ns1", pod_name, finished, "MODIFIED")
+                return
             gone = self.server.objects.pop(("Pod", "ns1", pod_name), None)
             if gone is not None:
                 self.server.rv += 1

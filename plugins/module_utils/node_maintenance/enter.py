@@ -23,6 +23,9 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.eng
 )
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import MaintenanceError, WaitTimeoutError
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.explain import explain_pending
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.finished_launchers import (
+    remove_finished_launchers,
+)
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.node_maintenance.result import vm_report
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import pods_permission
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.progress import percent
@@ -185,6 +188,8 @@ def _drain_report(module, result, plan, node, outcome, drainer, explanations, de
 # the operator finds the node cordoned and tainted as it would leave it itself (AddOrRemoveTaint and
 # RunCordonOrUncordon change nothing then, controllers/taint.go), takes its Lease medik8s-leases/node-<name>,
 # drains what is left and reports Succeeded, and the console shows the node in maintenance as with method cr.
+# What is left would be the finished virt-launcher pods of the migrated VMs, which the operator's drain evicts
+# and polls for once a second: they go first (drain/finished_launchers.py), so the operator finds them gone.
 
 def enter_cr_after_evacuation(module, result, plan, node, cr_kind, shutdown, options, deadline, progress,
                               owner=None, began=None):
@@ -208,6 +213,7 @@ def enter_cr_after_evacuation(module, result, plan, node, cr_kind, shutdown, opt
     if result["phase"] != "Succeeded":
         _drain_report(module, result, plan, node_after, outcome, drainer, explanations, deadline, progress)
         return outcome.timed_out
+    remove_finished_launchers(client, name, evacuation, deadline)
     kind, cr = _cr_to_follow(client, name, cr_kind, None, module.params.get("reason"), result, progress,
                              after="VMs evacuated")
     timed_out = _follow_cr(module, result, plan, kind, cr, deadline, progress, owner, evacuated=True)

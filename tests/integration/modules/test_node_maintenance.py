@@ -833,6 +833,9 @@ def test_auto_with_the_operator_evacuates_at_kubevirts_pace_then_the_cr_holds_th
     # Deployment's pod drained by the operator.
     (cr,) = [cr for _g, cr in node_maintenances(k8s) if cr["spec"]["nodeName"] == first]
     assert ours(cr) and cr["spec"]["reason"] == "paced" and cr["status"]["phase"] == "Succeeded", cr
+    # The migrated VMs' finished virt-launcher pods went before the NodeMaintenance came: the operator's drain
+    # found the Deployment's pod alone to evict.
+    assert cr["status"]["evictionPods"] == 1, cr["status"]
     lease = client.CoordinationV1Api(k8s).read_namespaced_lease("node-%s" % first, "medik8s-leases")
     assert lease.spec.holder_identity == "node-maintenance"
     assert ready_pods(k8s, namespace, "rest", first) == []

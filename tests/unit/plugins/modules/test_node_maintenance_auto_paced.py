@@ -179,6 +179,32 @@ def test_auto_evacuates_the_vms_at_kubevirts_pace_then_the_cr_drains_the_rest(ap
     assert run(node_maintenance, {"name": "worker-1", "state": "absent"}, capsys)["changed"] is False
 
 
+def test_the_finished_launcher_pods_of_migrated_vms_go_before_the_cr_comes(api, capsys):
+    """KubeVirt leaves each migrated VM's old virt-launcher pod Succeeded on the node; they are evicted, and gone,
+    before the NodeMaintenance is created, so the operator's drain finds only the other pods."""
+    EvacuatingKubeVirt(api, seconds=0.05, source_pod_stays=True)
+    operator = Operator(api)
+    result = run(node_maintenance, {"name": "worker-1", "wait_timeout": 60}, capsys)
+    assert result["phase"] == "Succeeded" and result["method"] == "cr", result
+    assert operator.created == 1 and operator.found == ["web-a", "web-b"]
+    finished = [key for key, status in api.evictions if status == 201]
+    assert sorted(finished) == ["ns1/virt-launcher-vm%d-abcde" % i for i in range(5)]
+    assert result["total_pods"] == 7 and result["pending_pods"] == []
+    assert sorted(v["name"] for v in result["vms"]["migrated"]) == ["vm%d" % i for i in range(5)]
+
+
+def test_finished_launcher_pods_refused_eviction_are_left_to_the_operator(api, capsys):
+    """Removing them first is only a speed-up: a refusal (no right to evict in their namespace, say) leaves them to
+    the operator's drain, and the maintenance goes on."""
+    EvacuatingKubeVirt(api, seconds=0.05, source_pod_stays=True,
+                       finished_refusal=(403, 'pods "x" is forbidden: cannot create resource "pods/eviction"'))
+    operator = Operator(api)
+    result = run(node_maintenance, {"name": "worker-1", "wait_timeout": 60}, capsys)
+    assert result["phase"] == "Succeeded" and result["method"] == "cr", result
+    assert operator.found == ["virt-launcher-vm%d-abcde" % i for i in range(5)] + ["web-a", "web-b"]
+    assert not [key for key, status in api.evictions if status == 201]
+
+
 def test_the_launcher_pods_of_evacuated_vms_the_operator_lists_are_no_vms_left(api, capsys, tmp_path):
     """The operator's first status lists the finished virt-launcher pods of the VMs that migrated before it came:
     the progress says they are pods to remove, but names no VM as still to leave the node."""
