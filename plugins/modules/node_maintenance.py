@@ -122,8 +122,10 @@ options:
       - When V(auto) chooses V(cr) and O(wait=true), the VMs leave first at KubeVirt's own pace and the
         NodeMaintenance comes after them. The node is cordoned, tainted, labelled and recorded as by V(drain), the
         virt-launcher pods are evicted as V(drain) evicts them (VMs that cannot migrate handled by O(non_migratable),
-        VMs with a C(restart_elsewhere) fate started again elsewhere), and then the NodeMaintenance is created and
-        followed until it is V(Succeeded). The operator finds the node already cordoned and tainted as it would do
+        VMs with a C(restart_elsewhere) fate started again elsewhere), the finished virt-launcher pods the
+        migrations left on the node are evicted and followed until gone (the operator would evict them and poll
+        once a second for their deletion; one it may not evict is left to it), and then the NodeMaintenance is
+        created and followed until it is V(Succeeded). The operator finds the node already cordoned and tainted as it would do
         it itself, drains the other pods, and takes its Lease C(medik8s-leases/node-<name>), so what the
         NodeMaintenance gives stays - the console's maintenance state, the Lease that keeps medik8s remediation
         away, a drain of the rest that goes on if this task dies. RV(method) is V(cr) and RV(method_reason) says
