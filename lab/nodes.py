@@ -142,7 +142,8 @@ def api_client(kubeconfig):
 
 
 def ensure(api, nodes, kubelet_version):
-    """Create the planned nodes that do not exist yet; return the names created."""
+    """Create the planned nodes that do not exist yet; return their names (created here, or registered since the
+    list by the kubelet of a machine booting)."""
     core = client.CoreV1Api(api)
     existing = {n.metadata.name for n in core.list_node().items}
     missing = [node for node in nodes if node.name not in existing]
@@ -154,7 +155,14 @@ def ensure(api, nodes, kubelet_version):
         body = manifest(node, kubelet_version)
         # The response is not deserialized: with hundreds of nodes that costs more than the
         # request itself.
-        result = core.create_node(body, _preload_content=False)
+        try:
+            result = core.create_node(body, _preload_content=False)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            # Registered since the list, with this same manifest, by the kubelet of its machine booting
+            # (lab/standins/machines.py ``boot``): there, as planned.
+            return node.name
         status = json.loads(result.data).get("status") or {}
         # Status sent with a create is kept today; should it ever be dropped, set it
         # explicitly, since kwok keeps whatever capacity the node already reports.
