@@ -31,9 +31,12 @@ help:
 
 venv: $(VENV)/.installed
 
+# Every virtualenv is built once per requirements file and interpreter into ~/.cache/kubevirt-ops-lab/venvs/
+# and linked here (tools/cached_venv.py), so a fresh clone on a machine that built them starts at once.
+CACHED_VENV := $(PYTHON) tools/cached_venv.py
+
 $(VENV)/.installed: requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(CACHED_VENV) --python $(PYTHON) --requirements requirements-dev.txt $(VENV)
 	touch $@
 
 # The collection as Ansible finds it: ansible_collections/kubevirt_ops/maintenance -> this repository.
@@ -169,9 +172,7 @@ FLOOR_VENV := .venv-floor
 FLOOR_BIN := $(CURDIR)/$(FLOOR_VENV)/bin
 
 $(FLOOR_VENV)/.installed: requirements-floor.txt
-	rm -rf $(FLOOR_VENV)
-	$(PYTHON) -m venv $(FLOOR_VENV)
-	$(FLOOR_BIN)/pip install --quiet --disable-pip-version-check -r requirements-floor.txt
+	$(CACHED_VENV) --python $(PYTHON) --requirements requirements-floor.txt $(FLOOR_VENV)
 	touch $@
 
 unit-floor: $(FLOOR_VENV)/.installed collection
@@ -200,9 +201,7 @@ SANITY_PATH := $(subst $(eval) ,,$(foreach v,$(SANITY_PYTHON_VERSIONS),$(patsubs
 
 .PRECIOUS: .venv-core%/.installed
 .venv-core%/.installed: tests/requirements/core-%.txt
-	rm -rf .venv-core$*
-	$(call core_python,$*) -m venv .venv-core$*
-	.venv-core$*/bin/pip install --quiet --disable-pip-version-check -r $<
+	$(CACHED_VENV) --python $(call core_python,$*) --requirements $< .venv-core$*
 	touch $@
 
 unit-core-%: .venv-core%/.installed collection
@@ -243,9 +242,7 @@ DOCS_VENV := .venv-docs
 DOCS_BIN := $(CURDIR)/$(DOCS_VENV)/bin
 
 $(DOCS_VENV)/.installed: tests/requirements/docs.txt
-	rm -rf $(DOCS_VENV)
-	$(PYTHON_3.11) -m venv $(DOCS_VENV)
-	$(DOCS_BIN)/pip install --quiet --disable-pip-version-check -r $<
+	$(CACHED_VENV) --python $(PYTHON_3.11) --requirements $< $(DOCS_VENV)
 	touch $@
 
 # The plugin docs and the roles' argument specs as the documentation site renders them.
