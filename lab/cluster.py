@@ -293,7 +293,7 @@ def restart(paths, name, down_for=0):
         with _locked(paths):
             settings = _require_settings(paths)
             processes.stop(paths, name, control_plane.STOP_GRACE)
-            nmo.ensure_running(paths, settings, say=say)
+            nmo.ensure_running(paths, settings, say=say, restarted=True)
         say(f"restarted {name}")
         return
     component = components.BY_NAME.get(name) or components.BY_NAME.get(f"kube-{name}")

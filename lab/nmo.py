@@ -178,9 +178,10 @@ def webhook_configuration_name():
     return NAME_PREFIX + _load_yaml(build_dir().module_file("webhook.yaml"))[0]["metadata"]["name"]
 
 
-def ensure_running(paths, settings, say=_say):
+def ensure_running(paths, settings, say=_say, restarted=False):
     """Build if needed, install the module's CRD and RBAC, start the operator, register
     its webhook; returns when it leads, runs its controller and serves the webhook.
+    ``restarted``: it served in this lab before (processes.start_restarting ``served_before``).
 
     Raises LabError with one sentence naming the operator and its log file.
     """
@@ -216,7 +217,8 @@ def ensure_running(paths, settings, say=_say):
         say(f"starting {NAME} {VERSION} (webhook on 127.0.0.1:{webhook_port})")
         # Restarted when it exits after it once served (its Deployment's pod would be), e.g. when
         # it loses its leader lease while the API server restarts.
-        record = processes.start_restarting(paths, NAME, argv, env=components.environment(settings))
+        record = processes.start_restarting(paths, NAME, argv, env=components.environment(settings),
+                                            served_before=restarted)
     webhook_port = int(_flag(record.argv, "--webhook-port"))
     probe = _flag(record.argv, "--health-probe-bind-address")
 

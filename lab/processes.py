@@ -22,7 +22,11 @@ START_MARKER = "===="
 # A component that runs as a Deployment's pod in a cluster is restarted when it exits after
 # it once started, as the kubelet would restart its container: virt-controller, for one, exits
 # on purpose when it loses its leader lease (an API server away longer than its renew
-# deadline). An exit before it first served ends the loop, so `lab up` reports the failure.
+# deadline). An exit before it first served ends the loop, so `lab up` reports the failure; a
+# component started again after it served (``lab restart``, a fault test's stop and start) is
+# restarted from the first exit on, as the kubelet restarts a crashed container whenever it ends:
+# the node-maintenance-operator v0.17.0, for one, may crash on a reconcile that comes before its
+# lease manager is set up (main.go's leaseManagerInitializer, started beside the controller).
 # Stopping the component signals the loop's whole process group, the loop included.
 _RESTART_LOOP = (
     'while :; do "$0" "$@"; rc=$?; [ -e "$LAB_STARTED_MARK" ] || exit $rc; '
@@ -64,12 +68,16 @@ def start(paths, name, argv, env=None, cwd=None):
     return record
 
 
-def start_restarting(paths, name, argv, env=None):
+def start_restarting(paths, name, argv, env=None, served_before=False):
     """Start ``argv`` as component ``name`` under the restart loop above; call
-    :func:`mark_started` once it serves, from then on it is restarted whenever it exits."""
+    :func:`mark_started` once it serves, from then on it is restarted whenever it exits.
+    ``served_before``: it served in this lab before (started again): restarted from the first exit on."""
     mark = _started_mark(paths, name)
     mark.parent.mkdir(parents=True, exist_ok=True)
-    mark.unlink(missing_ok=True)
+    if served_before:
+        mark.touch()
+    else:
+        mark.unlink(missing_ok=True)
     env = dict(os.environ if env is None else env, LAB_STARTED_MARK=str(mark), LAB_COMPONENT=name)
     return start(paths, name, ["sh", "-c", _RESTART_LOOP, *argv], env=env)
 

@@ -203,7 +203,7 @@ def _api_service_available(api_client):
     return any(c.type == "Available" and c.status == "True" for c in service.status.conditions or [])
 
 
-def _start(ctx, component, bin_dir, address, say):
+def _start(ctx, component, bin_dir, address, say, restarted=False):
     record = processes.tracked(ctx.paths, component)
     if record is None:
         where = f"{address}:{ctx.port(component)}" if component == VIRT_API else f"127.0.0.1:{ctx.port(component)}"
@@ -215,7 +215,8 @@ def _start(ctx, component, bin_dir, address, say):
         # (kubevirt pkg/virt-api/api.go, os.MkdirTemp) and never removes it; in the lab's own.
         env["TMPDIR"] = str(ctx.paths.tmp / component)
         (ctx.paths.tmp / component).mkdir(parents=True, exist_ok=True)
-        record = processes.start_restarting(ctx.paths, component, argv(ctx, component, bin_dir, address), env=env)
+        record = processes.start_restarting(ctx.paths, component, argv(ctx, component, bin_dir, address), env=env,
+                                            served_before=restarted)
 
     def serving():
         if not processes.is_running(record):
@@ -240,9 +241,10 @@ def _failure(ctx, component, reason):
 
 
 def start_one(ctx, component):
-    """Start one stopped component again (``python -m lab start virt-api``)."""
+    """Start one stopped component again (``python -m lab start virt-api``): it served before, so it is
+    restarted from its first exit on."""
     bin_dir = binaries.ensure(ctx.settings.kubevirt_version, ctx.paths.log("kubevirt-build"))
-    _start(ctx, component, bin_dir, ctx.settings.service_address, lambda m: None)
+    _start(ctx, component, bin_dir, ctx.settings.service_address, lambda m: None, restarted=True)
 
 
 def stop(paths, say):

@@ -41,3 +41,32 @@ def test_a_child_that_exits_right_after_a_look_is_still_reaped(monkeypatch):
         time.sleep(0.05)
     monkeypatch.undo()
     assert _state(child.pid) is None, "the ended child was left as a zombie"
+
+
+def _wait_for(predicate, what, timeout=20):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_component_that_served_before_is_restarted_from_its_first_exit(tmp_path):
+    """Started again after it served (``lab restart``), a component that crashes at once is started again, as the
+    kubelet restarts a crashed container; on its first start, the same crash ends the loop for ``lab up`` to
+    report."""
+    from lab.paths import LabPaths
+
+    paths = LabPaths(tmp_path)
+    crash = ["sh", "-c", "echo run; exit 3"]
+    first = processes.start_restarting(paths, "crasher", crash)
+    _wait_for(lambda: not processes.is_running(first), "the first start to end with the crash")
+    assert "exited with 3: restarting" not in paths.log("crasher").read_text()
+
+    again = processes.start_restarting(paths, "crasher", crash, served_before=True)
+    try:
+        _wait_for(lambda: paths.log("crasher").read_text().count("exited with 3: restarting") >= 2,
+                  "the restarted component to be started again after each crash")
+        assert processes.is_running(again)
+    finally:
+        processes.stop(paths, "crasher", grace=5)
+    assert not processes.is_running(again)
