@@ -84,9 +84,9 @@ from ansible_collections.kubevirt_ops.maintenance.plugins.plugin_utils.run_recor
 # Said when the filter is used, not through meta/runtime.yml: ansible-core loads every filter file of a collection
 # to find any one of its filters (Jinja2Loader.get_with_context), so a deprecation there would be printed in every
 # play that uses one of this collection's filters.
-DEPRECATION = ("The kubevirt_ops.maintenance.run_record filter is deprecated: use kubevirt_ops.maintenance.record_outcomes "
-               "with the node's outcome, a dictionary with node, current, now, method, and verify (done) or failed_task "
-               "and failed_result (failed).")
+DEPRECATION = ("The kubevirt_ops.maintenance.run_record filter is deprecated: use "
+               "kubevirt_ops.maintenance.record_outcomes with the node's outcome, a dictionary with node, current, "
+               "now, method, and verify (done) or failed_task and failed_result (failed).")
 
 
 def run_record(state, node, current, now, method, verify=None, failed_task=None, failed_result=None, max_failures=0):
