@@ -68,13 +68,14 @@ lab-build-default: venv collection
 lab-tiers: lab-build-default
 	$(MAKE) -j$(words $(LAB_LANES)) $(LAB_LANES)
 
-# Once the static checks are done their lane has room for a lab of its own: the short chaos session,
-# then the rolling runs in failure-domain batches.
+# Once the static checks are done their lane has room for a lab of its own: the short chaos session and
+# the chaos cases, then the rolling runs in failure-domain batches.
 lab-lane-checks: checks lab-build-default
 	$(LAB_LANE)/checks $(MAKE) lane-checks-shared
 
 lane-checks-shared:
 	$(call timed,test-chaos)
+	$(call timed,test-chaos-cases)
 	$(call timed,test-roles-batches)
 
 # The tiers of a lane share one lab (lab/lane.py: up in .build/labs/<lane>, down at the end whatever
@@ -109,7 +110,6 @@ lab-lane-faults: venv collection
 lane-faults-shared:
 	$(call timed,test-faults)
 	$(call timed,test-security)
-	$(call timed,test-chaos-cases)
 
 # ansible-test sanity runs on the oldest and the newest ansible-core, the unit tests on the newest and on
 # the floor (the oldest ansible-core with the oldest libraries); make test-versions runs them on every one.
@@ -375,7 +375,7 @@ test-chaos: venv collection
 	CHAOS_SEED=$(CHAOS_TEST_SEEDS) CHAOS_OUTPUT=tests/output/chaos-test $(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_REPORT) tests/integration/chaos/test_chaos.py
 
 # What the chaos runs found, each replayed on purpose with its moment made certain (tests/integration/chaos/
-# test_chaos_cases.py); in the faults lane of make test.
+# test_chaos_cases.py); in the checks lane of make test, after the short session.
 test-chaos-cases: venv collection
 	CHAOS_OUTPUT=tests/output/chaos-cases $(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_REPORT) tests/integration/chaos/test_chaos_cases.py
 
