@@ -21,22 +21,19 @@ __metaclass__ = type
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.common.errors import MaintenanceError
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.engine import WORKERS
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pod_eviction import evict_pod
+from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.drain.pods import is_failed, is_finished
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.kubevirt import kubevirt
 from ansible_collections.kubevirt_ops.maintenance.plugins.module_utils.k8s.waiter import Deadline, Informer, wait_until
 
 # The longest wait for the evicted pods to be deleted: the operator removes whatever is left after it.
 WAIT_AT_MOST = 10.0
-WORKERS = 8
-
-
-def _succeeded(pod):
-    return (pod.get("status") or {}).get("phase") == "Succeeded" and not pod["metadata"].get("deletionTimestamp")
 
 
 def remove_finished_launchers(client, node, options, deadline):
     """Evict the Succeeded virt-launcher pods of ``node`` (with the drain ``options``' grace period) and wait until
-    they are gone, for at most WAIT_AT_MOST seconds of ``deadline``; returns how many went.
+    they are gone, for at most WAIT_AT_MOST seconds of ``deadline``.
 
     Only a speed-up of what the operator does next: a pod the API server refuses to evict (no permission in its
     namespace, say) or that is slow to go is left to the operator, never an error."""
@@ -45,10 +42,11 @@ def remove_finished_launchers(client, node, options, deadline):
     try:
         informer.start()
         if not informer.wait_synced(wait):
-            return 0
-        finished = [p for p in informer.items() if _succeeded(p)]
+            return
+        finished = [p for p in informer.items()
+                    if is_finished(p) and not is_failed(p) and not p["metadata"].get("deletionTimestamp")]
         if not finished:
-            return 0
+            return
 
         def evict(pod):
             meta = pod["metadata"]
@@ -66,6 +64,5 @@ def remove_finished_launchers(client, node, options, deadline):
                        deadline=wait)
         except MaintenanceError:
             pass  # a timeout, or the watch failing: the operator removes what is left
-        return sum(1 for namespace, name in going if informer.get(name, namespace) is None)
     finally:
         informer.stop()
