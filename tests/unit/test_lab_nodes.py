@@ -37,10 +37,7 @@ class FakeCore:
 
 @pytest.fixture
 def core(monkeypatch):
-    holder = {}
-
     def use(fake):
-        holder["core"] = fake
         monkeypatch.setattr(nodes.client, "CoreV1Api", lambda _api: fake)
         monkeypatch.setattr(nodes, "mark_dead", lambda *_args: None)
         return fake

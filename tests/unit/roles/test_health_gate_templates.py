@@ -9,13 +9,11 @@ gate.yml with the role's defaults and vars, and writes the run state the gate le
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from playbook_runner import run_playbook
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ROLE = os.path.join(ROOT, "roles", "rolling_maintenance")
@@ -37,11 +35,6 @@ PLAYBOOK = """
         dest: %(out)s
         mode: "0600"
 """
-
-
-def ansible_playbook():
-    beside = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    return beside if os.path.exists(beside) else shutil.which("ansible-playbook")
 
 
 class _Ok(BaseHTTPRequestHandler):
@@ -69,10 +62,7 @@ def run_gate(tmp_path, gate):
     out = tmp_path / "out.json"
     playbook = tmp_path / "gate.yml"
     playbook.write_text(PLAYBOOK % {"role": ROLE, "out": out})
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0",
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    proc = subprocess.run([ansible_playbook(), str(playbook), "-e", json.dumps({"rolling_maintenance_health_gate": gate})],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = run_playbook(playbook, "-e", json.dumps({"rolling_maintenance_health_gate": gate}))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
 

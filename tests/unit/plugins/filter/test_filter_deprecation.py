@@ -2,10 +2,7 @@
 file of the collection to find any one of its filters, so a deprecation in meta/runtime.yml would be printed in
 every play that uses another filter of the collection (the rolling_maintenance role's, for one)."""
 
-import os
-import shutil
-import subprocess
-import sys
+from playbook_runner import run_playbook
 
 PLAYBOOK = """
 - hosts: localhost
@@ -24,19 +21,11 @@ PLAYBOOK = """
 """
 
 
-def ansible_playbook():
-    beside = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    return beside if os.path.exists(beside) else shutil.which("ansible-playbook")
-
-
 def test_run_record_is_said_deprecated_when_used_and_only_then(tmp_path):
     playbook = tmp_path / "play.yml"
     playbook.write_text(PLAYBOOK)
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
-               ANSIBLE_DEPRECATION_WARNINGS="1")
     # One stream, in the order ansible-playbook wrote it (warnings go to stderr); ansible-core 2.17 wraps them.
-    proc = subprocess.run([ansible_playbook(), str(playbook)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env=env, timeout=300, check=False)
+    proc = run_playbook(playbook, env={"ANSIBLE_DEPRECATION_WARNINGS": "1"}, merge_output=True)
     output = " ".join(proc.stdout.split())
     assert proc.returncode == 0, output[-3000:]
     before, marker, after = output.partition("AFTER-THE-OTHER-FILTER")
